@@ -1,0 +1,58 @@
+#include "amber/core/allocator.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "amber/core/cuda_runtime.h"
+#include "amber/core/error.h"
+
+namespace amber {
+namespace {
+
+constexpr size_t kHostAlignment = 64;  // one cache line; also AVX-512 friendly
+
+void release_host(void* data, Device) { std::free(data); }
+void release_cuda(void* data, Device device) { cuda::pool_free(data, device.index); }
+
+}  // namespace
+
+Storage::~Storage() {
+  if (release && data) release(data, device);
+}
+
+std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
+  auto storage = std::make_shared<Storage>();
+  storage->bytes = bytes;
+  storage->device = device;
+  if (bytes == 0) return storage;
+  if (device.is_cpu()) {
+    const size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    storage->data = std::aligned_alloc(kHostAlignment, rounded);
+    AMBER_CHECK(storage->data, "out of host memory allocating ", bytes, " bytes");
+    storage->release = release_host;
+  } else {
+    storage->data = cuda::pool_allocate(bytes, device.index);
+    storage->release = release_cuda;
+  }
+  return storage;
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  cuda::copy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
+}
+
+void zero_bytes(void* dst, Device device, size_t bytes) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  cuda::zero(dst, bytes);
+}
+
+}  // namespace amber

@@ -1,0 +1,40 @@
+// Per-micro-batch activation arena: a bump allocator reset at the start of every
+// micro-batch. After the first micro-batch it holds one block as large as the high
+// water mark, so a steady-state step allocates nothing (and is graph-capturable).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+class Arena {
+ public:
+  explicit Arena(Device device = Device::cpu(), size_t initial_bytes = 0);
+
+  Tensor alloc(Shape shape, DType dtype);
+  Tensor zeros(Shape shape, DType dtype);
+  // Forget every allocation. Tensors handed out before must no longer be used. If
+  // the last cycle spilled into extra blocks, they merge into one block here.
+  void reset();
+
+  size_t used_bytes() const { return used_; }
+  size_t high_water_bytes() const { return high_water_; }
+  size_t capacity_bytes() const;
+  Device device() const { return device_; }
+
+ private:
+  struct Block {
+    std::shared_ptr<Storage> storage;
+    size_t used = 0;
+  };
+  Device device_;
+  std::vector<Block> blocks_;
+  size_t used_ = 0;
+  size_t high_water_ = 0;
+};
+
+}  // namespace amber

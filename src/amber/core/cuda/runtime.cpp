@@ -1,0 +1,69 @@
+// The CUDA side of the core: a stream-ordered memory pool per device (allocations
+// and frees are ordered on the stream, never synchronising), copies and fills.
+#include <cuda_runtime.h>
+
+#include "amber/core/cuda_runtime.h"
+#include "amber/core/error.h"
+
+namespace amber::cuda {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  AMBER_CHECK(status == cudaSuccess, what, " failed: ", cudaGetErrorString(status));
+}
+
+// Keep freed memory in the pool instead of returning it to the driver at every
+// synchronisation, so a steady-state step never calls into the driver allocator.
+void keep_pool_memory(int device) {
+  static bool configured[64] = {};
+  if (configured[device]) return;
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  uint64_t threshold = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+        "cudaMemPoolSetAttribute");
+  configured[device] = true;
+}
+
+}  // namespace
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return count;
+}
+
+void* pool_allocate(size_t bytes, int device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  keep_pool_memory(device);
+  void* data = nullptr;
+  const cudaError_t status = cudaMallocAsync(&data, bytes, cudaStreamPerThread);
+  AMBER_CHECK(status == cudaSuccess, "out of GPU memory on cuda:", device, " allocating ", bytes,
+              " bytes (", cudaGetErrorString(status),
+              "); lower the micro-batch token budget or enable recompute");
+  return data;
+}
+
+void pool_free(void* data, int device) {
+  cudaSetDevice(device);
+  cudaFreeAsync(data, cudaStreamPerThread);
+}
+
+void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) {
+  const cudaMemcpyKind kind = dst_on_device ? (src_on_device ? cudaMemcpyDeviceToDevice
+                                                             : cudaMemcpyHostToDevice)
+                                            : cudaMemcpyDeviceToHost;
+  check(cudaMemcpyAsync(dst, src, bytes, kind, cudaStreamPerThread), "cudaMemcpyAsync");
+  if (!dst_on_device || !src_on_device) check(cudaStreamSynchronize(cudaStreamPerThread), "copy");
+}
+
+void zero(void* dst, size_t bytes) {
+  check(cudaMemsetAsync(dst, 0, bytes, cudaStreamPerThread), "cudaMemsetAsync");
+}
+
+void synchronize() { check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize"); }
+
+}  // namespace amber::cuda

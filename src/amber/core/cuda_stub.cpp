@@ -1,0 +1,22 @@
+// CPU-only builds: every CUDA entry point explains how to get a CUDA build.
+#ifndef AMBER_WITH_CUDA
+#include "amber/core/cuda_runtime.h"
+#include "amber/core/error.h"
+
+namespace amber::cuda {
+namespace {
+[[noreturn]] void no_cuda() {
+  fail("this amber was built without CUDA; rebuild with nvcc on PATH (AMBER_CUDA=auto or ON) "
+       "or run on --device cpu");
+}
+}  // namespace
+
+int device_count() { return 0; }
+void* pool_allocate(size_t, int) { no_cuda(); }
+void pool_free(void*, int) {}
+void copy(void*, bool, const void*, bool, size_t) { no_cuda(); }
+void zero(void*, size_t) { no_cuda(); }
+void synchronize() {}
+
+}  // namespace amber::cuda
+#endif

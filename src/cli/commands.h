@@ -1,0 +1,10 @@
+// Subcommands of the `amber` binary; each adds itself to the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace amber::cli {
+
+void add_info_command(CLI::App& app);
+
+}  // namespace amber::cli

@@ -1,0 +1,78 @@
+#include <gtest/gtest.h>
+
+#include "amber/core/arena.h"
+#include "amber/core/tensor.h"
+
+namespace amber {
+namespace {
+
+Tensor iota(Shape shape) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(i);
+  return t;
+}
+
+TEST(Tensor, ViewsShareStorageAndAddressCorrectly) {
+  Tensor t = iota({2, 3, 4});
+  EXPECT_TRUE(t.is_contiguous());
+  Tensor s = t.slice(1, 1, 3);  // [2, 2, 4]
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(s.shape(), Shape({2, 2, 4}));
+  EXPECT_TRUE(s.shares_storage_with(t));
+  Tensor c = s.contiguous();
+  EXPECT_EQ(c.item(0), 4.0);   // t[0,1,0]
+  EXPECT_EQ(c.item(8), 16.0);  // t[1,1,0]
+  Tensor tr = t.transpose(0, 2);  // [4, 3, 2]
+  Tensor trc = tr.contiguous();
+  EXPECT_EQ(trc.item(1), 12.0);  // t[1,0,0]
+  Tensor sel = t.select(1, 2);    // [2, 4]
+  EXPECT_EQ(sel.shape(), Shape({2, 4}));
+  EXPECT_EQ(sel.contiguous().item(4), 20.0);  // t[1,2,0]
+  Tensor v = t.view({6, 4});
+  EXPECT_EQ(v.item(23), 23.0);
+}
+
+TEST(Tensor, CopiesConvertAndWriteThroughViews) {
+  Tensor t = iota({3, 4});
+  Tensor b = t.to(DType::bf16);
+  EXPECT_EQ(b.dtype(), DType::bf16);
+  EXPECT_EQ(b.to(DType::f32).item(11), 11.0);
+  Tensor col = t.slice(1, 2, 3);  // a strided column
+  col.fill(-1.0);
+  EXPECT_EQ(t.item(2), -1.0);
+  EXPECT_EQ(t.item(6), -1.0);
+  EXPECT_EQ(t.item(3), 3.0);
+  Tensor src = Tensor::full({3, 1}, 7.0, DType::f64);
+  col.copy_from(src);
+  EXPECT_EQ(t.item(10), 7.0);
+}
+
+TEST(Tensor, ErrorsNameTheShapes) {
+  Tensor t = iota({2, 3});
+  try {
+    t.view({4, 2});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.data<double>(), Error);
+  EXPECT_THROW(t.slice(0, 1, 3), Error);
+  EXPECT_THROW((Shape{1, 2, 3, 4, 5, 6}), Error);
+}
+
+TEST(Arena, ResetReusesOneBlockAtTheHighWaterMark) {
+  Arena arena;
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    arena.reset();
+    Tensor a = arena.alloc({1 << 18}, DType::f32);  // 1 MiB
+    Tensor b = arena.zeros({1 << 19}, DType::f32);  // 2 MiB: spills in cycle 0
+    a.fill(1.0);
+    EXPECT_EQ(b.item(5), 0.0);
+    EXPECT_FALSE(a.shares_storage_with(b));
+  }
+  EXPECT_EQ(arena.high_water_bytes(), size_t{3} << 20);
+  EXPECT_EQ(arena.capacity_bytes(), size_t{3} << 20);  // merged into one block
+}
+
+}  // namespace
+}  // namespace amber
