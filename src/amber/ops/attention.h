@@ -1,0 +1,35 @@
+// Causal attention over packed documents (cu_seqlens), with GQA, an optional
+// sliding window and optional per-head attention sinks. The forward returns the
+// per-row log-sum-exp so the backward recomputes the softmax instead of storing it.
+//
+// Layout: q [T, H, D], k and v [T, Hkv, D] with H % Hkv == 0; out [T, H, D];
+// lse [T, H] (f64 for f64 inputs, f32 otherwise). Query head h reads KV head
+// h / (H / Hkv). A query at position i of its document sees keys j of the same
+// document with j <= i and, with window w > 0, j > i - w.
+//
+// Sinks: one learnable logit per query head, a virtual key with value zero. It joins
+// the softmax normaliser (so lse includes it) and contributes nothing to out.
+#pragma once
+
+#include "amber/core/seq_info.h"
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+struct AttentionOptions {
+  double softmax_scale = 0.0;  // usually head_dim^-0.5
+  int window = 0;              // 0: unlimited; w: keys i-w+1 .. i
+};
+
+// `sinks` is [H] or undefined (no sinks).
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SeqInfo& seq,
+                       const AttentionOptions& options, const Tensor& sinks, Tensor& out,
+                       Tensor& lse);
+
+// Writes dq, dk, dv (overwritten) and accumulates dsinks (+=) when sinks are given.
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const SeqInfo& seq,
+                        const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
+                        Tensor& dk, Tensor& dv, Tensor& dsinks);
+
+}  // namespace amber
