@@ -1,0 +1,190 @@
+// CPU RMSNorm and LayerNorm. Weight gradients are reduced over fixed blocks of rows
+// and the blocks summed in order, so results do not depend on the thread count.
+#include "amber/ops/norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "amber/ops/cpu/dispatch.h"
+
+namespace amber {
+namespace {
+
+constexpr int64_t kRowBlock = 64;
+
+struct Rows {
+  int64_t n, d;
+};
+
+Rows rows_of(const Tensor& x, const Tensor& weight, const char* op) {
+  AMBER_CHECK(x.ndim() >= 1, op, ": input must have at least one dimension");
+  cpu::require_cpu(x, op);
+  const int64_t d = x.size(-1);
+  if (weight.defined())
+    AMBER_CHECK(weight.ndim() == 1 && weight.size(0) == d, op, ": weight ", weight.shape(),
+                " does not match the last dimension of input ", x.shape());
+  return {x.numel() / std::max<int64_t>(d, 1), d};
+}
+
+// Sums per-block partial rows [blocks, d] into out (+=), blocks in order.
+template <class T>
+void reduce_blocks(const std::vector<T>& partial, int64_t blocks, int64_t d, T* out) {
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < d; ++j) out[j] += partial[b * d + j];
+}
+
+}  // namespace
+
+DType norm_stat_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
+  const Rows r = rows_of(x, weight, "rmsnorm_forward");
+  require_same_shape(x, y, "rmsnorm_forward output");
+  AMBER_CHECK(rstd.numel() == r.n, "rmsnorm_forward: rstd needs ", r.n, " elements, has ", rstd.numel());
+  cpu::with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = cpu::widened<T>(x);
+    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
+    cpu::Output<T> out(y), rs(rstd);
+    const T* px = xw.data<T>();
+    const T* pw = ww.defined() ? ww.data<T>() : nullptr;
+    T* py = out.data();
+    T* pr = rs.data();
+#pragma omp parallel for if (r.n * r.d > 65536)
+    for (int64_t i = 0; i < r.n; ++i) {
+      const T* row = px + i * r.d;
+      T ss = 0;
+      for (int64_t j = 0; j < r.d; ++j) ss += row[j] * row[j];
+      const T inv = T(1) / std::sqrt(ss / static_cast<T>(r.d) + static_cast<T>(eps));
+      pr[i] = inv;
+      for (int64_t j = 0; j < r.d; ++j) py[i * r.d + j] = row[j] * inv * (pw ? pw[j] : T(1));
+    }
+    out.store();
+    rs.store();
+  });
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                      Tensor& dx, Tensor& dweight) {
+  const Rows r = rows_of(x, weight, "rmsnorm_backward");
+  require_same_shape(x, dy, "rmsnorm_backward grad");
+  cpu::with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = cpu::widened<T>(x), gw = cpu::widened<T>(dy), rw = cpu::widened<T>(rstd);
+    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
+    cpu::Output<T> out(dx);
+    const T *px = xw.data<T>(), *pg = gw.data<T>(), *pr = rw.data<T>();
+    const T* pw = ww.defined() ? ww.data<T>() : nullptr;
+    T* pdx = out.data();
+    const int64_t blocks = (r.n + kRowBlock - 1) / kRowBlock;
+    std::vector<T> partial(pw ? static_cast<size_t>(blocks * r.d) : 0, T(0));
+#pragma omp parallel for if (r.n * r.d > 65536)
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t i = b * kRowBlock; i < std::min(r.n, (b + 1) * kRowBlock); ++i) {
+        const T *row = px + i * r.d, *g = pg + i * r.d;
+        const T inv = pr[i];
+        // d/dx of x*inv: inv * (gw - x * inv^2 * mean(gw * x)), gw = g * weight.
+        T dot = 0;
+        for (int64_t j = 0; j < r.d; ++j) dot += g[j] * (pw ? pw[j] : T(1)) * row[j];
+        const T c = dot * inv * inv / static_cast<T>(r.d);
+        for (int64_t j = 0; j < r.d; ++j)
+          pdx[i * r.d + j] = inv * (g[j] * (pw ? pw[j] : T(1)) - row[j] * c);
+        if (pw)
+          for (int64_t j = 0; j < r.d; ++j) partial[b * r.d + j] += g[j] * row[j] * inv;
+      }
+    }
+    out.store();
+    if (pw) {
+      cpu::Output<T> dwo(dweight, true);
+      reduce_blocks(partial, blocks, r.d, dwo.data());
+      dwo.store();
+    }
+  });
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                       Tensor& y, Tensor& mean, Tensor& rstd) {
+  const Rows r = rows_of(x, weight, "layernorm_forward");
+  require_same_shape(x, y, "layernorm_forward output");
+  if (bias.defined())
+    AMBER_CHECK(bias.ndim() == 1 && bias.size(0) == r.d, "layernorm_forward: bias ", bias.shape(),
+                " does not match input ", x.shape());
+  cpu::with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = cpu::widened<T>(x);
+    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
+    const Tensor bw = bias.defined() ? cpu::widened<T>(bias) : Tensor();
+    cpu::Output<T> out(y), mo(mean), ro(rstd);
+    const T* px = xw.data<T>();
+    const T* pw = ww.defined() ? ww.data<T>() : nullptr;
+    const T* pb = bw.defined() ? bw.data<T>() : nullptr;
+    T *py = out.data(), *pm = mo.data(), *pr = ro.data();
+#pragma omp parallel for if (r.n * r.d > 65536)
+    for (int64_t i = 0; i < r.n; ++i) {
+      const T* row = px + i * r.d;
+      T s = 0;
+      for (int64_t j = 0; j < r.d; ++j) s += row[j];
+      const T mu = s / static_cast<T>(r.d);
+      T ss = 0;  // two-pass variance: no cancellation for rows with a large mean
+      for (int64_t j = 0; j < r.d; ++j) ss += (row[j] - mu) * (row[j] - mu);
+      const T inv = T(1) / std::sqrt(ss / static_cast<T>(r.d) + static_cast<T>(eps));
+      pm[i] = mu;
+      pr[i] = inv;
+      for (int64_t j = 0; j < r.d; ++j)
+        py[i * r.d + j] = (row[j] - mu) * inv * (pw ? pw[j] : T(1)) + (pb ? pb[j] : T(0));
+    }
+    out.store();
+    mo.store();
+    ro.store();
+  });
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const Rows r = rows_of(x, weight, "layernorm_backward");
+  require_same_shape(x, dy, "layernorm_backward grad");
+  cpu::with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = cpu::widened<T>(x), gw = cpu::widened<T>(dy);
+    const Tensor mw = cpu::widened<T>(mean), rw = cpu::widened<T>(rstd);
+    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
+    cpu::Output<T> out(dx);
+    const T *px = xw.data<T>(), *pg = gw.data<T>(), *pm = mw.data<T>(), *pr = rw.data<T>();
+    const T* pw = ww.defined() ? ww.data<T>() : nullptr;
+    T* pdx = out.data();
+    const int64_t blocks = (r.n + kRowBlock - 1) / kRowBlock;
+    const bool want_dw = pw != nullptr, want_db = dbias.defined();
+    std::vector<T> pdw(want_dw ? static_cast<size_t>(blocks * r.d) : 0, T(0));
+    std::vector<T> pdb(want_db ? static_cast<size_t>(blocks * r.d) : 0, T(0));
+#pragma omp parallel for if (r.n * r.d > 65536)
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t i = b * kRowBlock; i < std::min(r.n, (b + 1) * kRowBlock); ++i) {
+        const T *row = px + i * r.d, *g = pg + i * r.d;
+        const T mu = pm[i], inv = pr[i];
+        // xhat = (x - mu) inv; dx = inv * (gw - mean(gw) - xhat * mean(gw * xhat)).
+        T sum_g = 0, sum_gx = 0;
+        for (int64_t j = 0; j < r.d; ++j) {
+          const T gwj = g[j] * (pw ? pw[j] : T(1));
+          sum_g += gwj;
+          sum_gx += gwj * (row[j] - mu) * inv;
+        }
+        const T mg = sum_g / static_cast<T>(r.d), mgx = sum_gx / static_cast<T>(r.d);
+        for (int64_t j = 0; j < r.d; ++j) {
+          const T xhat = (row[j] - mu) * inv;
+          pdx[i * r.d + j] = inv * (g[j] * (pw ? pw[j] : T(1)) - mg - xhat * mgx);
+          if (want_dw) pdw[b * r.d + j] += g[j] * xhat;
+          if (want_db) pdb[b * r.d + j] += g[j];
+        }
+      }
+    }
+    out.store();
+    if (want_dw) {
+      cpu::Output<T> o(dweight, true);
+      reduce_blocks(pdw, blocks, r.d, o.data());
+      o.store();
+    }
+    if (want_db) {
+      cpu::Output<T> o(dbias, true);
+      reduce_blocks(pdb, blocks, r.d, o.data());
+      o.store();
+    }
+  });
+}
+
+}  // namespace amber

@@ -1,0 +1,23 @@
+// Dense matrix products. Linear layers store weights [out, in] (Hugging Face
+// layout) and compute y = x W^T (+ b). CPU products go through OpenBLAS with fp32
+// (or fp64) accumulation; bf16/f16 operands are widened first.
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+// c = alpha * op(a) * op(b) + beta * c for 2-D contiguous tensors; op is an
+// optional transpose.
+void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
+          double alpha = 1.0, double beta = 0.0);
+
+// y [N, out] = x [N, in] * w [out, in]^T + bias [out] (bias may be undefined).
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
+
+// dx = dy * w (overwritten; skipped when dx is undefined), dw += dy^T * x,
+// dbias += column sums of dy (when defined).
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                     Tensor& dbias);
+
+}  // namespace amber

@@ -1,0 +1,31 @@
+// The LM objective: linear projection to the vocabulary fused with cross-entropy
+// and optional z-loss, processed in chunks of tokens so the full [T, V] logits never
+// exist. Per-token losses are fp32 (fp64 for f64 inputs); callers reduce them in
+// fp32 or wider.
+#pragma once
+
+#include <cstdint>
+
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+struct CrossEntropyOptions {
+  double z_loss_weight = 0.0;  // adds z * logsumexp(logits)^2 per token
+  int32_t ignore_index = -100;
+  int64_t chunk_tokens = 256;  // rows of logits alive at once: chunk_tokens x V
+};
+
+// x [T, D], w [V, D], targets int32 [T]. losses[t] = lse_t - logit_t[target] +
+// z * lse_t^2, and 0 where the target is ignore_index. lse [T] is saved for the
+// backward. Both outputs are f32 (f64 for f64 inputs).
+void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor& targets,
+                                  const CrossEntropyOptions& options, Tensor& losses, Tensor& lse);
+
+// dlosses [T]: gradient of the caller's objective with respect to each loss.
+// dx overwritten; dw += .
+void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
+                                   const Tensor& targets, const Tensor& lse,
+                                   const CrossEntropyOptions& options, Tensor& dx, Tensor& dw);
+
+}  // namespace amber

@@ -1,0 +1,25 @@
+// Normalisations over the last dimension. x is viewed as [N, D]; statistics are
+// computed in fp32 (fp64 for f64 inputs) and saved for the backward.
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+// y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps). weight [D] may be
+// undefined (no affine). rstd [N] is f32 (f64 for f64 inputs).
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd);
+// dx overwritten; dweight += (when weight is defined).
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                      Tensor& dx, Tensor& dweight);
+
+// y = (x - mean) * rstd * weight + bias; weight and bias may be undefined.
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                       Tensor& y, Tensor& mean, Tensor& rstd);
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+
+// The dtype of saved statistics for inputs of `dtype`.
+DType norm_stat_dtype(DType dtype);
+
+}  // namespace amber

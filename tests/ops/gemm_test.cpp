@@ -1,0 +1,80 @@
+#include <gtest/gtest.h>
+
+#include "amber/ops/elementwise.h"
+#include "amber/ops/gemm.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+using testing::relative_error;
+
+// y = x w^T + b in plain double loops.
+Tensor reference_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const auto xs = x.to_doubles(), ws = w.to_doubles(), bs = b.to_doubles();
+  const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
+  Tensor y = Tensor::empty({n, out}, DType::f64);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = bs[o];
+      for (int64_t i = 0; i < in; ++i) s += xs[r * in + i] * ws[o * in + i];
+      y.data<double>()[r * out + o] = s;
+    }
+  return y;
+}
+
+TEST(Linear, ForwardMatchesFloat64) {
+  const Tensor x = random_tensor({37, 48}, DType::f64, 1), w = random_tensor({29, 48}, DType::f64, 2);
+  const Tensor b = random_tensor({29}, DType::f64, 3);
+  const Tensor ref = reference_linear(x, w, b);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor y = Tensor::empty({37, 29}, dt);
+    linear_forward(x.to(dt), w.to(dt), b.to(dt), y);
+    const double err = relative_error(y, ref);
+    std::cout << "linear forward " << dtype_name(dt) << " rel err " << err << "\n";
+    EXPECT_LT(err, dt == DType::f32 ? 1e-6 : 1e-2);
+  }
+}
+
+TEST(Linear, BackwardMatchesFiniteDifferences) {
+  Tensor x = random_tensor({7, 12}, DType::f64, 4), w = random_tensor({5, 12}, DType::f64, 5);
+  Tensor b = random_tensor({5}, DType::f64, 6);
+  const Tensor proj = random_tensor({7, 5}, DType::f64, 7);
+  auto loss = [&] {
+    Tensor y = Tensor::empty({7, 5}, DType::f64);
+    linear_forward(x, w, b, y);
+    return testing::project(y, proj);
+  };
+  Tensor dx = Tensor::empty(x.shape(), DType::f64), dw = Tensor::zeros(w.shape(), DType::f64);
+  Tensor db = Tensor::zeros(b.shape(), DType::f64);
+  linear_backward(proj, x, w, dx, dw, db);
+  EXPECT_LT(testing::finite_difference_error(x, dx, loss), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(w, dw, loss), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(b, db, loss), 1e-5);
+  // Parameter gradients accumulate.
+  linear_backward(proj, x, w, dx, dw, db);
+  Tensor dw_once = Tensor::zeros(w.shape(), DType::f64), db_once = Tensor::zeros(b.shape(), DType::f64);
+  linear_backward(proj, x, w, dx, dw_once, db_once);
+  add_scaled(dw_once, dw_once);
+  EXPECT_LT(relative_error(dw, dw_once), 1e-15);
+}
+
+TEST(Gemm, TransposesAndRejectsBadShapes) {
+  const Tensor a = random_tensor({6, 4}, DType::f64, 8), b = random_tensor({6, 3}, DType::f64, 9);
+  Tensor c = Tensor::empty({4, 3}, DType::f64);
+  gemm(a, true, b, false, c);
+  double s = 0;
+  for (int k = 0; k < 6; ++k) s += a.item(k * 4 + 2) * b.item(k * 3 + 1);
+  EXPECT_NEAR(c.item(2 * 3 + 1), s, 1e-12);
+  Tensor bad = Tensor::empty({5, 3}, DType::f64);
+  try {
+    gemm(a, true, b, false, bad);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[5, 3]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace amber

@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "amber/ops/loss.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+using testing::relative_error;
+
+// Materialised logits in double: the reference the chunked op must match.
+Tensor reference_losses(const Tensor& x, const Tensor& w, const std::vector<int32_t>& targets, double z) {
+  const auto xs = x.to_doubles(), ws = w.to_doubles();
+  const int64_t tokens = x.size(0), dim = x.size(1), vocab = w.size(0);
+  Tensor out = Tensor::empty({tokens}, DType::f64);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<double> logits(vocab);
+    double m = -INFINITY;
+    for (int64_t v = 0; v < vocab; ++v) {
+      double s = 0;
+      for (int64_t d = 0; d < dim; ++d) s += xs[t * dim + d] * ws[v * dim + d];
+      logits[v] = s;
+      m = std::max(m, s);
+    }
+    double sum = 0;
+    for (double l : logits) sum += std::exp(l - m);
+    const double lse = m + std::log(sum);
+    out.data<double>()[t] = targets[t] < 0 ? 0.0 : lse - logits[targets[t]] + z * lse * lse;
+  }
+  return out;
+}
+
+TEST(LinearCrossEntropy, ForwardMatchesMaterialisedLogits) {
+  const int64_t tokens = 45, dim = 32, vocab = 300;
+  const Tensor x = random_tensor({tokens, dim}, DType::f64, 1), w = random_tensor({vocab, dim}, DType::f64, 2, 0.3f);
+  std::vector<int32_t> targets(tokens);
+  for (int64_t t = 0; t < tokens; ++t) targets[t] = t % 7 == 3 ? -100 : static_cast<int32_t>((t * 37) % vocab);
+  const Tensor tg = Tensor::from_vector(targets, {tokens});
+  for (double z : {0.0, 1e-2}) {
+    const Tensor ref = reference_losses(x, w, targets, z);
+    CrossEntropyOptions opts;
+    opts.z_loss_weight = z;
+    opts.chunk_tokens = 8;  // several chunks and a ragged last one
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Tensor losses = Tensor::empty({tokens}, DType::f32), lse = Tensor::empty({tokens}, DType::f32);
+      linear_cross_entropy_forward(x.to(dt), w.to(dt), tg, opts, losses, lse);
+      const double err = relative_error(losses, ref);
+      std::cout << "linear CE forward " << dtype_name(dt) << " z=" << z << " rel err " << err << "\n";
+      EXPECT_LT(err, dt == DType::f32 ? 1e-5 : 1e-2);
+      EXPECT_EQ(losses.item(3), 0.0);  // ignored token
+    }
+  }
+}
+
+TEST(LinearCrossEntropy, BackwardMatchesFiniteDifferences) {
+  const int64_t tokens = 9, dim = 6, vocab = 13;
+  Tensor x = random_tensor({tokens, dim}, DType::f64, 3), w = random_tensor({vocab, dim}, DType::f64, 4);
+  const std::vector<int32_t> targets = {1, 5, -100, 12, 0, 7, 7, 3, 9};
+  const Tensor tg = Tensor::from_vector(targets, {tokens});
+  const Tensor dl = random_tensor({tokens}, DType::f64, 5, 0.5f, 1.0f);
+  CrossEntropyOptions opts;
+  opts.z_loss_weight = 0.05;
+  opts.chunk_tokens = 4;
+  Tensor losses = Tensor::empty({tokens}, DType::f64), lse = Tensor::empty({tokens}, DType::f64);
+  auto loss = [&] {
+    linear_cross_entropy_forward(x, w, tg, opts, losses, lse);
+    return testing::project(losses, dl);
+  };
+  loss();
+  Tensor dx = Tensor::empty(x.shape(), DType::f64), dw = Tensor::zeros(w.shape(), DType::f64);
+  linear_cross_entropy_backward(dl, x, w, tg, lse, opts, dx, dw);
+  EXPECT_LT(testing::finite_difference_error(x, dx, loss, 54), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(w, dw, loss, 78), 1e-5);
+  for (int d = 0; d < dim; ++d) EXPECT_EQ(dx.item(2 * dim + d), 0.0);  // ignored token
+}
+
+TEST(LinearCrossEntropy, ChunkSizeDoesNotChangeResultsBeyondRounding) {
+  const Tensor x = random_tensor({64, 16}, DType::f32, 6), w = random_tensor({50, 16}, DType::f32, 7);
+  std::vector<int32_t> targets(64);
+  for (int t = 0; t < 64; ++t) targets[t] = (t * 11) % 50;
+  const Tensor tg = Tensor::from_vector(targets, {64});
+  const Tensor dl = Tensor::full({64}, 1.0, DType::f32);
+  Tensor results[2][2];
+  int i = 0;
+  for (int64_t chunk : {5, 64}) {
+    CrossEntropyOptions opts;
+    opts.chunk_tokens = chunk;
+    Tensor losses = Tensor::empty({64}, DType::f32), lse = Tensor::empty({64}, DType::f32);
+    linear_cross_entropy_forward(x, w, tg, opts, losses, lse);
+    Tensor dx = Tensor::empty(x.shape(), DType::f32), dw = Tensor::zeros(w.shape(), DType::f32);
+    linear_cross_entropy_backward(dl, x, w, tg, lse, opts, dx, dw);
+    results[i][0] = losses;
+    results[i++][1] = dw;
+  }
+  EXPECT_EQ(results[0][0].to_doubles(), results[1][0].to_doubles());  // per-token: chunk-independent
+  EXPECT_LT(relative_error(results[0][1], results[1][1]), 1e-6);
+}
+
+TEST(LinearCrossEntropy, BadTargetNamesTheToken) {
+  const Tensor x = Tensor::zeros({2, 4}, DType::f32), w = Tensor::zeros({5, 4}, DType::f32);
+  const Tensor tg = Tensor::from_vector<int32_t>({1, 9}, {2});
+  Tensor losses = Tensor::empty({2}, DType::f32), lse = Tensor::empty({2}, DType::f32);
+  try {
+    linear_cross_entropy_forward(x, w, tg, {}, losses, lse);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target 9 at token 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace amber

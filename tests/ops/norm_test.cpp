@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "amber/ops/norm.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+using testing::relative_error;
+
+Tensor reference_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool layer) {
+  const auto xs = x.to_doubles(), ws = w.to_doubles();
+  const std::vector<double> bs = b.defined() ? b.to_doubles() : std::vector<double>(ws.size(), 0.0);
+  const int64_t d = x.size(-1), n = x.numel() / d;
+  Tensor y = Tensor::empty(x.shape(), DType::f64);
+  for (int64_t r = 0; r < n; ++r) {
+    double mean = 0, ss = 0;
+    if (layer) {
+      for (int64_t j = 0; j < d; ++j) mean += xs[r * d + j];
+      mean /= d;
+    }
+    for (int64_t j = 0; j < d; ++j) ss += (xs[r * d + j] - mean) * (xs[r * d + j] - mean);
+    const double inv = 1.0 / std::sqrt(ss / d + eps);
+    for (int64_t j = 0; j < d; ++j)
+      y.data<double>()[r * d + j] = (xs[r * d + j] - mean) * inv * ws[j] + bs[j];
+  }
+  return y;
+}
+
+TEST(RmsNorm, ForwardMatchesFloat64) {
+  const Tensor x = random_tensor({33, 96}, DType::f64, 1, 3.0f), w = random_tensor({96}, DType::f64, 2, 0.2f, 1.0f);
+  const Tensor ref = reference_norm(x, w, Tensor(), 1e-6, false);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor y = Tensor::empty(x.shape(), dt), rstd = Tensor::empty({33}, norm_stat_dtype(dt));
+    rmsnorm_forward(x.to(dt), w.to(dt), 1e-6, y, rstd);
+    const double err = relative_error(y, ref);
+    std::cout << "rmsnorm forward " << dtype_name(dt) << " rel err " << err << "\n";
+    EXPECT_LT(err, dt == DType::f32 ? 1e-6 : 1e-2);
+  }
+}
+
+TEST(LayerNorm, ForwardMatchesFloat64) {
+  const Tensor x = random_tensor({33, 96}, DType::f64, 3, 2.0f, 5.0f);
+  const Tensor w = random_tensor({96}, DType::f64, 4, 0.2f, 1.0f), b = random_tensor({96}, DType::f64, 5);
+  const Tensor ref = reference_norm(x, w, b, 1e-5, true);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor y = Tensor::empty(x.shape(), dt), mean = Tensor::empty({33}, norm_stat_dtype(dt));
+    Tensor rstd = Tensor::empty({33}, norm_stat_dtype(dt));
+    layernorm_forward(x.to(dt), w.to(dt), b.to(dt), 1e-5, y, mean, rstd);
+    const double err = relative_error(y, ref);
+    std::cout << "layernorm forward " << dtype_name(dt) << " rel err " << err << "\n";
+    EXPECT_LT(err, dt == DType::f32 ? 1e-6 : 1e-2);
+  }
+}
+
+TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
+  Tensor x = random_tensor({70, 24}, DType::f64, 6), w = random_tensor({24}, DType::f64, 7, 0.3f, 1.0f);
+  const Tensor proj = random_tensor(x.shape(), DType::f64, 8);
+  Tensor y = Tensor::empty(x.shape(), DType::f64), rstd = Tensor::empty({70}, DType::f64);
+  auto loss = [&] {
+    rmsnorm_forward(x, w, 1e-6, y, rstd);
+    return testing::project(y, proj);
+  };
+  loss();
+  Tensor dx = Tensor::empty(x.shape(), DType::f64), dw = Tensor::zeros(w.shape(), DType::f64);
+  rmsnorm_backward(proj, x, w, rstd, dx, dw);
+  EXPECT_LT(testing::finite_difference_error(x, dx, loss), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(w, dw, loss), 1e-5);
+  // Without an affine weight (QK-norm without gain).
+  Tensor dx2 = Tensor::empty(x.shape(), DType::f64), none;
+  auto loss2 = [&] {
+    rmsnorm_forward(x, Tensor(), 1e-6, y, rstd);
+    return testing::project(y, proj);
+  };
+  loss2();
+  rmsnorm_backward(proj, x, Tensor(), rstd, dx2, none);
+  EXPECT_LT(testing::finite_difference_error(x, dx2, loss2), 1e-5);
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
+  Tensor x = random_tensor({70, 24}, DType::f64, 9, 1.0f, 2.0f);
+  Tensor w = random_tensor({24}, DType::f64, 10, 0.3f, 1.0f), b = random_tensor({24}, DType::f64, 11);
+  const Tensor proj = random_tensor(x.shape(), DType::f64, 12);
+  Tensor y = Tensor::empty(x.shape(), DType::f64), mean = Tensor::empty({70}, DType::f64);
+  Tensor rstd = Tensor::empty({70}, DType::f64);
+  auto loss = [&] {
+    layernorm_forward(x, w, b, 1e-5, y, mean, rstd);
+    return testing::project(y, proj);
+  };
+  loss();
+  Tensor dx = Tensor::empty(x.shape(), DType::f64), dw = Tensor::zeros(w.shape(), DType::f64);
+  Tensor db = Tensor::zeros(b.shape(), DType::f64);
+  layernorm_backward(proj, x, w, mean, rstd, dx, dw, db);
+  EXPECT_LT(testing::finite_difference_error(x, dx, loss), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(w, dw, loss), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(b, db, loss), 1e-5);
+}
+
+TEST(RmsNorm, Float32BackwardMatchesFloat64) {
+  const Tensor x = random_tensor({300, 64}, DType::f64, 13), w = random_tensor({64}, DType::f64, 14, 0.3f, 1.0f);
+  const Tensor g = random_tensor(x.shape(), DType::f64, 15);
+  Tensor ref_dx = Tensor::empty(x.shape(), DType::f64), ref_dw = Tensor::zeros({64}, DType::f64);
+  Tensor y = Tensor::empty(x.shape(), DType::f64), r64 = Tensor::empty({300}, DType::f64);
+  rmsnorm_forward(x, w, 1e-6, y, r64);
+  rmsnorm_backward(g, x, w, r64, ref_dx, ref_dw);
+  Tensor x32 = x.to(DType::f32), y32 = Tensor::empty(x.shape(), DType::f32), r32 = Tensor::empty({300}, DType::f32);
+  rmsnorm_forward(x32, w.to(DType::f32), 1e-6, y32, r32);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32), dw = Tensor::zeros({64}, DType::f32);
+  rmsnorm_backward(g.to(DType::f32), x32, w.to(DType::f32), r32, dx, dw);
+  EXPECT_LT(relative_error(dx, ref_dx), 1e-5);
+  EXPECT_LT(relative_error(dw, ref_dw), 1e-5);
+}
+
+}  // namespace
+}  // namespace amber
