@@ -20,11 +20,12 @@ void check_shapes(const Tensor& x, const Tensor& w, const Tensor& targets, const
               targets.shape());
 }
 
-int32_t checked_target(const int32_t* targets, int64_t t, int64_t vocab, int32_t ignore, const char* op) {
-  const int32_t y = targets[t];
-  AMBER_CHECK(y == ignore || (y >= 0 && y < vocab), op, ": target ", y, " at token ", t,
-              " is outside the vocabulary [0, ", vocab, ") and is not the ignore index ", ignore);
-  return y;
+// Validated up front: an exception must never leave an OpenMP region.
+void check_targets(const Tensor& targets, int64_t vocab, int32_t ignore, const char* op) {
+  const int32_t* p = targets.data<int32_t>();
+  for (int64_t t = 0; t < targets.numel(); ++t)
+    AMBER_CHECK(p[t] == ignore || (p[t] >= 0 && p[t] < vocab), op, ": target ", p[t], " at token ",
+                t, " is outside the vocabulary [0, ", vocab, ") and is not the ignore index ", ignore);
 }
 
 }  // namespace
@@ -35,6 +36,7 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
   check_shapes(x, w, targets, op);
   const int64_t tokens = x.size(0), vocab = w.size(0);
   AMBER_CHECK(o.chunk_tokens > 0, op, ": chunk_tokens must be positive");
+  check_targets(targets, vocab, o.ignore_index, op);
   const int32_t* tg = targets.data<int32_t>();
   cpu::with_compute_type(x.dtype(), [&]<class T>() {
     const Tensor xw = cpu::widened<T>(x), ww = cpu::widened<T>(w);
@@ -56,7 +58,7 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
         for (int64_t v = 0; v < vocab; ++v) s += std::exp(z[v] - m);
         const T l = m + std::log(s);
         const int64_t t = t0 + r;
-        const int32_t y = checked_target(tg, t, vocab, o.ignore_index, op);
+        const int32_t y = tg[t];
         ps[t] = l;
         pl[t] = y == o.ignore_index ? T(0) : l - z[y] + static_cast<T>(o.z_loss_weight) * l * l;
       }
@@ -74,6 +76,7 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
   require_same_shape(x, dx, op);
   require_same_shape(w, dw, op);
   const int64_t tokens = x.size(0), vocab = w.size(0);
+  check_targets(targets, vocab, o.ignore_index, op);
   const int32_t* tg = targets.data<int32_t>();
   cpu::with_compute_type(x.dtype(), [&]<class T>() {
     const Tensor xw = cpu::widened<T>(x), ww = cpu::widened<T>(w);
@@ -96,7 +99,7 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
 #pragma omp parallel for if (rows * vocab > 65536)
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = t0 + r;
-        const int32_t y = checked_target(tg, t, vocab, o.ignore_index, op);
+        const int32_t y = tg[t];
         T* z = pz + r * vocab;
         if (y == o.ignore_index) {
           for (int64_t v = 0; v < vocab; ++v) z[v] = 0;
