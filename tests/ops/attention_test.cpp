@@ -57,7 +57,8 @@ Problem cast(const Problem& p, DType dtype) {
   out.q = p.q.to(dtype);
   out.k = p.k.to(dtype);
   out.v = p.v.to(dtype);
-  if (p.sinks.defined()) out.sinks = p.sinks.to(dtype);
+  // Sinks stay f32 beside narrow activations, as a model's f32 master copy would.
+  if (p.sinks.defined()) out.sinks = p.sinks.to(dtype == DType::f64 ? DType::f64 : DType::f32);
   return out;
 }
 
