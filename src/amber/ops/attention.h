@@ -5,10 +5,13 @@
 // Layout: q [T, H, D], k and v [T, Hkv, D] with H % Hkv == 0; out [T, H, D];
 // lse [T, H] (f64 for f64 inputs, f32 otherwise). Query head h reads KV head
 // h / (H / Hkv). A query at position i of its document sees keys j of the same
-// document with j <= i and, with window w > 0, j > i - w.
+// document with j <= i and, with window w > 0, j > i - w. All tensors are contiguous;
+// q, k, v, out, dout and dq, dk, dv share one dtype (f64, f32, bf16 or f16; the narrow
+// ones compute in f32 and round once on output).
 //
 // Sinks: one learnable logit per query head, a virtual key with value zero. It joins
-// the softmax normaliser (so lse includes it) and contributes nothing to out.
+// the softmax normaliser (so lse includes it) and contributes nothing to out. sinks
+// and dsinks may have any floating dtype (an f32 master next to bf16 activations).
 #pragma once
 
 #include "amber/core/seq_info.h"
@@ -17,7 +20,7 @@
 namespace amber {
 
 struct AttentionOptions {
-  double softmax_scale = 0.0;  // usually head_dim^-0.5
+  double softmax_scale = 0.0;  // 0: head_dim^-0.5
   int window = 0;              // 0: unlimited; w: keys i-w+1 .. i
 };
 
