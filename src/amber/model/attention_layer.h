@@ -1,0 +1,45 @@
+// Attention components behind the `attention` registry. "causal" is the packed
+// varlen attention block: q/k/v projections, optional QK-norm, position encoding,
+// causal attention within documents (GQA, per-layer sliding window, optional
+// sinks) and the output projection.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "amber/core/arena.h"
+#include "amber/core/seq_info.h"
+#include "amber/model/config.h"
+#include "amber/model/norm_layer.h"
+#include "amber/model/param.h"
+#include "amber/model/position.h"
+
+namespace amber {
+
+struct AttentionSpec {
+  std::string name;  // e.g. "layers.3.attn"
+  const ModelConfig* config = nullptr;
+  int window = 0;  // this layer's window; 0 = global
+  DType dtype = DType::f32;
+  std::shared_ptr<const PositionEncoding> position;
+};
+
+class AttentionLayer {
+ public:
+  struct Saved {
+    Tensor h;                       // input [T, D]
+    Tensor q_raw, k_raw;            // projections before QK-norm
+    Norm::Saved q_norm, k_norm;
+    Tensor q, k, v;                 // what the attention kernel read
+    Tensor o, lse;                  // kernel output [T, H, Dh] and log-sum-exp
+  };
+  virtual ~AttentionLayer() = default;
+  virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
+  virtual Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& saved, Arena& arena) const = 0;
+  virtual Tensor backward(const Tensor& dout, const SeqInfo& seq, const Saved& saved, Arena& arena) const = 0;
+};
+
+const Registry<AttentionLayer, const AttentionSpec&>& attention_registry();
+
+}  // namespace amber

@@ -1,0 +1,50 @@
+#include "amber/model/backbone.h"
+
+#include <cmath>
+
+#include "amber/ops/elementwise.h"
+#include "amber/ops/embedding.h"
+
+namespace amber {
+
+Backbone::Backbone(const ModelConfig& c, DType dtype)
+    : embedding_scale_(c.embedding_scale ? std::sqrt(static_cast<double>(c.dim)) : 1.0),
+      position_(position_registry().build(c.posenc, c)),
+      recompute_(make_recompute_policy(c.recompute)) {
+  embed_ = make_param("embed_tokens.weight", {c.vocab_size, c.dim}, dtype);
+  embed_->weight_decay = false;  // the predecessor's default: no decay on the input embedding
+  embed_->muon = false;
+  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, dtype, position_));
+  final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, dtype});
+}
+
+void Backbone::collect(std::vector<std::shared_ptr<Param>>& out) const {
+  out.push_back(embed_);
+  for (const auto& b : blocks_) b->collect(out);
+  final_norm_->collect(out);
+}
+
+Tensor Backbone::forward(const Tensor& tokens, const SeqInfo& seq, Saved& s, Arena& activations,
+                         Arena& scratch) const {
+  AMBER_CHECK(tokens.numel() == seq.total_tokens, "backbone: ", tokens.numel(),
+              " tokens but the sequence layout covers ", seq.total_tokens);
+  s.tokens = tokens;
+  const DType dt = embed_->value.dtype();
+  Tensor x = activations.alloc({tokens.numel(), embed_->value.size(1)}, dt);
+  embedding_forward(embed_->value, tokens, x);
+  if (embedding_scale_ != 1.0) scale_into(x, x, embedding_scale_);
+  s.blocks.assign(blocks_.size(), Block::Saved{});
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = recompute_->forward(*blocks_[i], x, seq, s.blocks[i], activations, scratch);
+  return final_norm_->forward(x, s.final_norm, activations);
+}
+
+void Backbone::backward(const Tensor& dhidden, const SeqInfo& seq, Saved& s, Arena& activations,
+                        Arena& scratch) const {
+  Tensor dx = final_norm_->backward(dhidden, s.final_norm, activations);
+  for (size_t i = blocks_.size(); i-- > 0;) recompute_->backward(*blocks_[i], dx, seq, s.blocks[i], scratch);
+  if (embedding_scale_ != 1.0) scale_into(dx, dx, embedding_scale_);
+  embedding_backward(dx, s.tokens, embed_->grad);
+}
+
+}  // namespace amber

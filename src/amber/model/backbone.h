@@ -1,0 +1,44 @@
+// Backbone: tokens and their packed layout to final hidden states. It is pure: it
+// knows nothing of targets or the loss (the LM head owns the objective).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "amber/model/block.h"
+#include "amber/model/recompute.h"
+
+namespace amber {
+
+class Backbone {
+ public:
+  struct Saved {
+    Tensor tokens;
+    std::vector<Block::Saved> blocks;
+    Norm::Saved final_norm;
+  };
+
+  Backbone(const ModelConfig& config, DType dtype);
+
+  void collect(std::vector<std::shared_ptr<Param>>& out) const;
+  const std::shared_ptr<Param>& embedding() const { return embed_; }
+  int depth() const { return static_cast<int>(blocks_.size()); }
+  const RecomputePolicy& recompute() const { return *recompute_; }
+
+  // tokens int32 [T] -> hidden [T, D] (from `activations`).
+  Tensor forward(const Tensor& tokens, const SeqInfo& seq, Saved& saved, Arena& activations,
+                 Arena& scratch) const;
+  // Accumulates every parameter gradient from d(loss)/d(hidden).
+  void backward(const Tensor& dhidden, const SeqInfo& seq, Saved& saved, Arena& activations,
+                Arena& scratch) const;
+
+ private:
+  double embedding_scale_;
+  std::shared_ptr<Param> embed_;
+  std::shared_ptr<const PositionEncoding> position_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::unique_ptr<Norm> final_norm_;
+  std::unique_ptr<RecomputePolicy> recompute_;
+};
+
+}  // namespace amber

@@ -1,0 +1,61 @@
+#include "amber/model/block.h"
+
+#include "amber/core/error.h"
+#include "amber/ops/elementwise.h"
+
+namespace amber {
+
+Block::Block(const ModelConfig& c, int index, DType dtype, std::shared_ptr<const PositionEncoding> position)
+    : residual_scale_(c.residual_scale()) {
+  const std::string prefix = concat("layers.", index);
+  auto norm = [&](const std::string& name) {
+    return norm_registry().build(c.norm, {prefix + "." + name, c.dim, c.norm_eps, true, dtype});
+  };
+  attn_norm_ = norm("attn_norm");
+  mlp_norm_ = norm("mlp_norm");
+  if (c.post_norm) {
+    post_attn_norm_ = norm("post_attn_norm");
+    post_mlp_norm_ = norm("post_mlp_norm");
+  }
+  attn_ = attention_registry().build(
+      c.attention, {prefix + ".attn", &c, c.layer_windows()[static_cast<size_t>(index)], dtype, std::move(position)});
+  mlp_ = mlp_registry().build(c.mlp, {prefix + ".mlp", c.dim, c.resolved_mlp_hidden(), c.attn_bias, dtype});
+}
+
+void Block::collect(std::vector<std::shared_ptr<Param>>& out) const {
+  attn_norm_->collect(out);
+  attn_->collect(out);
+  if (post_attn_norm_) post_attn_norm_->collect(out);
+  mlp_norm_->collect(out);
+  mlp_->collect(out);
+  if (post_mlp_norm_) post_mlp_norm_->collect(out);
+}
+
+Tensor Block::forward(const Tensor& x, const SeqInfo& seq, Saved& s, Arena& saves, Arena& outputs) const {
+  s.input = x;
+  Tensor a = attn_->forward(attn_norm_->forward(x, s.attn_norm, saves), seq, s.attn, saves);
+  if (post_attn_norm_) a = post_attn_norm_->forward(a, s.post_attn_norm, saves);
+  s.mid = saves.alloc(x.shape(), x.dtype());
+  s.mid.copy_from(x);
+  add_scaled(s.mid, a, residual_scale_);
+  Tensor m = mlp_->forward(mlp_norm_->forward(s.mid, s.mlp_norm, saves), s.mlp, saves);
+  if (post_mlp_norm_) m = post_mlp_norm_->forward(m, s.post_mlp_norm, saves);
+  Tensor out = outputs.alloc(x.shape(), x.dtype());
+  out.copy_from(s.mid);
+  add_scaled(out, m, residual_scale_);
+  return out;
+}
+
+void Block::backward(Tensor& dx, const SeqInfo& seq, const Saved& s, Arena& arena) const {
+  // MLP branch: d(branch) = rs * dx; dx += norm_backward(mlp_backward(...)).
+  Tensor dm = arena.alloc(dx.shape(), dx.dtype());
+  scale_into(dm, dx, residual_scale_);
+  if (post_mlp_norm_) dm = post_mlp_norm_->backward(dm, s.post_mlp_norm, arena);
+  add_scaled(dx, mlp_norm_->backward(mlp_->backward(dm, s.mlp, arena), s.mlp_norm, arena));
+  Tensor da = arena.alloc(dx.shape(), dx.dtype());
+  scale_into(da, dx, residual_scale_);
+  if (post_attn_norm_) da = post_attn_norm_->backward(da, s.post_attn_norm, arena);
+  add_scaled(dx, attn_norm_->backward(attn_->backward(da, seq, s.attn, arena), s.attn_norm, arena));
+}
+
+}  // namespace amber

@@ -1,0 +1,45 @@
+// Block: one pre-norm transformer layer,
+//   x1 = x  + rs * [post_norm](attn(norm(x)))
+//   x2 = x1 + rs * [post_norm](mlp(norm(x1)))
+// with components resolved from the registries once, at construction.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "amber/core/arena.h"
+#include "amber/core/seq_info.h"
+#include "amber/model/attention_layer.h"
+#include "amber/model/config.h"
+#include "amber/model/mlp.h"
+#include "amber/model/norm_layer.h"
+
+namespace amber {
+
+class Block {
+ public:
+  struct Saved {
+    Tensor input;  // kept under every recompute policy
+    Tensor mid;    // x1
+    Norm::Saved attn_norm, mlp_norm, post_attn_norm, post_mlp_norm;
+    AttentionLayer::Saved attn;
+    Mlp::Saved mlp;
+  };
+
+  Block(const ModelConfig& config, int index, DType dtype, std::shared_ptr<const PositionEncoding> position);
+
+  void collect(std::vector<std::shared_ptr<Param>>& out) const;
+  // Intermediate tensors come from `saves`; the output from `outputs`.
+  Tensor forward(const Tensor& x, const SeqInfo& seq, Saved& saved, Arena& saves, Arena& outputs) const;
+  // dx holds d(loss)/d(output) on entry and d(loss)/d(input) on return (updated in
+  // place, since the residual stream passes it through). Temporaries come from `arena`.
+  void backward(Tensor& dx, const SeqInfo& seq, const Saved& saved, Arena& arena) const;
+
+ private:
+  double residual_scale_;
+  std::unique_ptr<Norm> attn_norm_, mlp_norm_, post_attn_norm_, post_mlp_norm_;
+  std::unique_ptr<AttentionLayer> attn_;
+  std::unique_ptr<Mlp> mlp_;
+};
+
+}  // namespace amber

@@ -1,0 +1,37 @@
+#include "amber/model/flops.h"
+
+namespace amber {
+
+double attention_pairs(int64_t length, int64_t window) {
+  const double l = static_cast<double>(length), w = static_cast<double>(window);
+  if (window <= 0 || window >= length) return l * (l + 1) / 2;
+  return l * w - w * (w - 1) / 2;
+}
+
+int64_t block_matmul_params(const ModelConfig& c) {
+  const int64_t d = c.dim, q = int64_t{c.heads} * c.resolved_head_dim();
+  const int64_t kv = int64_t{c.resolved_kv_heads()} * c.resolved_head_dim();
+  const int64_t hidden = c.resolved_mlp_hidden();
+  const int64_t attention = d * q + 2 * d * kv + q * d;
+  const int64_t mlp = (c.mlp_is_gated() ? 3 : 2) * d * hidden;
+  return c.depth * (attention + mlp);
+}
+
+FlopCount count_flops(const ModelConfig& c, const std::vector<int32_t>& lengths) {
+  FlopCount f;
+  double tokens = 0;
+  for (int32_t l : lengths) tokens += l;
+  f.dense_forward = 2.0 * static_cast<double>(block_matmul_params(c)) * tokens;
+  f.head_forward = 2.0 * c.dim * static_cast<double>(c.vocab_size) * tokens;
+  const double q_dim = static_cast<double>(c.heads) * c.resolved_head_dim();
+  for (int window : c.layer_windows()) {
+    double pairs = 0;
+    for (int32_t l : lengths) pairs += attention_pairs(l, window);
+    f.attention_forward += 4.0 * q_dim * pairs;  // QK^T and PV: 2 FLOPs per multiply-add each
+  }
+  f.model = 3.0 * (f.dense_forward + f.attention_forward + f.head_forward);
+  f.hardware = f.model + (c.recompute == "block" ? f.dense_forward + f.attention_forward : 0.0);
+  return f;
+}
+
+}  // namespace amber

@@ -1,0 +1,103 @@
+#include "amber/model/language_model.h"
+
+#include <cmath>
+
+#include "amber/core/random.h"
+
+namespace amber {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+LanguageModel::LanguageModel(const ModelConfig& config, DType dtype)
+    : config_((config.validate(), config)),
+      dtype_(dtype),
+      backbone_(config_, dtype),
+      head_(config_, dtype, config_.tie_embeddings ? backbone_.embedding() : nullptr) {
+  AMBER_CHECK(dtype == DType::f32 || dtype == DType::f64, "model parameters are f32 (or f64 for "
+              "gradient checks), got ", dtype_name(dtype));
+  backbone_.collect(params_);
+  head_.collect(params_);
+}
+
+Param& LanguageModel::param(const std::string& name) const {
+  std::vector<std::string> names;
+  for (const auto& p : params_) {
+    if (p->name == name) return *p;
+    names.push_back(p->name);
+  }
+  const std::string near = nearest_name(name, names);
+  fail("the model has no parameter '", name, "'", near.empty() ? "" : concat("; did you mean '", near, "'?"));
+}
+
+int64_t LanguageModel::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p->value.numel();
+  return n;
+}
+
+void LanguageModel::init_weights(uint64_t seed) {
+  const double depth_scale = config_.depth_scaled_init ? 1.0 / std::sqrt(2.0 * config_.depth) : 1.0;
+  uint64_t offset = 0;
+  for (const auto& p : params_) {
+    Tensor& v = p->value;
+    const std::string& n = p->name;
+    double std = 0;
+    if (n == "embed_tokens.weight") {
+      std = config_.init_std;
+    } else if (n == "lm_head.weight") {
+      std = 1.0 / std::sqrt(static_cast<double>(config_.dim));
+    } else if (v.ndim() == 2) {
+      const double fan_in = static_cast<double>(v.size(1));
+      std = config_.init_std * (config_.mup_base_dim > 0 ? std::sqrt(config_.mup_base_dim / fan_in) : 1.0);
+      if (ends_with(n, ".o_proj.weight") || ends_with(n, ".down_proj.weight")) std *= depth_scale;
+    }
+    if (std > 0) {
+      fill_normal(v, seed, offset, 0.0f, static_cast<float>(std));
+    } else if (ends_with(n, "norm.weight")) {
+      v.fill(1.0);
+    } else {
+      v.zero();  // biases, norm biases and sink logits start at zero
+    }
+    offset += static_cast<uint64_t>(v.numel());
+  }
+}
+
+void LanguageModel::zero_grad() {
+  for (const auto& p : params_) p->zero_grad();
+}
+
+LMHead::Loss LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
+                                             double loss_scale) {
+  activations_.reset();
+  scratch_.reset();
+  Backbone::Saved saved;
+  LMHead::Saved head_saved;
+  const Tensor hidden = backbone_.forward(tokens, seq, saved, activations_, scratch_);
+  const LMHead::Loss loss = head_.forward(hidden, targets, head_saved, activations_);
+  const Tensor dhidden = head_.backward(loss_scale, head_saved, activations_);
+  backbone_.backward(dhidden, seq, saved, activations_, scratch_);
+  return loss;
+}
+
+LMHead::Loss LanguageModel::evaluate(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq) {
+  activations_.reset();
+  scratch_.reset();
+  Backbone::Saved saved;
+  LMHead::Saved head_saved;
+  const Tensor hidden = backbone_.forward(tokens, seq, saved, activations_, scratch_);
+  return head_.forward(hidden, targets, head_saved, activations_);
+}
+
+Tensor LanguageModel::logits(const Tensor& tokens, const SeqInfo& seq) {
+  activations_.reset();
+  scratch_.reset();
+  Backbone::Saved saved;
+  return head_.logits(backbone_.forward(tokens, seq, saved, activations_, scratch_));
+}
+
+}  // namespace amber

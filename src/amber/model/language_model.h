@@ -1,0 +1,48 @@
+// LanguageModel: backbone plus LM head, the unit the trainer drives. Owns the
+// parameters (in a fixed order), their initialisation, and the activation arenas.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "amber/model/backbone.h"
+#include "amber/model/lm_head.h"
+
+namespace amber {
+
+class LanguageModel {
+ public:
+  explicit LanguageModel(const ModelConfig& config, DType dtype = DType::f32);
+
+  const ModelConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<std::shared_ptr<Param>>& params() const { return params_; }
+  Param& param(const std::string& name) const;  // error names the nearest valid name
+  int64_t parameter_count() const;
+
+  // Deterministic initialisation from one seed (Philox; each parameter takes the
+  // stream segment after the previous one, so CPU and GPU agree).
+  void init_weights(uint64_t seed);
+  void zero_grad();
+
+  // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params).
+  LMHead::Loss forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
+                                double loss_scale);
+  // Loss without gradients (validation).
+  LMHead::Loss evaluate(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq);
+  // Materialised logits [T, V] (sampling, tests).
+  Tensor logits(const Tensor& tokens, const SeqInfo& seq);
+
+  size_t activation_bytes_high_water() const { return activations_.high_water_bytes(); }
+
+ private:
+  ModelConfig config_;
+  DType dtype_;
+  Backbone backbone_;
+  LMHead head_;
+  std::vector<std::shared_ptr<Param>> params_;
+  Arena activations_, scratch_;
+};
+
+}  // namespace amber

@@ -1,0 +1,44 @@
+// LMHead: owns the objective. Projects hidden states to the vocabulary fused with
+// cross-entropy (+ z-loss) in token chunks; per-token losses are reduced in double.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "amber/core/arena.h"
+#include "amber/model/config.h"
+#include "amber/model/param.h"
+#include "amber/ops/loss.h"
+
+namespace amber {
+
+class LMHead {
+ public:
+  struct Saved {
+    Tensor hidden, targets, lse;
+  };
+  struct Loss {
+    double sum = 0;         // sum over trained tokens of ce + z * lse^2
+    double z_loss_sum = 0;  // the z-loss part of `sum`
+    int64_t tokens = 0;     // trained tokens (targets != ignore index)
+  };
+
+  // With `tied`, the head reads the embedding matrix instead of its own weight.
+  LMHead(const ModelConfig& config, DType dtype, std::shared_ptr<Param> tied);
+
+  void collect(std::vector<std::shared_ptr<Param>>& out) const;
+  const Tensor& weight() const { return weight_->value; }
+
+  Loss forward(const Tensor& hidden, const Tensor& targets, Saved& saved, Arena& arena) const;
+  // d(loss_scale * sum)/d(hidden); the head weight gradient accumulates.
+  Tensor backward(double loss_scale, const Saved& saved, Arena& arena) const;
+  // Materialised logits [T, V] for sampling and analysis (never in training).
+  Tensor logits(const Tensor& hidden) const;
+
+ private:
+  std::shared_ptr<Param> weight_;
+  bool owns_weight_;
+  CrossEntropyOptions options_;
+};
+
+}  // namespace amber

@@ -1,0 +1,83 @@
+#include "amber/model/mlp.h"
+
+#include "amber/ops/activation.h"
+#include "amber/ops/gemm.h"
+
+namespace amber {
+namespace {
+
+using ActivationForward = void (*)(const Tensor&, Tensor&);
+using ActivationBackward = void (*)(const Tensor&, const Tensor&, Tensor&);
+
+// up (width `up_width`) -> activation (width `hidden`) -> down. The activation pair
+// is chosen once at construction.
+class TwoLayerMlp final : public Mlp {
+ public:
+  TwoLayerMlp(const MlpSpec& s, const char* up_name, int64_t up_width, ActivationForward fwd,
+              ActivationBackward bwd)
+      : hidden_(s.hidden), forward_(fwd), backward_(bwd) {
+    up_ = make_param(s.name + "." + up_name + ".weight", {up_width, s.dim}, s.dtype);
+    down_ = make_param(s.name + ".down_proj.weight", {s.dim, s.hidden}, s.dtype);
+    if (s.bias) {
+      up_bias_ = make_param(s.name + "." + up_name + ".bias", {up_width}, s.dtype);
+      down_bias_ = make_param(s.name + ".down_proj.bias", {s.dim}, s.dtype);
+    }
+  }
+
+  void collect(std::vector<std::shared_ptr<Param>>& out) const override {
+    for (const auto& p : {up_, up_bias_, down_, down_bias_})
+      if (p) out.push_back(p);
+  }
+
+  Tensor forward(const Tensor& h, Saved& s, Arena& arena) const override {
+    const int64_t tokens = h.size(0);
+    s.h = h;
+    s.up = arena.alloc({tokens, up_->value.size(0)}, h.dtype());
+    linear_forward(h, up_->value, bias(up_bias_), s.up);
+    s.act = arena.alloc({tokens, hidden_}, h.dtype());
+    forward_(s.up, s.act);
+    Tensor out = arena.alloc({tokens, down_->value.size(0)}, h.dtype());
+    linear_forward(s.act, down_->value, bias(down_bias_), out);
+    return out;
+  }
+
+  Tensor backward(const Tensor& dout, const Saved& s, Arena& arena) const override {
+    Tensor dact = arena.alloc(s.act.shape(), dout.dtype());
+    Tensor down_bias_grad = grad(down_bias_), up_bias_grad = grad(up_bias_);
+    linear_backward(dout, s.act, down_->value, dact, down_->grad, down_bias_grad);
+    Tensor dup = arena.alloc(s.up.shape(), dout.dtype());
+    backward_(dact, s.up, dup);
+    Tensor dh = arena.alloc(s.h.shape(), dout.dtype());
+    linear_backward(dup, s.h, up_->value, dh, up_->grad, up_bias_grad);
+    return dh;
+  }
+
+ private:
+  static Tensor bias(const std::shared_ptr<Param>& p) { return p ? p->value : Tensor(); }
+  static Tensor grad(const std::shared_ptr<Param>& p) { return p ? p->grad : Tensor(); }
+  int64_t hidden_;
+  ActivationForward forward_;
+  ActivationBackward backward_;
+  std::shared_ptr<Param> up_, up_bias_, down_, down_bias_;
+};
+
+}  // namespace
+
+const Registry<Mlp, const MlpSpec&>& mlp_registry() {
+  static const auto registry = [] {
+    Registry<Mlp, const MlpSpec&> r("mlp");
+    r.add("swiglu", [](const MlpSpec& s) {
+      return std::make_unique<TwoLayerMlp>(s, "gate_up_proj", 2 * int64_t{s.hidden}, swiglu_forward, swiglu_backward);
+    });
+    r.add("geglu", [](const MlpSpec& s) {
+      return std::make_unique<TwoLayerMlp>(s, "gate_up_proj", 2 * int64_t{s.hidden}, geglu_forward, geglu_backward);
+    });
+    r.add("gelu", [](const MlpSpec& s) {
+      return std::make_unique<TwoLayerMlp>(s, "up_proj", int64_t{s.hidden}, gelu_forward, gelu_backward);
+    });
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace amber

@@ -1,0 +1,89 @@
+#include "amber/model/norm_layer.h"
+
+#include "amber/ops/norm.h"
+
+namespace amber {
+namespace {
+
+Shape rows_shape(const Tensor& x) { return Shape{x.numel() / x.size(-1)}; }
+
+class RmsNorm final : public Norm {
+ public:
+  explicit RmsNorm(const NormSpec& s) : eps_(s.eps) {
+    if (s.affine) {
+      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype);
+      weight_->value.fill(1.0);
+    }
+  }
+  void collect(std::vector<std::shared_ptr<Param>>& out) const override {
+    if (weight_) out.push_back(weight_);
+  }
+  Tensor forward(const Tensor& x, Saved& s, Arena& arena) const override {
+    Tensor y = arena.alloc(x.shape(), x.dtype());
+    s.x = x;
+    s.rstd = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
+    rmsnorm_forward(x, weight(), eps_, y, s.rstd);
+    return y;
+  }
+  Tensor backward(const Tensor& dy, const Saved& s, Arena& arena) const override {
+    Tensor dx = arena.alloc(dy.shape(), dy.dtype());
+    Tensor dw = weight_ ? weight_->grad : Tensor();
+    rmsnorm_backward(dy, s.x, weight(), s.rstd, dx, dw);
+    return dx;
+  }
+
+ private:
+  Tensor weight() const { return weight_ ? weight_->value : Tensor(); }
+  double eps_;
+  std::shared_ptr<Param> weight_;
+};
+
+class LayerNorm final : public Norm {
+ public:
+  explicit LayerNorm(const NormSpec& s) : eps_(s.eps) {
+    if (s.affine) {
+      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype);
+      weight_->value.fill(1.0);
+      bias_ = make_param(s.name + ".bias", {s.dim}, s.dtype);
+    }
+  }
+  void collect(std::vector<std::shared_ptr<Param>>& out) const override {
+    if (weight_) {
+      out.push_back(weight_);
+      out.push_back(bias_);
+    }
+  }
+  Tensor forward(const Tensor& x, Saved& s, Arena& arena) const override {
+    Tensor y = arena.alloc(x.shape(), x.dtype());
+    s.x = x;
+    s.mean = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
+    s.rstd = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
+    layernorm_forward(x, weight_ ? weight_->value : Tensor(), bias_ ? bias_->value : Tensor(), eps_, y,
+                      s.mean, s.rstd);
+    return y;
+  }
+  Tensor backward(const Tensor& dy, const Saved& s, Arena& arena) const override {
+    Tensor dx = arena.alloc(dy.shape(), dy.dtype());
+    Tensor dw = weight_ ? weight_->grad : Tensor(), db = bias_ ? bias_->grad : Tensor();
+    layernorm_backward(dy, s.x, weight_ ? weight_->value : Tensor(), s.mean, s.rstd, dx, dw, db);
+    return dx;
+  }
+
+ private:
+  double eps_;
+  std::shared_ptr<Param> weight_, bias_;
+};
+
+}  // namespace
+
+const Registry<Norm, const NormSpec&>& norm_registry() {
+  static const auto registry = [] {
+    Registry<Norm, const NormSpec&> r("norm");
+    r.add("rmsnorm", [](const NormSpec& s) { return std::make_unique<RmsNorm>(s); });
+    r.add("layernorm", [](const NormSpec& s) { return std::make_unique<LayerNorm>(s); });
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace amber

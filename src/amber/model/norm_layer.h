@@ -1,0 +1,38 @@
+// Normalisation components behind the `norm` registry: rmsnorm (default) and
+// layernorm, each with an optional learnable gain (and bias for layernorm).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "amber/core/arena.h"
+#include "amber/model/param.h"
+#include "amber/model/registry.h"
+
+namespace amber {
+
+struct NormSpec {
+  std::string name;  // parameter prefix, e.g. "layers.0.attn_norm"
+  int dim = 0;
+  double eps = 1e-6;
+  bool affine = true;
+  DType dtype = DType::f32;
+};
+
+class Norm {
+ public:
+  struct Saved {
+    Tensor x, mean, rstd;
+  };
+  virtual ~Norm() = default;
+  virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
+  // y from `arena`; x and the statistics kept in `saved`.
+  virtual Tensor forward(const Tensor& x, Saved& saved, Arena& arena) const = 0;
+  // dx from `arena`; gains accumulate their gradients.
+  virtual Tensor backward(const Tensor& dy, const Saved& saved, Arena& arena) const = 0;
+};
+
+const Registry<Norm, const NormSpec&>& norm_registry();
+
+}  // namespace amber

@@ -1,0 +1,15 @@
+#include "amber/model/param.h"
+
+namespace amber {
+
+std::shared_ptr<Param> make_param(std::string name, Shape shape, DType dtype) {
+  auto p = std::make_shared<Param>();
+  p->name = std::move(name);
+  p->value = Tensor::zeros(shape, dtype);
+  p->grad = Tensor::zeros(shape, dtype);
+  p->weight_decay = shape.ndim() >= 2;  // no decay on gains and biases
+  p->muon = shape.ndim() == 2;
+  return p;
+}
+
+}  // namespace amber

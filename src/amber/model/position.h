@@ -1,0 +1,22 @@
+// Position encodings behind the `posenc` registry: rope (default) and none (NoPE).
+// One instance is built per model and shared by every attention layer.
+#pragma once
+
+#include "amber/core/seq_info.h"
+#include "amber/model/config.h"
+#include "amber/model/registry.h"
+
+namespace amber {
+
+class PositionEncoding {
+ public:
+  virtual ~PositionEncoding() = default;
+  // Rotates q [T, H, Dh] and k [T, Hkv, Dh] in place by each token's position.
+  virtual void forward(Tensor& q, Tensor& k, const SeqInfo& seq) const = 0;
+  // The transpose, applied in place to the incoming gradients.
+  virtual void backward(Tensor& dq, Tensor& dk, const SeqInfo& seq) const = 0;
+};
+
+const Registry<PositionEncoding, const ModelConfig&>& position_registry();
+
+}  // namespace amber

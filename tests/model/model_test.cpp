@@ -1,0 +1,235 @@
+#include <gtest/gtest.h>
+
+#include "amber/core/seq_info.h"
+#include "amber/model/language_model.h"
+#include "ops/testing.h"
+
+namespace amber {
+namespace {
+
+ModelConfig tiny(int kv_heads = 2) {
+  ModelConfig c;
+  c.vocab_size = 41;
+  c.dim = 16;
+  c.depth = 2;
+  c.heads = 4;
+  c.kv_heads = kv_heads;
+  c.mlp_hidden = 24;
+  c.init_std = 0.3;  // larger than usual so every path carries a real gradient
+  c.loss_chunk_tokens = 5;
+  return c;
+}
+
+struct Batch {
+  Tensor tokens, targets;
+  SeqInfo seq;
+};
+
+// Documents of the given lengths with Philox-derived tokens; next-token targets
+// inside each document, none for its last token.
+Batch make_batch(const std::vector<int32_t>& lengths, int vocab, uint64_t seed) {
+  Batch b;
+  b.seq = SeqInfo::from_lengths(lengths);
+  Tensor u = Tensor::empty({b.seq.total_tokens}, DType::f64);
+  fill_uniform(u, seed, 0);
+  std::vector<int32_t> tokens(b.seq.total_tokens), targets(b.seq.total_tokens, -100);
+  for (int64_t t = 0; t < b.seq.total_tokens; ++t) tokens[t] = static_cast<int32_t>(u.item(t) * vocab);
+  for (int d = 0; d < b.seq.num_docs; ++d)
+    for (int32_t t = b.seq.doc_start(d); t + 1 < b.seq.doc_start(d) + b.seq.doc_length(d); ++t)
+      targets[t] = tokens[t + 1];
+  b.tokens = Tensor::from_vector(tokens, {b.seq.total_tokens});
+  b.targets = Tensor::from_vector(targets, {b.seq.total_tokens});
+  return b;
+}
+
+void expect_gradients_match_finite_differences(const ModelConfig& config) {
+  LanguageModel model(config, DType::f64);
+  model.init_weights(7);
+  const Batch b = make_batch({5, 1, 9, 3}, config.vocab_size, 3);
+  model.zero_grad();
+  model.forward_backward(b.tokens, b.targets, b.seq, 1.0);
+  auto loss = [&] { return model.evaluate(b.tokens, b.targets, b.seq).sum; };
+  for (const auto& p : model.params()) {
+    const double err = testing::finite_difference_error(p->value, p->grad, loss, 6);
+    EXPECT_LT(err, 1e-5) << p->name;
+  }
+}
+
+TEST(LanguageModel, GradientsMatchFiniteDifferencesDefaultComponents) {
+  ModelConfig c = tiny();
+  c.attn_sink = true;
+  c.sliding_window = 3;  // layer 0 windowed, layer 1 global
+  c.z_loss_weight = 1e-2;
+  c.rope_scaling = "yarn";
+  c.rope_factor = 2.0;
+  c.max_position = 8;
+  expect_gradients_match_finite_differences(c);
+}
+
+TEST(LanguageModel, GradientsMatchFiniteDifferencesAlternativeComponents) {
+  ModelConfig c = tiny(1);
+  c.norm = "layernorm";
+  c.mlp = "gelu";
+  c.posenc = "none";
+  c.qk_norm_affine = false;
+  c.attn_bias = true;
+  c.tie_embeddings = true;
+  c.post_norm = true;
+  c.embedding_scale = true;
+  c.scale_residual_by_depth = true;
+  c.recompute = "block";
+  expect_gradients_match_finite_differences(c);
+  c.mlp = "geglu";
+  c.qk_norm = false;
+  c.rope_partial = 0.5;
+  c.posenc = "rope";
+  expect_gradients_match_finite_differences(c);
+}
+
+TEST(LanguageModel, BlockRecomputeGivesIdenticalGradients) {
+  ModelConfig c = tiny();
+  c.attn_sink = true;
+  LanguageModel keep(c);
+  c.recompute = "block";
+  LanguageModel recompute(c);
+  keep.init_weights(11);
+  recompute.init_weights(11);
+  const Batch b = make_batch({7, 12, 2}, c.vocab_size, 5);
+  const double l1 = keep.forward_backward(b.tokens, b.targets, b.seq, 0.5).sum;
+  const double l2 = recompute.forward_backward(b.tokens, b.targets, b.seq, 0.5).sum;
+  EXPECT_EQ(l1, l2);
+  for (size_t i = 0; i < keep.params().size(); ++i)
+    EXPECT_EQ(keep.params()[i]->grad.to_doubles(), recompute.params()[i]->grad.to_doubles())
+        << keep.params()[i]->name;
+}
+
+TEST(LanguageModel, PackedLossEqualsSumOfDocumentsRunAlone) {
+  ModelConfig c = tiny();
+  c.sliding_window = 4;
+  c.attn_sink = true;
+  LanguageModel model(c, DType::f64);
+  model.init_weights(1);
+  const std::vector<int32_t> lengths = {6, 1, 11, 4};
+  const Batch packed = make_batch(lengths, c.vocab_size, 9);
+  const LMHead::Loss whole = model.evaluate(packed.tokens, packed.targets, packed.seq);
+  double sum = 0;
+  int64_t tokens = 0;
+  for (int d = 0; d < packed.seq.num_docs; ++d) {
+    const int64_t start = packed.seq.doc_start(d), len = packed.seq.doc_length(d);
+    const SeqInfo alone = SeqInfo::from_lengths({static_cast<int32_t>(len)});
+    const LMHead::Loss part = model.evaluate(packed.tokens.slice(0, start, start + len).contiguous(),
+                                             packed.targets.slice(0, start, start + len).contiguous(), alone);
+    sum += part.sum;
+    tokens += part.tokens;
+  }
+  EXPECT_EQ(whole.tokens, tokens);
+  EXPECT_EQ(whole.tokens, 22 - 4);  // the last token of each document has no target
+  EXPECT_NEAR(whole.sum, sum, 1e-12 * std::abs(sum));
+}
+
+TEST(LanguageModel, ChangingOneDocumentLeavesOtherLogitsBitIdentical) {
+  ModelConfig c = tiny();
+  c.attn_sink = true;
+  LanguageModel model(c);
+  model.init_weights(2);
+  Batch b = make_batch({8, 5, 13}, c.vocab_size, 4);
+  const std::vector<double> before = model.logits(b.tokens, b.seq).to_doubles();
+  int32_t* tok = b.tokens.data<int32_t>();
+  for (int32_t t = 8; t < 13; ++t) tok[t] = (tok[t] + 7) % c.vocab_size;  // document 1
+  const std::vector<double> after = model.logits(b.tokens, b.seq).to_doubles();
+  const size_t v = static_cast<size_t>(c.vocab_size);
+  size_t changed = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const size_t token = i / v;
+    if (token >= 8 && token < 13) {
+      changed += before[i] != after[i];
+    } else {
+      ASSERT_EQ(before[i], after[i]) << "token " << token;
+    }
+  }
+  EXPECT_GT(changed, 0u);
+}
+
+TEST(LanguageModel, WindowLargerThanEveryDocumentEqualsNoWindow) {
+  ModelConfig c = tiny();
+  LanguageModel global(c);
+  c.sliding_window = 64;
+  c.global_layer_every = 0;
+  LanguageModel windowed(c);
+  global.init_weights(3);
+  windowed.init_weights(3);
+  const Batch b = make_batch({30, 9, 25}, c.vocab_size, 6);
+  EXPECT_EQ(global.logits(b.tokens, b.seq).to_doubles(), windowed.logits(b.tokens, b.seq).to_doubles());
+}
+
+TEST(LanguageModel, GqaEqualsMhaWithRepeatedKeyValueProjections) {
+  const ModelConfig gqa_config = tiny(2);
+  LanguageModel gqa(gqa_config, DType::f64);
+  LanguageModel mha(tiny(4), DType::f64);
+  gqa.init_weights(4);
+  const int head_dim = gqa_config.resolved_head_dim(), group = 2;
+  for (const auto& p : mha.params()) {
+    const Param& src = gqa.param(p->name);
+    if (p->name.find("k_proj") == std::string::npos && p->name.find("v_proj") == std::string::npos) {
+      p->value.copy_from(src.value);
+      continue;
+    }
+    // MHA head h reads the rows of GQA kv head h / group.
+    for (int h = 0; h < 4; ++h) {
+      Tensor dst = p->value.slice(0, h * head_dim, (h + 1) * head_dim);
+      dst.copy_from(src.value.slice(0, (h / group) * head_dim, (h / group + 1) * head_dim));
+    }
+  }
+  const Batch b = make_batch({10, 3, 7}, gqa_config.vocab_size, 8);
+  EXPECT_LT(testing::relative_error(mha.logits(b.tokens, b.seq), gqa.logits(b.tokens, b.seq)), 1e-13);
+}
+
+TEST(LanguageModel, ParameterNamesAndCounts) {
+  ModelConfig c = tiny();
+  c.attn_sink = true;
+  LanguageModel model(c);
+  EXPECT_NO_THROW(model.param("layers.1.attn.q_proj.weight"));
+  EXPECT_NO_THROW(model.param("layers.0.mlp.gate_up_proj.weight"));
+  EXPECT_NO_THROW(model.param("layers.0.attn.sinks"));
+  EXPECT_NO_THROW(model.param("lm_head.weight"));
+  try {
+    model.param("layers.1.attn.q_prj.weight");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'layers.1.attn.q_proj.weight'"), std::string::npos);
+  }
+  // embed + head + per layer (q 16x16, k,v 8x16, o 16x16, q/k norm 4+4, sinks 4,
+  // two norms 16+16, gate_up 48x16, down 16x24) + final norm
+  const int64_t per_layer = 256 + 128 + 128 + 256 + 8 + 4 + 32 + 768 + 384;
+  EXPECT_EQ(model.parameter_count(), 41 * 16 * 2 + 2 * per_layer + 16);
+  EXPECT_FALSE(model.param("embed_tokens.weight").weight_decay);
+  EXPECT_FALSE(model.param("layers.0.attn_norm.weight").weight_decay);
+  EXPECT_TRUE(model.param("layers.0.attn.o_proj.weight").muon);
+  EXPECT_FALSE(model.param("lm_head.weight").muon);
+}
+
+TEST(LanguageModel, InitialisationIsDeterministicAndScaled) {
+  ModelConfig c = tiny();
+  c.init_std = 0.02;
+  c.dim = 64;
+  c.heads = 4;
+  c.mlp_hidden = 512;
+  c.depth = 8;
+  LanguageModel a(c), b(c);
+  a.init_weights(5);
+  b.init_weights(5);
+  for (size_t i = 0; i < a.params().size(); ++i)
+    ASSERT_EQ(a.params()[i]->value.to_doubles(), b.params()[i]->value.to_doubles());
+  auto rms = [](const Tensor& t) {
+    double s = 0;
+    for (double x : t.to_doubles()) s += x * x;
+    return std::sqrt(s / static_cast<double>(t.numel()));
+  };
+  EXPECT_NEAR(rms(a.param("layers.0.mlp.gate_up_proj.weight").value), 0.02, 0.001);
+  EXPECT_NEAR(rms(a.param("layers.0.mlp.down_proj.weight").value), 0.02 / 4.0, 0.0003);  // (2*8)^-0.5
+  EXPECT_NEAR(rms(a.param("lm_head.weight").value), 0.125, 0.005);                        // 64^-0.5
+  EXPECT_EQ(a.param("layers.0.attn_norm.weight").value.item(3), 1.0);
+}
+
+}  // namespace
+}  // namespace amber
