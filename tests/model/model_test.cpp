@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "amber/core/seq_info.h"
+#include "amber/model/flops.h"
 #include "amber/model/language_model.h"
 #include "ops/testing.h"
 
@@ -206,6 +207,31 @@ TEST(LanguageModel, ParameterNamesAndCounts) {
   EXPECT_FALSE(model.param("layers.0.attn_norm.weight").weight_decay);
   EXPECT_TRUE(model.param("layers.0.attn.o_proj.weight").muon);
   EXPECT_FALSE(model.param("lm_head.weight").muon);
+}
+
+TEST(LanguageModel, AnalyticParameterCountMatchesTheBuiltModel) {
+  ModelConfig variants[3] = {tiny(), tiny(1), tiny()};
+  variants[1].norm = "layernorm";
+  variants[1].attn_bias = true;
+  variants[1].post_norm = true;
+  variants[1].tie_embeddings = true;
+  variants[1].mlp = "gelu";
+  variants[2].attn_sink = true;
+  variants[2].qk_norm_affine = false;
+  for (const ModelConfig& c : variants) EXPECT_EQ(count_parameters(c), LanguageModel(c).parameter_count());
+}
+
+TEST(LanguageModel, PresetsMatchThePredecessorLadder) {
+  const std::pair<const char*, double> rungs[] = {
+      {"kohaku-200m", 204e6}, {"kohaku-500m", 546e6}, {"kohaku-1b", 982e6}, {"kohaku-1.5b", 1514e6}};
+  for (const auto& [name, total] : rungs) {
+    const ModelConfig c = load_model_config(std::string(AMBER_SOURCE_DIR) + "/configs/presets/" + name + ".toml");
+    const double count = static_cast<double>(count_parameters(c));
+    std::cout << name << ": " << count / 1e6 << "M parameters\n";
+    EXPECT_NEAR(count / total, 1.0, 0.005) << name;  // the ladder quotes whole millions
+  }
+  const ModelConfig t = load_model_config(std::string(AMBER_SOURCE_DIR) + "/configs/tiny.toml");
+  EXPECT_EQ(count_parameters(t), LanguageModel(t).parameter_count());
 }
 
 TEST(LanguageModel, InitialisationIsDeterministicAndScaled) {

@@ -17,6 +17,19 @@ int64_t block_matmul_params(const ModelConfig& c) {
   return c.depth * (attention + mlp);
 }
 
+int64_t count_parameters(const ModelConfig& c) {
+  const int64_t d = c.dim, hd = c.resolved_head_dim();
+  const int64_t q = int64_t{c.heads} * hd, kv = int64_t{c.resolved_kv_heads()} * hd;
+  const int64_t hidden = c.resolved_mlp_hidden();
+  const int64_t norm = c.norm == "layernorm" ? 2 * d : d;
+  int64_t layer = norm * (c.post_norm ? 4 : 2);
+  if (c.qk_norm && c.qk_norm_affine) layer += 2 * hd;
+  if (c.attn_sink) layer += c.heads;
+  if (c.attn_bias) layer += q + 2 * kv + d + (c.mlp_is_gated() ? 2 : 1) * hidden + d;
+  const int64_t embeddings = int64_t{c.vocab_size} * d * (c.tie_embeddings ? 1 : 2);
+  return embeddings + block_matmul_params(c) + c.depth * layer + norm;
+}
+
 FlopCount count_flops(const ModelConfig& c, const std::vector<int32_t>& lengths) {
   FlopCount f;
   double tokens = 0;

@@ -25,6 +25,10 @@ double attention_pairs(int64_t length, int64_t window);
 // Matmul weights a token passes through in the blocks (biases excluded).
 int64_t block_matmul_params(const ModelConfig& config);
 
+// Every parameter the model allocates, computed from the config without building it
+// (norm gains, biases, sinks and both embedding matrices when untied included).
+int64_t count_parameters(const ModelConfig& config);
+
 FlopCount count_flops(const ModelConfig& config, const std::vector<int32_t>& document_lengths);
 
 }  // namespace amber
