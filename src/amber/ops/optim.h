@@ -1,0 +1,41 @@
+// Optimizer update math on parameter tensors: the AdamW step (decoupled decay) and
+// Newton-Schulz orthogonalisation for Muon. Trainers own the state and schedules;
+// these functions only transform tensors.
+#pragma once
+
+#include <cstdint>
+
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+struct AdamWHyper {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+// value -= lr * (wd * value + mhat / (sqrt(vhat) + eps)) after updating m and v from
+// grad. All tensors f32 (or f64), same shape, contiguous.
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
+
+enum class NewtonSchulz { cubic5, quintic5 };
+NewtonSchulz newton_schulz_from_name(const std::string& name);  // cubic5 | quintic5
+
+// Replaces the 2-D matrix g by an approximation of its orthogonal polar factor
+// U V^T: Frobenius-normalised (x 1.01 margin), then five Newton-Schulz steps on the
+// short side (iterating X X^T of the smaller dimension). Computed in `compute`
+// (f32 on CPU; bf16 on GPU, as the predecessor ran it).
+void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute);
+
+// Squared L2 norm of a tensor, accumulated in double.
+double squared_norm(const Tensor& t);
+// t *= alpha.
+void scale_(Tensor& t, double alpha);
+// Whether every element is finite.
+bool all_finite(const Tensor& t);
+
+}  // namespace amber

@@ -1,0 +1,119 @@
+#include "amber/train/optimizer.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "amber/ops/elementwise.h"
+#include "amber/ops/optim.h"
+
+namespace amber {
+namespace {
+
+bool is_embedding(const Param& p) { return p.name.rfind("embed_tokens", 0) == 0; }
+
+struct AdamWSlot {
+  Param* param;
+  double lr, weight_decay;
+  Tensor m, v;
+};
+
+struct MuonSlot {
+  Param* param;
+  double scale;  // update scale from the matrix shape
+  Tensor momentum, update;
+};
+
+class GroupedOptimizer final : public Optimizer {
+ public:
+  GroupedOptimizer(const OptimizerConfig& c, const std::vector<std::shared_ptr<Param>>& params)
+      : config_(c), variant_(newton_schulz_from_name(c.ns_variant)) {
+    AMBER_CHECK(c.name == "adamw" || c.name == "muon", "unknown optimizer '", c.name,
+                "'; valid: adamw, muon");
+    AMBER_CHECK(c.update_scale == "spectral" || c.update_scale == "rms", "optimizer.update_scale '",
+                c.update_scale, "' is not one of: spectral, rms");
+    AMBER_CHECK(c.lr > 0 && c.muon_lr > 0 && c.embed_lr >= 0, "learning rates must be positive");
+    const bool muon = c.name == "muon";
+    for (const auto& p : params) {
+      if (muon && p->muon) {
+        const double out = static_cast<double>(p->value.size(0)), in = static_cast<double>(p->value.size(1));
+        const double scale = c.update_scale == "spectral" ? std::max(1.0, std::sqrt(out / in))
+                                                          : c.rms_target * std::sqrt(std::max(out, in));
+        muon_.push_back({p.get(), scale, Tensor::zeros(p->value.shape(), p->value.dtype()),
+                         Tensor::empty(p->value.shape(), p->value.dtype())});
+        continue;
+      }
+      const bool embedding = is_embedding(*p);
+      const double lr = embedding && c.embed_lr > 0 ? c.embed_lr : c.lr;
+      const bool decay = p->weight_decay || (embedding && c.decay_embeddings);
+      adamw_.push_back({p.get(), lr, decay ? c.weight_decay : 0.0, Tensor::zeros(p->value.shape(), p->value.dtype()),
+                        Tensor::zeros(p->value.shape(), p->value.dtype())});
+    }
+  }
+
+  void step(double multiplier) override {
+    ++steps_;
+    for (AdamWSlot& s : adamw_) {
+      AdamWHyper h{s.lr * multiplier, config_.beta1, config_.beta2, config_.eps, s.weight_decay, steps_};
+      adamw_step(s.param->value, s.param->grad, s.m, s.v, h);
+    }
+    // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
+    const double lr = config_.muon_lr * multiplier;
+    const double decay = config_.weight_decay * config_.lr / config_.muon_lr;
+    for (MuonSlot& s : muon_) {
+      // momentum = mu * momentum + g; Nesterov looks ahead: g + mu * momentum.
+      scale_(s.momentum, config_.muon_momentum);
+      add_scaled(s.momentum, s.param->grad);
+      s.update.copy_from(config_.nesterov ? s.param->grad : s.momentum);
+      if (config_.nesterov) add_scaled(s.update, s.momentum, config_.muon_momentum);
+      newton_schulz_orthogonalize(s.update, variant_, s.update.dtype());
+      scale_(s.param->value, 1.0 - lr * decay);
+      add_scaled(s.param->value, s.update, -lr * s.scale);
+    }
+  }
+
+  std::vector<StateTensor> state() override {
+    std::vector<StateTensor> out;
+    for (AdamWSlot& s : adamw_) {
+      out.push_back({s.param->name + ".exp_avg", &s.m});
+      out.push_back({s.param->name + ".exp_avg_sq", &s.v});
+    }
+    for (MuonSlot& s : muon_) out.push_back({s.param->name + ".momentum", &s.momentum});
+    return out;
+  }
+
+  std::string describe() const override {
+    // Groups keyed by (method, lr, decay), in first-seen order.
+    std::map<std::tuple<std::string, double, double>, std::pair<int64_t, int>> groups;
+    for (const AdamWSlot& s : adamw_) {
+      auto& g = groups[{"adamw", s.lr, s.weight_decay}];
+      g.first += s.param->value.numel();
+      ++g.second;
+    }
+    for (const MuonSlot& s : muon_) {
+      auto& g = groups[{"muon", config_.muon_lr, config_.weight_decay * config_.lr / config_.muon_lr}];
+      g.first += s.param->value.numel();
+      ++g.second;
+    }
+    std::ostringstream out;
+    for (const auto& [key, value] : groups)
+      out << "  " << std::get<0>(key) << ": " << value.second << " tensors, " << value.first / 1e6
+          << "M params, lr " << std::get<1>(key) << ", weight decay " << std::get<2>(key) << "\n";
+    return out.str();
+  }
+
+ private:
+  OptimizerConfig config_;
+  NewtonSchulz variant_;
+  std::vector<AdamWSlot> adamw_;
+  std::vector<MuonSlot> muon_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,
+                                           const std::vector<std::shared_ptr<Param>>& params) {
+  return std::make_unique<GroupedOptimizer>(config, params);
+}
+
+}  // namespace amber

@@ -1,0 +1,58 @@
+// Optimizers over a model's parameters: AdamW (decoupled decay) and Muon (momentum
+// + Newton-Schulz orthogonalised updates for hidden matrices, AdamW for the rest).
+// Parameter groups follow the predecessor: no decay on 1-D parameters or the input
+// embedding by default, and a separate embedding learning rate.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "amber/model/param.h"
+
+namespace amber {
+
+struct OptimizerConfig {
+  std::string name = "adamw";  // adamw | muon
+  double lr = 3e-4;
+  double embed_lr = 0.0;  // 0 = lr
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  bool decay_embeddings = false;
+  // Muon (hidden matrices only)
+  double muon_lr = 0.02;
+  double muon_momentum = 0.95;
+  bool nesterov = true;
+  std::string ns_variant = "cubic5";     // cubic5 | quintic5
+  std::string update_scale = "spectral";  // spectral: max(1, sqrt(out/in)); rms: rms_target*sqrt(max(out,in))
+  double rms_target = 0.2;
+};
+
+// A named optimizer state tensor, for checkpoints ("<param>.exp_avg").
+struct StateTensor {
+  std::string name;
+  Tensor* tensor;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of every parameter from its gradient; every learning rate is
+  // multiplied by `lr_multiplier` (the schedule).
+  virtual void step(double lr_multiplier) = 0;
+  virtual std::vector<StateTensor> state() = 0;
+  // One line per parameter group (parameters, lr, decay, method) for the run log.
+  virtual std::string describe() const = 0;
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
+ protected:
+  int64_t steps_ = 0;
+};
+
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,
+                                           const std::vector<std::shared_ptr<Param>>& params);
+
+}  // namespace amber

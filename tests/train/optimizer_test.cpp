@@ -1,0 +1,179 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "amber/ops/optim.h"
+#include "amber/train/optimizer.h"
+#include "amber/train/schedule.h"
+#include "ops/testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+
+TEST(AdamW, MatchesFloat64ReferenceOverSeveralSteps) {
+  const int n = 1000;
+  std::vector<double> p = random_tensor({n}, DType::f64, 1).to_doubles(), m(n, 0), v(n, 0);
+  Tensor value = Tensor::from_vector(std::vector<float>(p.begin(), p.end()), {n});
+  Tensor m32 = Tensor::zeros({n}, DType::f32), v32 = Tensor::zeros({n}, DType::f32);
+  const AdamWHyper base{1e-2, 0.9, 0.95, 1e-8, 0.1, 1};
+  for (int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = random_tensor({n}, DType::f64, 10 + step, 0.5f);
+    const std::vector<double> gd = g.to_doubles();
+    for (int i = 0; i < n; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * gd[i];
+      v[i] = 0.95 * v[i] + 0.05 * gd[i] * gd[i];
+      const double mh = m[i] / (1 - std::pow(0.9, step)), vh = v[i] / (1 - std::pow(0.95, step));
+      p[i] = p[i] - 1e-2 * 0.1 * p[i] - 1e-2 * mh / (std::sqrt(vh) + 1e-8);
+    }
+    AdamWHyper h = base;
+    h.step = step;
+    adamw_step(value, g.to(DType::f32), m32, v32, h);
+  }
+  EXPECT_LT(testing::relative_error(value, Tensor::from_vector(p, {n})), 1e-6);
+}
+
+// Eigenvalues of a symmetric matrix by cyclic Jacobi rotations (test-only, small n).
+std::vector<double> symmetric_eigenvalues(std::vector<double> a, int n) {
+  for (int sweep = 0; sweep < 50; ++sweep) {
+    double off = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j) off += a[i * n + j] * a[i * n + j];
+    if (off < 1e-22) break;
+    for (int p = 0; p < n; ++p)
+      for (int q = p + 1; q < n; ++q) {
+        if (std::fabs(a[p * n + q]) < 1e-300) continue;
+        const double theta = (a[q * n + q] - a[p * n + p]) / (2 * a[p * n + q]);
+        const double t = (theta >= 0 ? 1 : -1) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
+        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
+        for (int k = 0; k < n; ++k) {  // rotate columns p, q
+          const double akp = a[k * n + p], akq = a[k * n + q];
+          a[k * n + p] = c * akp - s * akq;
+          a[k * n + q] = s * akp + c * akq;
+        }
+        for (int k = 0; k < n; ++k) {  // rotate rows p, q
+          const double apk = a[p * n + k], aqk = a[q * n + k];
+          a[p * n + k] = c * apk - s * aqk;
+          a[q * n + k] = s * apk + c * aqk;
+        }
+      }
+  }
+  std::vector<double> eig(n);
+  for (int i = 0; i < n; ++i) eig[i] = a[i * n + i];
+  return eig;
+}
+
+// Singular values of a [rows, cols] matrix from the eigenvalues of its short Gram.
+std::vector<double> singular_values(const Tensor& x) {
+  const auto d = x.to_doubles();
+  const int rows = static_cast<int>(x.size(0)), cols = static_cast<int>(x.size(1));
+  const int m = std::min(rows, cols);
+  std::vector<double> gram(static_cast<size_t>(m) * m, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < m; ++j) {
+      double s = 0;
+      if (rows <= cols)
+        for (int k = 0; k < cols; ++k) s += d[i * cols + k] * d[j * cols + k];
+      else
+        for (int k = 0; k < rows; ++k) s += d[k * cols + i] * d[k * cols + j];
+      gram[i * m + j] = s;
+    }
+  std::vector<double> sv = symmetric_eigenvalues(gram, m);
+  for (double& e : sv) e = std::sqrt(std::max(e, 0.0));
+  return sv;
+}
+
+TEST(Muon, NewtonSchulzBringsSingularValuesIntoTheBand) {
+  struct Case {
+    NewtonSchulz variant;
+    double low, high;
+  };
+  // cubic5 lands in about [0.774, 1.30]; the quintic in about [0.68, 1.13].
+  for (const Case& c : {Case{NewtonSchulz::cubic5, 0.7, 1.35}, Case{NewtonSchulz::quintic5, 0.6, 1.2}}) {
+    for (Shape shape : {Shape{48, 96}, Shape{120, 64}}) {
+      Tensor g = random_tensor(shape, DType::f32, 3, 2.5f);
+      const std::vector<double> before = singular_values(g);
+      newton_schulz_orthogonalize(g, c.variant, DType::f32);
+      const std::vector<double> after = singular_values(g);
+      const auto [lo, hi] = std::minmax_element(after.begin(), after.end());
+      const auto [blo, bhi] = std::minmax_element(before.begin(), before.end());
+      std::cout << "singular values " << *blo << ".." << *bhi << " -> " << *lo << ".." << *hi << "\n";
+      EXPECT_GT(*lo, c.low);
+      EXPECT_LT(*hi, c.high);
+    }
+  }
+}
+
+TEST(Muon, OptimizerGroupsFollowThePredecessorRules) {
+  std::vector<std::shared_ptr<Param>> params = {make_param("embed_tokens.weight", {10, 4}, DType::f32),
+                                                make_param("layers.0.attn.q_proj.weight", {4, 4}, DType::f32),
+                                                make_param("layers.0.attn_norm.weight", {4}, DType::f32),
+                                                make_param("lm_head.weight", {10, 4}, DType::f32)};
+  params[0]->weight_decay = false;
+  params[0]->muon = false;
+  params[3]->muon = false;
+  OptimizerConfig c;
+  c.name = "muon";
+  c.lr = 5e-4;
+  c.muon_lr = 2e-3;
+  c.embed_lr = 2e-3;
+  const std::string groups = build_optimizer(c, params)->describe();
+  EXPECT_NE(groups.find("muon: 1 tensors"), std::string::npos) << groups;
+  EXPECT_NE(groups.find("weight decay 0.025"), std::string::npos) << groups;  // 0.1 * 5e-4 / 2e-3
+  EXPECT_NE(groups.find("adamw: 1 tensors, 4e-06M params, lr 0.0005, weight decay 0\n"), std::string::npos) << groups;
+  EXPECT_NE(groups.find("lr 0.002, weight decay 0\n"), std::string::npos) << groups;  // embedding
+  EXPECT_NE(groups.find("lr 0.0005, weight decay 0.1"), std::string::npos) << groups;  // head
+}
+
+TEST(Muon, StepAppliesOrthogonalisedScaledUpdate) {
+  auto p = make_param("layers.0.mlp.down_proj.weight", {32, 64}, DType::f32);
+  p->value.copy_from(random_tensor({32, 64}, DType::f32, 5, 0.02f));
+  p->grad.copy_from(random_tensor({32, 64}, DType::f32, 6));
+  const Tensor before = p->value.clone();
+  OptimizerConfig c;
+  c.name = "muon";
+  c.weight_decay = 0.0;
+  auto opt = build_optimizer(c, {p});
+  opt->step(1.0);
+  Tensor delta = p->value.clone();
+  std::vector<double> d = delta.to_doubles(), b = before.to_doubles();
+  for (size_t i = 0; i < d.size(); ++i) delta.data<float>()[i] = static_cast<float>((b[i] - d[i]) / 0.02);
+  // Scale max(1, sqrt(32/64)) = 1: the applied update is itself near-orthogonal.
+  const std::vector<double> sv = singular_values(delta);
+  EXPECT_GT(*std::min_element(sv.begin(), sv.end()), 0.7);
+  EXPECT_LT(*std::max_element(sv.begin(), sv.end()), 1.35);
+  EXPECT_EQ(opt->steps(), 1);
+  EXPECT_EQ(opt->state().size(), 1u);
+}
+
+TEST(Schedule, WarmupThenEachShape) {
+  ScheduleConfig c;
+  c.warmup_steps = 10;
+  c.min_factor = 0.1;
+  c.kind = "cosine";
+  Schedule s = make_schedule(c, 110);
+  EXPECT_DOUBLE_EQ(s(0), 0.1);
+  EXPECT_DOUBLE_EQ(s(9), 1.0);
+  EXPECT_DOUBLE_EQ(s(10), 1.0);
+  EXPECT_NEAR(s(60), 0.55, 1e-12);
+  EXPECT_NEAR(s(110), 0.1, 1e-12);
+  c.kind = "linear";
+  EXPECT_NEAR(make_schedule(c, 110)(60), 0.55, 1e-12);
+  c.kind = "constant";
+  EXPECT_DOUBLE_EQ(make_schedule(c, 110)(100), 1.0);
+  c.kind = "wsd";
+  c.decay_fraction = 0.2;
+  s = make_schedule(c, 110);
+  EXPECT_DOUBLE_EQ(s(89), 1.0);   // progress 0.79: stable
+  EXPECT_NEAR(s(100), 0.55, 1e-12);  // halfway through the decay
+  c.warmup_steps = -1;
+  c.warmup_fraction = 0.1;
+  c.kind = "constant";
+  EXPECT_DOUBLE_EQ(make_schedule(c, 100)(4), 0.5);  // 10 warmup steps from a fraction
+  c.kind = "cosin";
+  EXPECT_THROW(make_schedule(c, 100), Error);
+}
+
+}  // namespace
+}  // namespace amber
