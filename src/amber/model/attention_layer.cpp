@@ -59,11 +59,34 @@ class CausalAttention final : public AttentionLayer {
     // intact for the norm's backward.
     s.q = q_norm_ ? q_norm_->forward(s.q_raw, s.q_norm, arena) : copy(s.q_raw, arena);
     s.k = k_norm_ ? k_norm_->forward(s.k_raw, s.k_norm, arena) : copy(s.k_raw, arena);
-    position_->forward(s.q, s.k, seq);
+    position_->forward(s.q, s.k, seq.positions);
     s.o = arena.alloc({tokens, heads_, head_dim_}, h.dtype());
     s.lse = arena.alloc({tokens, heads_}, norm_stat_dtype(h.dtype()));
     attention_forward(s.q, s.k, s.v, seq, options_, sinks(), s.o, s.lse);
     return project(s.o.view({tokens, int64_t{heads_} * head_dim_}), o_, o_bias_, arena);
+  }
+
+  Tensor infer(const Tensor& h, const CachedStep& step, LayerCache& cache, Arena& arena) const override {
+    const int64_t tokens = h.size(0);
+    Saved s;  // the forward's bookkeeping, discarded: generation has no backward
+    Tensor q_raw = project(h, q_, q_bias_, arena).view({tokens, heads_, head_dim_});
+    Tensor k_raw = project(h, k_, k_bias_, arena).view({tokens, kv_heads_, head_dim_});
+    Tensor v = project(h, v_, v_bias_, arena).view({tokens, kv_heads_, head_dim_});
+    Tensor q = q_norm_ ? q_norm_->forward(q_raw, s.q_norm, arena) : q_raw;
+    Tensor k = k_norm_ ? k_norm_->forward(k_raw, s.k_norm, arena) : k_raw;
+    position_->forward(q, k, step.positions);
+    for (size_t seq = 0; seq + 1 < step.cu_q.size(); ++seq) {
+      const int64_t first = step.cu_q[seq], count = step.cu_q[seq + 1] - first, at = step.starts[seq];
+      AMBER_CHECK(at + count <= cache.k.size(1), "generation: sequence ", seq, " reached the KV cache capacity ",
+                  cache.k.size(1), "; raise the cache size (prompt + max new tokens)");
+      Tensor kd = cache.k.select(0, static_cast<int64_t>(seq)).slice(0, at, at + count);
+      Tensor vd = cache.v.select(0, static_cast<int64_t>(seq)).slice(0, at, at + count);
+      kd.copy_from(k.slice(0, first, first + count));
+      vd.copy_from(v.slice(0, first, first + count));
+    }
+    Tensor o = arena.alloc({tokens, heads_, head_dim_}, h.dtype());
+    attention_cached_forward(q, cache.k, cache.v, step.cu_q, step.starts, options_, sinks(), o);
+    return project(o.view({tokens, int64_t{heads_} * head_dim_}), o_, o_bias_, arena);
   }
 
   Tensor backward(const Tensor& dout, const SeqInfo& seq, const Saved& s, Arena& arena) const override {
@@ -78,7 +101,7 @@ class CausalAttention final : public AttentionLayer {
     Tensor dsinks = grad_of(sinks_);
     attention_backward(d_o.view(s.o.shape()), s.q, s.k, s.v, s.o, s.lse, seq, options_, sinks(), dq, dk,
                        dv, dsinks);
-    position_->backward(dq, dk, seq);
+    position_->backward(dq, dk, seq.positions);
     if (q_norm_) dq = q_norm_->backward(dq, s.q_norm, arena);
     if (k_norm_) dk = k_norm_->backward(dk, s.k_norm, arena);
     // dh = dq Wq + dk Wk + dv Wv

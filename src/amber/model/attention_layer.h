@@ -25,6 +25,18 @@ struct AttentionSpec {
   std::shared_ptr<const PositionEncoding> position;
 };
 
+// One layer's slice of a generation KV cache: k and v [sequences, capacity, Hkv, Dh].
+struct LayerCache {
+  Tensor k, v;
+};
+
+// The packed new tokens of a generation step: sequence s owns tokens
+// [cu_q[s], cu_q[s+1]) that follow its starts[s] cached positions.
+struct CachedStep {
+  std::vector<int32_t> cu_q, starts;
+  Tensor positions;  // int32 [T]: starts[s] + j
+};
+
 class AttentionLayer {
  public:
   struct Saved {
@@ -38,6 +50,8 @@ class AttentionLayer {
   virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
   virtual Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& saved, Arena& arena) const = 0;
   virtual Tensor backward(const Tensor& dout, const SeqInfo& seq, const Saved& saved, Arena& arena) const = 0;
+  // Generation: appends the new tokens' keys and values to `cache` and attends over it.
+  virtual Tensor infer(const Tensor& h, const CachedStep& step, LayerCache& cache, Arena& arena) const = 0;
 };
 
 const Registry<AttentionLayer, const AttentionSpec&>& attention_registry();

@@ -39,6 +39,18 @@ Tensor Backbone::forward(const Tensor& tokens, const SeqInfo& seq, Saved& s, Are
   return final_norm_->forward(x, s.final_norm, activations);
 }
 
+Tensor Backbone::infer(const Tensor& tokens, const CachedStep& step, std::vector<LayerCache>& caches,
+                       Arena& arena) const {
+  AMBER_CHECK(caches.size() == blocks_.size(), "generation: ", caches.size(), " cache layers for ",
+              blocks_.size(), " blocks");
+  Tensor x = arena.alloc({tokens.numel(), embed_->value.size(1)}, embed_->value.dtype());
+  embedding_forward(embed_->value, tokens, x);
+  if (embedding_scale_ != 1.0) scale_into(x, x, embedding_scale_);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->infer(x, step, caches[i], arena);
+  Norm::Saved unused;
+  return final_norm_->forward(x, unused, arena);
+}
+
 void Backbone::backward(const Tensor& dhidden, const SeqInfo& seq, Saved& s, Arena& activations,
                         Arena& scratch) const {
   Tensor dx = final_norm_->backward(dhidden, s.final_norm, activations);

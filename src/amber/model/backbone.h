@@ -31,6 +31,8 @@ class Backbone {
   // Accumulates every parameter gradient from d(loss)/d(hidden).
   void backward(const Tensor& dhidden, const SeqInfo& seq, Saved& saved, Arena& activations,
                 Arena& scratch) const;
+  // Generation: hidden states of the new tokens, extending one cache per layer.
+  Tensor infer(const Tensor& tokens, const CachedStep& step, std::vector<LayerCache>& caches, Arena& arena) const;
 
  private:
   double embedding_scale_;

@@ -46,6 +46,19 @@ Tensor Block::forward(const Tensor& x, const SeqInfo& seq, Saved& s, Arena& save
   return out;
 }
 
+Tensor Block::infer(const Tensor& x, const CachedStep& step, LayerCache& cache, Arena& arena) const {
+  Saved s;  // discarded: generation has no backward
+  Tensor a = attn_->infer(attn_norm_->forward(x, s.attn_norm, arena), step, cache, arena);
+  if (post_attn_norm_) a = post_attn_norm_->forward(a, s.post_attn_norm, arena);
+  Tensor mid = arena.alloc(x.shape(), x.dtype());
+  mid.copy_from(x);
+  add_scaled(mid, a, residual_scale_);
+  Tensor m = mlp_->forward(mlp_norm_->forward(mid, s.mlp_norm, arena), s.mlp, arena);
+  if (post_mlp_norm_) m = post_mlp_norm_->forward(m, s.post_mlp_norm, arena);
+  add_scaled(mid, m, residual_scale_);
+  return mid;
+}
+
 void Block::backward(Tensor& dx, const SeqInfo& seq, const Saved& s, Arena& arena) const {
   // MLP branch: d(branch) = rs * dx; dx += norm_backward(mlp_backward(...)).
   Tensor dm = arena.alloc(dx.shape(), dx.dtype());

@@ -34,6 +34,8 @@ class Block {
   // dx holds d(loss)/d(output) on entry and d(loss)/d(input) on return (updated in
   // place, since the residual stream passes it through). Temporaries come from `arena`.
   void backward(Tensor& dx, const SeqInfo& seq, const Saved& saved, Arena& arena) const;
+  // Generation: the forward over new tokens with the layer's KV cache.
+  Tensor infer(const Tensor& x, const CachedStep& step, LayerCache& cache, Arena& arena) const;
 
  private:
   double residual_scale_;

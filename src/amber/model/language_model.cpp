@@ -101,3 +101,30 @@ Tensor LanguageModel::logits(const Tensor& tokens, const SeqInfo& seq) {
 }
 
 }  // namespace amber
+
+namespace amber {
+
+std::vector<LayerCache> LanguageModel::make_kv_cache(int sequences, int capacity) const {
+  const int64_t kv = config_.resolved_kv_heads(), dim = config_.resolved_head_dim();
+  std::vector<LayerCache> caches(static_cast<size_t>(config_.depth));
+  for (LayerCache& c : caches) {
+    c.k = Tensor::zeros({sequences, capacity, kv, dim}, dtype_);
+    c.v = Tensor::zeros({sequences, capacity, kv, dim}, dtype_);
+  }
+  return caches;
+}
+
+Tensor LanguageModel::infer_last_logits(const Tensor& tokens, const CachedStep& step,
+                                        std::vector<LayerCache>& caches) {
+  activations_.reset();
+  const Tensor hidden = backbone_.infer(tokens, step, caches, activations_);
+  const int64_t sequences = static_cast<int64_t>(step.cu_q.size()) - 1;
+  Tensor last = Tensor::empty({sequences, hidden.size(1)}, hidden.dtype());
+  for (int64_t s = 0; s < sequences; ++s) {
+    Tensor row = last.select(0, s);
+    row.copy_from(hidden.select(0, step.cu_q[static_cast<size_t>(s) + 1] - 1));
+  }
+  return head_.logits(last);
+}
+
+}  // namespace amber

@@ -34,6 +34,11 @@ class LanguageModel {
   // Materialised logits [T, V] (sampling, tests).
   Tensor logits(const Tensor& tokens, const SeqInfo& seq);
 
+  // Generation: one empty KV cache layer per block for `sequences` sequences of at
+  // most `capacity` tokens, and the logits [S, V] of each sequence's last new token.
+  std::vector<LayerCache> make_kv_cache(int sequences, int capacity) const;
+  Tensor infer_last_logits(const Tensor& tokens, const CachedStep& step, std::vector<LayerCache>& caches);
+
   size_t activation_bytes_high_water() const { return activations_.high_water_bytes(); }
 
  private:

@@ -8,13 +8,13 @@ namespace {
 class Rope final : public PositionEncoding {
  public:
   explicit Rope(const ModelConfig& c) : table_(config_of(c)) {}
-  void forward(Tensor& q, Tensor& k, const SeqInfo& seq) const override {
-    rope_forward(q, seq.positions, table_, q);
-    rope_forward(k, seq.positions, table_, k);
+  void forward(Tensor& q, Tensor& k, const Tensor& positions) const override {
+    rope_forward(q, positions, table_, q);
+    rope_forward(k, positions, table_, k);
   }
-  void backward(Tensor& dq, Tensor& dk, const SeqInfo& seq) const override {
-    rope_backward(dq, seq.positions, table_, dq);
-    rope_backward(dk, seq.positions, table_, dk);
+  void backward(Tensor& dq, Tensor& dk, const Tensor& positions) const override {
+    rope_backward(dq, positions, table_, dq);
+    rope_backward(dk, positions, table_, dk);
   }
 
  private:
@@ -33,8 +33,8 @@ class Rope final : public PositionEncoding {
 
 class NoPositionEncoding final : public PositionEncoding {
  public:
-  void forward(Tensor&, Tensor&, const SeqInfo&) const override {}
-  void backward(Tensor&, Tensor&, const SeqInfo&) const override {}
+  void forward(Tensor&, Tensor&, const Tensor&) const override {}
+  void backward(Tensor&, Tensor&, const Tensor&) const override {}
 };
 
 }  // namespace

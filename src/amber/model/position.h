@@ -11,10 +11,11 @@ namespace amber {
 class PositionEncoding {
  public:
   virtual ~PositionEncoding() = default;
-  // Rotates q [T, H, Dh] and k [T, Hkv, Dh] in place by each token's position.
-  virtual void forward(Tensor& q, Tensor& k, const SeqInfo& seq) const = 0;
+  // Rotates q [T, H, Dh] and k [T, Hkv, Dh] in place by each token's position
+  // (int32 [T]; SeqInfo::positions in training, cache offsets in generation).
+  virtual void forward(Tensor& q, Tensor& k, const Tensor& positions) const = 0;
   // The transpose, applied in place to the incoming gradients.
-  virtual void backward(Tensor& dq, Tensor& dk, const SeqInfo& seq) const = 0;
+  virtual void backward(Tensor& dq, Tensor& dk, const Tensor& positions) const = 0;
 };
 
 const Registry<PositionEncoding, const ModelConfig&>& position_registry();

@@ -15,6 +15,8 @@
 #pragma once
 
 #include "amber/core/seq_info.h"
+#include <vector>
+
 #include "amber/core/tensor.h"
 
 namespace amber {
@@ -34,5 +36,18 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& out, const Tensor& lse, const SeqInfo& seq,
                         const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
                         Tensor& dk, Tensor& dv, Tensor& dsinks);
+
+}  // namespace amber
+
+namespace amber {
+
+// Generation: attention of new tokens over a static-shape KV cache. q [T, H, D]
+// packs the new tokens of S sequences (host cu_q [S + 1]); k_cache and v_cache
+// [S, capacity, Hkv, D] already hold every key up to and including the new tokens.
+// New token j of sequence s sits at position starts[s] + j and sees that sequence's
+// keys at positions <= its own (and inside the window). out [T, H, D].
+void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                              const std::vector<int32_t>& cu_q, const std::vector<int32_t>& starts,
+                              const AttentionOptions& options, const Tensor& sinks, Tensor& out);
 
 }  // namespace amber

@@ -1,0 +1,56 @@
+#include "amber/gen/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "amber/core/error.h"
+#include "amber/core/philox.h"
+
+namespace amber {
+
+void validate_sampling(const SamplingConfig& c) {
+  AMBER_CHECK(c.temperature >= 0, "temperature must be >= 0 (0 = greedy), got ", c.temperature);
+  AMBER_CHECK(c.top_k >= 0, "top-k must be >= 0 (0 = off), got ", c.top_k);
+  AMBER_CHECK(c.top_p > 0 && c.top_p <= 1, "top-p must be in (0, 1], got ", c.top_p);
+  AMBER_CHECK(c.min_p >= 0 && c.min_p < 1, "min-p must be in [0, 1), got ", c.min_p);
+}
+
+int32_t sample_token(const std::vector<double>& logits, const SamplingConfig& c, uint64_t draw) {
+  AMBER_CHECK(!logits.empty(), "sample_token: empty logits");
+  const auto argmax = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (c.temperature == 0) return argmax;
+  // Candidates sorted by probability, most likely first (ties by token id).
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  const double top = logits[argmax] / c.temperature;
+  std::vector<double> p(order.size());
+  double sum = 0;
+  for (size_t i = 0; i < order.size(); ++i) sum += (p[i] = std::exp(logits[order[i]] / c.temperature - top));
+  size_t keep = order.size();
+  if (c.top_k > 0) keep = std::min(keep, static_cast<size_t>(c.top_k));
+  if (c.top_p < 1) {
+    double mass = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      mass += p[i] / sum;
+      if (mass >= c.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (c.min_p > 0)
+    while (keep > 1 && p[keep - 1] < c.min_p * p[0]) --keep;  // p[0] is the largest
+  double kept = 0;
+  for (size_t i = 0; i < keep; ++i) kept += p[i];
+  const double u = philox::to_uniform(philox::bits(c.seed, draw)) * kept;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += p[i];
+    if (u < acc) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace amber

@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "amber/gen/generate.h"
+#include "ops/testing.h"
+
+namespace amber {
+namespace {
+
+ModelConfig tiny() {
+  ModelConfig c;
+  c.vocab_size = 23;
+  c.dim = 16;
+  c.depth = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.mlp_hidden = 24;
+  c.init_std = 0.3;
+  c.attn_sink = true;
+  c.sliding_window = 3;
+  return c;
+}
+
+// Step-by-step cached inference must give the logits of a full forward over the
+// whole sequence at every position.
+TEST(Generation, CachedLogitsEqualFullForward) {
+  LanguageModel model(tiny(), DType::f64);
+  model.init_weights(3);
+  const std::vector<std::vector<int32_t>> seqs = {{1, 5, 7, 2, 9, 11, 4}, {3, 3, 8, 1, 6}};
+  std::vector<LayerCache> cache = model.make_kv_cache(2, 8);
+  // Prefill three and two tokens, then decode one token per sequence at a time.
+  std::vector<int32_t> starts = {0, 0}, counts = {3, 2};
+  while (starts[1] + counts[1] <= 5) {
+    CachedStep step;
+    step.starts = starts;
+    step.cu_q = {0, counts[0], counts[0] + counts[1]};
+    std::vector<int32_t> tokens, positions;
+    for (int s = 0; s < 2; ++s)
+      for (int j = 0; j < counts[s]; ++j) {
+        tokens.push_back(seqs[s][starts[s] + j]);
+        positions.push_back(starts[s] + j);
+      }
+    step.positions = Tensor::from_vector(positions, {static_cast<int64_t>(positions.size())});
+    const Tensor got = model.infer_last_logits(Tensor::from_vector(tokens, {static_cast<int64_t>(tokens.size())}),
+                                               step, cache);
+    for (int s = 0; s < 2; ++s) {
+      const int32_t length = starts[s] + counts[s];
+      const std::vector<int32_t> prefix(seqs[s].begin(), seqs[s].begin() + length);
+      const Tensor full = model.logits(Tensor::from_vector(prefix, {length}), SeqInfo::from_lengths({length}));
+      const Tensor want = full.slice(0, length - 1, length).contiguous().view({full.size(1)});
+      const Tensor have = got.select(0, s).contiguous();
+      EXPECT_LT(testing::relative_error(have, want), 1e-12) << "sequence " << s << " length " << length;
+    }
+    for (int s = 0; s < 2; ++s) {
+      starts[s] += counts[s];
+      counts[s] = 1;
+    }
+  }
+}
+
+TEST(Sampler, GreedyFiltersAndDistribution) {
+  const std::vector<double> logits = {0.5, 2.0, -1.0, 1.0, 1.9};
+  SamplingConfig greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(sample_token(logits, greedy, 0), 1);
+  SamplingConfig k1;
+  k1.top_k = 1;
+  SamplingConfig p_small;
+  p_small.top_p = 0.1;
+  SamplingConfig min_p;
+  min_p.min_p = 0.5;  // keeps tokens 1 and 4 only (exp(-0.1) > 0.5 > exp(-1))
+  int counts[5] = {};
+  for (uint64_t d = 0; d < 4000; ++d) {
+    EXPECT_EQ(sample_token(logits, k1, d), 1);
+    EXPECT_EQ(sample_token(logits, p_small, d), 1);
+    const int32_t t = sample_token(logits, min_p, d);
+    EXPECT_TRUE(t == 1 || t == 4) << t;
+  }
+  SamplingConfig plain;
+  plain.seed = 9;
+  const int draws = 40000;
+  for (uint64_t d = 0; d < draws; ++d) ++counts[sample_token(logits, plain, d)];
+  double z = 0;
+  for (double l : logits) z += std::exp(l);
+  for (int i = 0; i < 5; ++i) {
+    const double expected = std::exp(logits[i]) / z;
+    EXPECT_NEAR(counts[i] / static_cast<double>(draws), expected, 4 * std::sqrt(expected / draws) + 1e-3) << i;
+  }
+  SamplingConfig bad;
+  bad.top_p = 0;
+  EXPECT_THROW(validate_sampling(bad), Error);
+}
+
+TEST(Generation, SeededBatchIsReproducibleAndStopsAtEos) {
+  LanguageModel model(tiny());
+  model.init_weights(4);
+  GenerationConfig g;
+  g.max_new_tokens = 12;
+  g.sampling.seed = 5;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4}, {5, 6}};
+  const auto a = generate(model, prompts, g), b = generate(model, prompts, g);
+  EXPECT_EQ(a, b);
+  for (const auto& seq : a) EXPECT_EQ(seq.size(), 12u);
+  g.eos_id = a[0][2];
+  const auto stopped = generate(model, prompts, g);
+  EXPECT_LE(stopped[0].size(), 3u);
+  EXPECT_EQ(stopped[0].back(), g.eos_id);
+  EXPECT_THROW(generate(model, {{}}, g), Error);
+}
+
+}  // namespace
+}  // namespace amber
