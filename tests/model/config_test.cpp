@@ -47,7 +47,7 @@ TEST(ModelConfig, ExtendsAndOverridesCompose) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "base.toml") << "[model]\ndim = 256\nheads = 4\nkv_heads = 2\ndepth = 3\n";
   std::ofstream(dir / "child.toml") << "extends = \"base.toml\"\n[model]\ndepth = 5\nsliding_window = 64\n";
-  const ModelConfig c = load_model_config((dir / "child.toml").string(), {"model.mlp_hidden=512", "rope_scaling=yarn"});
+  const ModelConfig c = load_model_config((dir / "child.toml").string(), {"model.mlp_hidden=512", "model.rope_scaling=yarn"});
   EXPECT_EQ(c.dim, 256);
   EXPECT_EQ(c.depth, 5);
   EXPECT_EQ(c.mlp_hidden, 512);

@@ -63,16 +63,54 @@ struct ModelConfig {
 
   // Throws an Error naming the key and the fix for any inconsistent value.
   void validate() const;
+
+  // Calls fn(name, field) for every field: the one list that parsing, overrides and
+  // dumping share.
+  template <class Fn>
+  void fields(Fn&& v) {
+    v("vocab_size", vocab_size);
+    v("dim", dim);
+    v("depth", depth);
+    v("heads", heads);
+    v("kv_heads", kv_heads);
+    v("head_dim", head_dim);
+    v("mlp_ratio", mlp_ratio);
+    v("mlp_hidden", mlp_hidden);
+    v("mlp_multiple_of", mlp_multiple_of);
+    v("max_position", max_position);
+    v("norm", norm);
+    v("mlp", mlp);
+    v("attention", attention);
+    v("posenc", posenc);
+    v("norm_eps", norm_eps);
+    v("qk_norm", qk_norm);
+    v("qk_norm_affine", qk_norm_affine);
+    v("attn_bias", attn_bias);
+    v("attn_sink", attn_sink);
+    v("sliding_window", sliding_window);
+    v("global_layer_every", global_layer_every);
+    v("window_pattern", window_pattern);
+    v("rope_theta", rope_theta);
+    v("rope_scaling", rope_scaling);
+    v("rope_factor", rope_factor);
+    v("rope_partial", rope_partial);
+    v("tie_embeddings", tie_embeddings);
+    v("embedding_scale", embedding_scale);
+    v("z_loss_weight", z_loss_weight);
+    v("loss_chunk_tokens", loss_chunk_tokens);
+    v("post_norm", post_norm);
+    v("scale_residual_by_depth", scale_residual_by_depth);
+    v("init_std", init_std);
+    v("depth_scaled_init", depth_scaled_init);
+    v("mup_base_dim", mup_base_dim);
+    v("recompute", recompute);
+  }
 };
 
-// Reads the [model] table of `path` (following `extends = "other.toml"`, relative to
-// the file), applies `overrides` ("model.key=value" or "key=value"), validates.
+// Reads the [model] table of `path` (following `extends`), applies `overrides`
+// ("model.key=value"; other sections are ignored here), validates.
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides = {});
 ModelConfig model_config_from_toml_string(const std::string& text, const std::string& origin = "<string>");
-void apply_model_override(ModelConfig& config, const std::string& assignment);
 std::string model_config_to_toml(const ModelConfig& config);
-
-// The closest of `candidates` to `word` by edit distance, or "" when none is close.
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace amber

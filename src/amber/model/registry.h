@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "amber/core/error.h"
-#include "amber/model/config.h"
+#include "amber/io/toml_fields.h"
 
 namespace amber {
 
