@@ -6,5 +6,6 @@
 namespace amber::cli {
 
 void add_info_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
 
 }  // namespace amber::cli

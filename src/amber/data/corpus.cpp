@@ -1,0 +1,149 @@
+// Every format is read line by line, so multi-gigabyte JSONL files stream in constant memory.
+#include "amber/data/corpus.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "amber/core/error.h"
+#include "amber/data/utf8.h"
+
+namespace amber::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::pair<CorpusFormat, std::string_view> kFormatNames[] = {
+    {CorpusFormat::automatic, "auto"},   {CorpusFormat::lines, "lines"},     {CorpusFormat::paragraphs, "paragraphs"},
+    {CorpusFormat::jsonl, "jsonl"},      {CorpusFormat::fortune, "fortune"},
+};
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+CorpusFormat detect_format(const std::string& path) {
+  if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return CorpusFormat::jsonl;
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  for (int i = 0; i < 10000 && std::getline(in, line); ++i) {
+    if (line == "%") return CorpusFormat::fortune;
+  }
+  return CorpusFormat::lines;
+}
+
+void strip_trailing(std::string& s, std::string_view chars) {
+  while (!s.empty() && chars.find(s.back()) != std::string_view::npos) s.pop_back();
+}
+
+}  // namespace
+
+CorpusFormat corpus_format_from_name(std::string_view name) {
+  for (const auto& [format, n] : kFormatNames) {
+    if (n == name) return format;
+  }
+  fail("unknown corpus format \"", name, "\"; use auto, lines, paragraphs, jsonl or fortune");
+}
+
+std::string_view corpus_format_name(CorpusFormat format) {
+  for (const auto& [f, n] : kFormatNames) {
+    if (f == format) return n;
+  }
+  return "?";
+}
+
+std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(input, ec);
+    AMBER_CHECK(!ec && fs::exists(st), "corpus input ", input, " does not exist; pass files or folders of text");
+    if (!fs::is_directory(st)) {
+      files.push_back(input);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(input)) {
+      if (entry.is_symlink() || !entry.is_regular_file()) continue;
+      if (ends_with(entry.path().string(), ".dat")) continue;
+      found.push_back(entry.path().string());
+    }
+    std::sort(found.begin(), found.end());
+    AMBER_CHECK(!found.empty(), "corpus folder ", input, " holds no regular files");
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptions& options,
+                        const std::function<void(std::string&&)>& on_document) {
+  CorpusStats stats;
+  auto emit = [&](std::string& doc) {
+    if (doc.empty()) return;
+    stats.repaired_bytes += static_cast<int64_t>(utf8_repair(doc));
+    stats.documents += 1;
+    stats.bytes += static_cast<int64_t>(doc.size());
+    on_document(std::move(doc));
+    doc.clear();
+  };
+  for (const std::string& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    AMBER_CHECK(in.good(), "cannot open corpus file ", path);
+    stats.files += 1;
+    const CorpusFormat format = options.format == CorpusFormat::automatic ? detect_format(path) : options.format;
+    std::string line;
+    std::string doc;
+    int64_t line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      switch (format) {
+        case CorpusFormat::lines:
+          strip_trailing(line, "\r");
+          doc = std::move(line);
+          emit(doc);
+          break;
+        case CorpusFormat::paragraphs:
+        case CorpusFormat::fortune: {
+          strip_trailing(line, "\r");
+          const bool separator = format == CorpusFormat::fortune
+                                     ? line == "%"
+                                     : line.find_first_not_of(" \t") == std::string::npos;
+          if (separator) {
+            strip_trailing(doc, "\n");
+            emit(doc);
+          } else {
+            doc += line;
+            doc += '\n';
+          }
+          break;
+        }
+        case CorpusFormat::jsonl: {
+          if (line.find_first_not_of(" \t\r") == std::string::npos) break;
+          nlohmann::json j;
+          try {
+            j = nlohmann::json::parse(line);
+          } catch (const nlohmann::json::parse_error& e) {
+            fail(path, ":", line_no, ": not valid JSON (", e.what(), ")");
+          }
+          AMBER_CHECK(j.is_object() && j.contains(options.jsonl_field), path, ":", line_no, ": no field \"",
+                      options.jsonl_field, "\"; choose the text field with --field");
+          AMBER_CHECK(j[options.jsonl_field].is_string(), path, ":", line_no, ": field \"", options.jsonl_field,
+                      "\" is not a string");
+          doc = j[options.jsonl_field].get<std::string>();
+          emit(doc);
+          break;
+        }
+        case CorpusFormat::automatic:
+          break;
+      }
+    }
+    AMBER_CHECK(!in.bad(), "reading corpus file ", path, " failed");
+    strip_trailing(doc, "\n");
+    emit(doc);
+  }
+  return stats;
+}
+
+}  // namespace amber::data

@@ -1,0 +1,49 @@
+// Corpus readers: turn files into documents. Plain text (one document per line, or
+// blank-line separated paragraphs), JSONL with a chosen field, and fortune files.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace amber::data {
+
+// Debian's `fortunes` package: the bundled default corpus, one fortune per document.
+inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
+
+enum class CorpusFormat {
+  automatic,   // *.jsonl / *.json -> jsonl; a file with a line "%" -> fortune; else lines
+  lines,       // one document per non-empty line
+  paragraphs,  // documents separated by blank lines
+  jsonl,       // one JSON object per line; the document is one string field
+  fortune,     // documents separated by lines holding only "%"
+};
+
+CorpusFormat corpus_format_from_name(std::string_view name);  // error lists the valid names
+std::string_view corpus_format_name(CorpusFormat format);
+
+struct CorpusOptions {
+  CorpusFormat format = CorpusFormat::automatic;
+  std::string jsonl_field = "text";
+};
+
+struct CorpusStats {
+  int64_t files = 0;
+  int64_t documents = 0;
+  int64_t bytes = 0;           // document bytes delivered
+  int64_t repaired_bytes = 0;  // invalid UTF-8 bytes replaced by U+FFFD
+};
+
+// Files and directories -> the files read, in order. A directory contributes its
+// regular files sorted by name, not recursing (so fortunes' off/ folder stays out),
+// skipping symlinks and *.dat (fortune's index files and .u8 aliases).
+std::vector<std::string> corpus_files(const std::vector<std::string>& inputs);
+
+// Calls on_document(text) for every non-empty document, in file order. Documents are
+// valid UTF-8 (invalid bytes are replaced and counted). Errors name file and line.
+CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptions& options,
+                        const std::function<void(std::string&&)>& on_document);
+
+}  // namespace amber::data

@@ -1,0 +1,229 @@
+// PCRE2 (UTF + UCP, JIT-compiled) stands in for the Oniguruma engine Hugging Face uses;
+// both give \s, \p{L} and \p{N} their Unicode meaning, which the compatibility test pins.
+#include "amber/data/pretokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "amber/core/error.h"
+
+namespace amber::data {
+
+class Regex {
+ public:
+  Regex(std::string_view pattern, bool literal, const std::string& where) {
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
+                          &error, &offset, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof(message));
+      fail(where, ": regex does not compile at offset ", offset, ": ", reinterpret_cast<char*>(message),
+           "; pattern: ", pattern);
+    }
+    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Calls fn(start, end) for each non-empty match, left to right.
+  template <class Fn>
+  void for_each_match(std::string_view subject, Fn&& fn) const {
+    // No pattern here needs capture groups, so one ovector pair per thread is enough
+    // (pcre2_match returns 0 rather than failing when groups do not fit).
+    thread_local pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+    auto subject_ptr = reinterpret_cast<PCRE2_SPTR>(subject.data());
+    size_t start = 0;
+    while (start < subject.size()) {
+      uint32_t options = PCRE2_NO_UTF_CHECK | (jit_ ? 0 : PCRE2_NO_JIT);
+      int rc = pcre2_match(code_, subject_ptr, subject.size(), start, options, data, nullptr);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+        // Pathological inputs (huge whitespace runs) can exhaust the JIT stack; the
+        // interpreter has no such limit and gives the same match.
+        rc = pcre2_match(code_, subject_ptr, subject.size(), start, options | PCRE2_NO_JIT, data, nullptr);
+      }
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(rc, message, sizeof(message));
+        fail("regex match failed: ", reinterpret_cast<char*>(message));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
+      if (ov[1] == ov[0]) {
+        // An empty match: step over one whole character so matching stays on boundaries.
+        start = ov[0] + 1;
+        while (start < subject.size() && (static_cast<unsigned char>(subject[start]) & 0xC0) == 0x80) ++start;
+        continue;
+      }
+      fn(ov[0], ov[1]);
+      start = ov[1];
+    }
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+  bool jit_ = false;
+};
+
+namespace {
+
+// Hugging Face's Isolated behaviour: every match is a piece, and so is every gap.
+void split_isolated(const Regex& regex, std::string_view text, std::vector<std::string_view>& out) {
+  size_t last = 0;
+  regex.for_each_match(text, [&](size_t start, size_t end) {
+    if (start > last) out.push_back(text.substr(last, start - last));
+    out.push_back(text.substr(start, end - start));
+    last = end;
+  });
+  if (last < text.size()) out.push_back(text.substr(last));
+}
+
+std::shared_ptr<const Regex> gpt2_regex() {
+  static const auto regex = std::make_shared<const Regex>(kGpt2Pattern, false, "ByteLevel pre-tokenizer");
+  return regex;
+}
+
+PreTokenizer::Step byte_level_step(bool add_prefix_space, bool use_regex, bool trim_offsets) {
+  PreTokenizer::Step s;
+  s.kind = PreTokenizer::Step::Kind::byte_level;
+  s.add_prefix_space = add_prefix_space;
+  s.use_regex = use_regex;
+  s.trim_offsets = trim_offsets;
+  if (use_regex) s.regex = gpt2_regex();
+  return s;
+}
+
+PreTokenizer::Step split_step(std::string pattern, bool literal, const std::string& where) {
+  PreTokenizer::Step s;
+  s.kind = PreTokenizer::Step::Kind::split;
+  s.regex = std::make_shared<const Regex>(pattern, literal, where);
+  s.pattern = std::move(pattern);
+  s.literal = literal;
+  return s;
+}
+
+bool get_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  AMBER_CHECK(j[key].is_boolean(), where, ".", key, " must be true or false");
+  return j[key].get<bool>();
+}
+
+PreTokenizer::Step step_from_json(const nlohmann::json& j, const std::string& where) {
+  AMBER_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where,
+              " must be an object with a string \"type\"");
+  const std::string type = j["type"].get<std::string>();
+  if (type == "ByteLevel") {
+    return byte_level_step(get_bool(j, "add_prefix_space", false, where), get_bool(j, "use_regex", true, where),
+                           get_bool(j, "trim_offsets", true, where));
+  }
+  if (type == "Split") {
+    AMBER_CHECK(j.contains("pattern") && j["pattern"].is_object(), where,
+                ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
+    const auto& p = j["pattern"];
+    const bool literal = p.contains("String");
+    AMBER_CHECK((literal || p.contains("Regex")) && p.begin().value().is_string(), where,
+                ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
+    const std::string behavior = j.value("behavior", std::string("Isolated"));
+    AMBER_CHECK(behavior == "Isolated", where, ".behavior is \"", behavior,
+                "\"; amber supports only \"Isolated\" (the form GPT-2 and Llama-3 style files use)");
+    AMBER_CHECK(!get_bool(j, "invert", false, where), where, ".invert is true; amber supports only invert=false");
+    return split_step(p.begin().value().get<std::string>(), literal, where + ".pattern");
+  }
+  fail(where, ".type is \"", type,
+       "\"; amber supports the pre-tokenizers ByteLevel, Split (Isolated) and a Sequence of them");
+}
+
+}  // namespace
+
+PreTokenizer PreTokenizer::gpt2(bool add_prefix_space) {
+  PreTokenizer p;
+  p.steps_.push_back(byte_level_step(add_prefix_space, true, true));
+  return p;
+}
+
+PreTokenizer PreTokenizer::llama3() {
+  PreTokenizer p;
+  p.sequence_ = true;
+  p.steps_.push_back(split_step(std::string(kLlama3Pattern), false, "Llama-3 pre-tokenizer"));
+  p.steps_.push_back(byte_level_step(false, false, false));
+  return p;
+}
+
+PreTokenizer PreTokenizer::from_json(const nlohmann::json& j, const std::string& where) {
+  PreTokenizer p;
+  if (j.is_null()) return p;
+  if (j.is_object() && j.value("type", std::string()) == "Sequence") {
+    AMBER_CHECK(j.contains("pretokenizers") && j["pretokenizers"].is_array(), where,
+                ".pretokenizers must be an array");
+    p.sequence_ = true;
+    for (size_t i = 0; i < j["pretokenizers"].size(); ++i) {
+      p.steps_.push_back(step_from_json(j["pretokenizers"][i], concat(where, ".pretokenizers[", i, "]")));
+    }
+  } else {
+    p.steps_.push_back(step_from_json(j, where));
+  }
+  for (size_t i = 0; i + 1 < p.steps_.size(); ++i) {
+    // The model reads byte-level pieces as raw bytes, so nothing may split after the mapping.
+    AMBER_CHECK(p.steps_[i].kind != Step::Kind::byte_level, where,
+                ": ByteLevel must be the last pre-tokenizer of the Sequence");
+  }
+  return p;
+}
+
+nlohmann::ordered_json PreTokenizer::to_json() const {
+  std::vector<nlohmann::ordered_json> steps;
+  for (const Step& s : steps_) {
+    nlohmann::ordered_json j;
+    if (s.kind == Step::Kind::byte_level) {
+      j["type"] = "ByteLevel";
+      j["add_prefix_space"] = s.add_prefix_space;
+      j["trim_offsets"] = s.trim_offsets;
+      j["use_regex"] = s.use_regex;
+    } else {
+      j["type"] = "Split";
+      j["pattern"] = {{s.literal ? "String" : "Regex", s.pattern}};
+      j["behavior"] = "Isolated";
+      j["invert"] = false;
+    }
+    steps.push_back(std::move(j));
+  }
+  if (steps.empty()) return nullptr;
+  if (steps.size() == 1 && !sequence_) return steps[0];
+  nlohmann::ordered_json j;
+  j["type"] = "Sequence";
+  j["pretokenizers"] = steps;
+  return j;
+}
+
+bool PreTokenizer::byte_level() const {
+  return !steps_.empty() && steps_.back().kind == Step::Kind::byte_level;
+}
+
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces,
+                         std::deque<std::string>& scratch) const {
+  if (text.empty()) return;
+  std::vector<std::string_view> current{text};
+  std::vector<std::string_view> next;
+  for (const Step& s : steps_) {
+    next.clear();
+    for (std::string_view piece : current) {
+      if (s.kind == Step::Kind::byte_level && s.add_prefix_space && piece.front() != ' ') {
+        scratch.push_back(" ");
+        scratch.back().append(piece);
+        piece = scratch.back();
+      }
+      if (s.regex) {
+        split_isolated(*s.regex, piece, next);
+      } else {
+        next.push_back(piece);
+      }
+    }
+    current.swap(next);
+  }
+  pieces.insert(pieces.end(), current.begin(), current.end());
+}
+
+}  // namespace amber::data

@@ -1,0 +1,49 @@
+// Tokenizer: added/special tokens, pre-tokenizer and BPE model put together; encode
+// text to ids and decode ids to text. Thread-safe: encode may run on many threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "amber/data/added_tokens.h"
+#include "amber/data/bpe_model.h"
+#include "amber/data/pretokenizer.h"
+
+namespace amber::data {
+
+class Tokenizer {
+ public:
+  Tokenizer(BpeModel model, PreTokenizer pre_tokenizer, std::vector<AddedToken> added_tokens);
+
+  // `text` must be valid UTF-8 (the error gives the byte offset otherwise).
+  std::vector<int32_t> encode(std::string_view text) const;
+  void encode(std::string_view text, std::vector<int32_t>& out) const;
+  // Special tokens decode to their text, so decode(encode(x)) == x for valid UTF-8 x.
+  std::string decode(std::span<const int32_t> ids) const;
+
+  // One past the largest id, counting added tokens.
+  int32_t vocab_size() const { return vocab_size_; }
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::string id_to_token(int32_t id) const;
+
+  const BpeModel& model() const { return model_; }
+  const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
+  const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
+
+ private:
+  void encode_text(std::string_view segment, std::vector<int32_t>& out) const;
+
+  BpeModel model_;
+  PreTokenizer pre_tokenizer_;
+  std::vector<AddedToken> added_tokens_;
+  AddedTokenMatcher matcher_;
+  std::vector<int32_t> added_index_;  // id -> index into added_tokens_, or -1
+  int32_t vocab_size_ = 0;
+  uint64_t instance_;  // keys the per-thread piece cache
+};
+
+}  // namespace amber::data

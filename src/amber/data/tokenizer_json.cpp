@@ -1,0 +1,199 @@
+// The subset of tokenizer.json amber reads is the one byte-level BPE files use; every
+// other component is rejected with the key that names it rather than silently ignored.
+#include "amber/data/tokenizer_json.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "amber/core/error.h"
+
+namespace amber::data {
+namespace {
+
+using nlohmann::json;
+
+std::string optional_string(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return {};
+  AMBER_CHECK(j[key].is_string(), where, ".", key, " must be a string or null");
+  return j[key].get<std::string>();
+}
+
+bool optional_bool(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return false;
+  AMBER_CHECK(j[key].is_boolean(), where, ".", key, " must be true or false");
+  return j[key].get<bool>();
+}
+
+// The decoder only has to agree with how amber decodes: byte-level characters back
+// to bytes, <0xXX> tokens to their byte, everything else verbatim.
+void check_decoder(const json& j, const std::string& where) {
+  if (j.is_null()) return;
+  AMBER_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where, " must be an object with a \"type\"");
+  const std::string type = j["type"].get<std::string>();
+  if (type == "Sequence") {
+    AMBER_CHECK(j.contains("decoders") && j["decoders"].is_array(), where, ".decoders must be an array");
+    for (size_t i = 0; i < j["decoders"].size(); ++i) check_decoder(j["decoders"][i], concat(where, ".decoders[", i, "]"));
+    return;
+  }
+  AMBER_CHECK(type == "ByteLevel" || type == "ByteFallback" || type == "Fuse", where, ".type is \"", type,
+              "\"; amber decodes ByteLevel, ByteFallback and Fuse decoders only");
+}
+
+}  // namespace
+
+Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
+  AMBER_CHECK(j.is_object(), where, ": the top level must be a JSON object");
+  AMBER_CHECK(j.contains("model") && j["model"].is_object(), where, ": missing the \"model\" object");
+  const json& m = j["model"];
+  const std::string mw = where + ": model";
+  const std::string type = m.value("type", std::string("BPE"));
+  AMBER_CHECK(type == "BPE", mw, ".type is \"", type, "\"; amber supports BPE models only");
+  AMBER_CHECK(!m.contains("dropout") || m["dropout"].is_null() || m["dropout"] == 0.0, mw,
+              ".dropout is set; BPE dropout is a training-time augmentation amber does not apply, set it to null");
+  AMBER_CHECK(optional_string(m, "continuing_subword_prefix", mw).empty(), mw,
+              ".continuing_subword_prefix is set; amber supports byte-level BPE without subword prefixes");
+  AMBER_CHECK(optional_string(m, "end_of_word_suffix", mw).empty(), mw,
+              ".end_of_word_suffix is set; amber supports byte-level BPE without word suffixes");
+
+  PreTokenizer pre = PreTokenizer::from_json(j.value("pre_tokenizer", json()), where + ": pre_tokenizer");
+  AMBER_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), where,
+              ": normalizer is set; amber supports tokenizers without a normalizer (set it to null)");
+  check_decoder(j.value("decoder", json()), where + ": decoder");
+
+  BpeOptions options;
+  options.byte_level = pre.byte_level();
+  options.ignore_merges = optional_bool(m, "ignore_merges", mw);
+  options.byte_fallback = optional_bool(m, "byte_fallback", mw);
+  options.fuse_unk = optional_bool(m, "fuse_unk", mw);
+  options.unk_token = optional_string(m, "unk_token", mw);
+
+  AMBER_CHECK(m.contains("vocab") && m["vocab"].is_object(), mw, ".vocab must be an object of token -> id");
+  std::vector<std::string> vocab;
+  for (const auto& [token, id] : m["vocab"].items()) {
+    AMBER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 30), mw,
+                ".vocab[\"", token, "\"] must be a non-negative integer id");
+    const auto i = static_cast<size_t>(id.get<int64_t>());
+    if (vocab.size() <= i) vocab.resize(i + 1);
+    AMBER_CHECK(vocab[i].empty(), mw, ".vocab: id ", i, " is given to both \"", vocab[i], "\" and \"", token, "\"");
+    AMBER_CHECK(!token.empty(), mw, ".vocab: the empty string is not a valid token");
+    vocab[i] = token;
+  }
+
+  std::vector<std::pair<std::string, std::string>> merges;
+  if (m.contains("merges")) {
+    AMBER_CHECK(m["merges"].is_array(), mw, ".merges must be an array");
+    for (size_t i = 0; i < m["merges"].size(); ++i) {
+      const json& e = m["merges"][i];
+      // Two spellings exist: "a b" (tokenizers < 0.20) and ["a", "b"].
+      if (e.is_string()) {
+        const std::string s = e.get<std::string>();
+        const size_t space = s.find(' ');
+        AMBER_CHECK(space != std::string::npos && space > 0 && space + 1 < s.size() &&
+                        s.find(' ', space + 1) == std::string::npos,
+                    mw, ".merges[", i, "] \"", s, "\" must be two tokens separated by one space");
+        merges.emplace_back(s.substr(0, space), s.substr(space + 1));
+      } else {
+        AMBER_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), mw, ".merges[", i,
+                    "] must be \"a b\" or [\"a\", \"b\"]");
+        merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+      }
+    }
+  }
+  BpeModel model(std::move(vocab), std::move(merges), std::move(options), mw);
+
+  std::vector<AddedToken> added;
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    AMBER_CHECK(j["added_tokens"].is_array(), where, ": added_tokens must be an array");
+    for (size_t i = 0; i < j["added_tokens"].size(); ++i) {
+      const json& t = j["added_tokens"][i];
+      const std::string aw = concat(where, ": added_tokens[", i, "]");
+      AMBER_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
+                      t["content"].is_string(),
+                  aw, " needs an integer \"id\" and a string \"content\"");
+      for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
+        AMBER_CHECK(!optional_bool(t, flag, aw), aw, ".", flag, " is true; amber matches added tokens exactly "
+                    "and supports only single_word, lstrip and rstrip set to false");
+      }
+      AddedToken a;
+      a.id = t["id"].get<int32_t>();
+      a.content = t["content"].get<std::string>();
+      a.special = optional_bool(t, "special", aw);
+      a.normalized = optional_bool(t, "normalized", aw);
+      added.push_back(std::move(a));
+    }
+  }
+  return Tokenizer(std::move(model), std::move(pre), std::move(added));
+}
+
+Tokenizer load_tokenizer_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  AMBER_CHECK(in.good(), "cannot open tokenizer file ", path, "; check the path (a Hugging Face tokenizer.json)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    fail(path, ": not valid JSON (", e.what(), "); expected a Hugging Face tokenizer.json");
+  }
+  return tokenizer_from_json(j, path);
+}
+
+nlohmann::ordered_json tokenizer_to_json(const Tokenizer& tokenizer) {
+  using ojson = nlohmann::ordered_json;
+  const BpeModel& m = tokenizer.model();
+  ojson j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  ojson added = ojson::array();
+  for (const AddedToken& t : tokenizer.added_tokens()) {
+    added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", t.normalized}, {"special", t.special}});
+  }
+  j["added_tokens"] = added;
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = tokenizer.pre_tokenizer().to_json();
+  j["post_processor"] = nullptr;
+  if (m.options().byte_level) {
+    j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  } else if (m.options().byte_fallback) {
+    j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+  } else {
+    j["decoder"] = nullptr;
+  }
+  ojson model;
+  model["type"] = "BPE";
+  model["dropout"] = nullptr;
+  model["unk_token"] = m.options().unk_token.empty() ? ojson(nullptr) : ojson(m.options().unk_token);
+  model["continuing_subword_prefix"] = nullptr;
+  model["end_of_word_suffix"] = nullptr;
+  model["fuse_unk"] = m.options().fuse_unk;
+  model["byte_fallback"] = m.options().byte_fallback;
+  model["ignore_merges"] = m.options().ignore_merges;
+  ojson vocab = ojson::object();
+  for (int32_t id = 0; id < m.vocab_size(); ++id) {
+    if (!m.id_to_token(id).empty()) vocab[m.id_to_token(id)] = id;
+  }
+  model["vocab"] = vocab;
+  ojson merges = ojson::array();
+  for (const auto& [a, b] : m.merges()) merges.push_back({a, b});
+  model["merges"] = merges;
+  j["model"] = model;
+  return j;
+}
+
+void save_tokenizer_json(const Tokenizer& tokenizer, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    AMBER_CHECK(out.good(), "cannot write ", tmp, "; check that the folder exists and is writable");
+    out << tokenizer_to_json(tokenizer).dump(1) << "\n";
+    out.flush();
+    AMBER_CHECK(out.good(), "writing ", tmp, " failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  AMBER_CHECK(!ec, "cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+}  // namespace amber::data
