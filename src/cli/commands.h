@@ -7,5 +7,6 @@ namespace amber::cli {
 
 void add_info_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace amber::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "amber 0.1.0");
   amber::cli::add_info_command(app);
   amber::cli::add_tokenizer_command(app);
+  amber::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,214 @@
+// Shard k of a split always holds the same documents for the same inputs and settings
+// (grouping is by text bytes in input order), which is what makes restarts safe: a
+// settings.json written first refuses a restart with different settings.
+#include "amber/data/tokenize_corpus.h"
+
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include "amber/core/error.h"
+#include "amber/data/shard.h"
+#include "amber/data/tokenizer_json.h"
+
+namespace amber::data {
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void write_json_atomically(const std::string& path, const ojson& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    AMBER_CHECK(out.good(), "cannot write ", tmp);
+    out << j.dump(2) << "\n";
+    AMBER_CHECK(out.good(), "writing ", tmp, " failed (disk full?)");
+  }
+  fs::rename(tmp, path);
+}
+
+struct Group {
+  std::string split;
+  int index = 0;
+  std::vector<std::string> docs;
+  int64_t bytes = 0;
+};
+
+struct ShardEntry {
+  std::string file;
+  int64_t docs, tokens;
+};
+
+}  // namespace
+
+bool is_validation_document(std::string_view text, double val_fraction, uint64_t val_seed) {
+  const uint64_t h = splitmix64(fnv1a(text) ^ splitmix64(val_seed));
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < val_fraction;
+}
+
+TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeCorpusOptions& options,
+                                     const std::function<void(const std::string&)>& on_progress) {
+  AMBER_CHECK(!options.out_dir.empty(), "tokenize: an output folder is required (--out)");
+  AMBER_CHECK(options.val_fraction >= 0 && options.val_fraction < 1, "tokenize: --val-fraction must be in [0, 1), got ",
+              options.val_fraction);
+  AMBER_CHECK(options.shard_bytes > 0, "tokenize: shard size must be positive");
+  const std::vector<std::string> files = corpus_files(options.inputs);
+  fs::create_directories(options.out_dir);
+
+  ojson settings;
+  settings["tokenizer_fingerprint"] = concat(std::hex, fnv1a(tokenizer_to_json(tokenizer).dump()));
+  settings["inputs"] = files;
+  settings["format"] = corpus_format_name(options.corpus.format);
+  settings["jsonl_field"] = options.corpus.jsonl_field;
+  settings["val_fraction"] = options.val_fraction;
+  settings["val_seed"] = options.val_seed;
+  settings["shard_bytes"] = options.shard_bytes;
+  const std::string settings_path = (fs::path(options.out_dir) / "settings.json").string();
+  if (fs::exists(settings_path)) {
+    std::ifstream in(settings_path);
+    ojson old;
+    try {
+      old = ojson::parse(in);
+    } catch (const ojson::parse_error&) {
+      fail(settings_path, " is not valid JSON; delete the folder's contents or choose another --out");
+    }
+    AMBER_CHECK(old == settings, options.out_dir, " holds shards made with different settings (",
+                settings_path, " differs: tokenizer, inputs, format, val split or shard size); use a fresh --out");
+  } else {
+    write_json_atomically(settings_path, settings);
+  }
+  const std::string manifest_path = (fs::path(options.out_dir) / "manifest.json").string();
+  fs::remove(manifest_path);
+
+  TokenizeCorpusReport report;
+  std::vector<ShardEntry> train_shards, val_shards;
+  const int32_t vocab_size = tokenizer.vocab_size();
+
+  auto flush = [&](Group& g) {
+    if (g.docs.empty()) return;
+    char name[64];
+    std::snprintf(name, sizeof(name), "%s-%05d.bin", g.split.c_str(), g.index);
+    const std::string path = (fs::path(options.out_dir) / name).string();
+    Shard existing;
+    bool reuse = false;
+    if (fs::exists(path)) {
+      try {
+        existing = Shard::open(path);
+        reuse = existing.num_docs() == static_cast<int64_t>(g.docs.size()) && existing.vocab_size() == vocab_size;
+      } catch (const Error&) {
+        reuse = false;  // damaged: rewritten below
+      }
+    }
+    int64_t tokens = 0;
+    if (reuse) {
+      tokens = existing.num_tokens();
+      report.shards_reused += 1;
+    } else {
+      std::vector<std::vector<int32_t>> ids(g.docs.size());
+      std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 16)
+      for (size_t d = 0; d < g.docs.size(); ++d) {
+        try {
+          tokenizer.encode(g.docs[d], ids[d]);
+        } catch (...) {
+#pragma omp critical
+          error = std::current_exception();
+        }
+      }
+      if (error) std::rethrow_exception(error);
+      std::vector<uint64_t> offsets{0};
+      std::vector<int32_t> flat;
+      for (const auto& v : ids) {
+        flat.insert(flat.end(), v.begin(), v.end());
+        offsets.push_back(flat.size());
+      }
+      write_shard(path, flat, offsets, vocab_size);
+      tokens = static_cast<int64_t>(flat.size());
+      report.shards_written += 1;
+    }
+    const bool val = g.split == "val";
+    (val ? val_shards : train_shards).push_back({name, static_cast<int64_t>(g.docs.size()), tokens});
+    (val ? report.val_docs : report.train_docs) += static_cast<int64_t>(g.docs.size());
+    (val ? report.val_tokens : report.train_tokens) += tokens;
+    if (on_progress) {
+      on_progress(concat(name, reuse ? " (complete, kept)" : "", ": ", g.docs.size(), " documents, ", tokens,
+                         " tokens"));
+    }
+    g.docs.clear();
+    g.bytes = 0;
+    g.index += 1;
+  };
+
+  Group train{"train"}, val{"val"};
+  const CorpusStats stats = read_corpus(files, options.corpus, [&](std::string&& doc) {
+    Group& g = is_validation_document(doc, options.val_fraction, options.val_seed) ? val : train;
+    g.bytes += static_cast<int64_t>(doc.size());
+    g.docs.push_back(std::move(doc));
+    if (g.bytes >= options.shard_bytes) flush(g);
+  });
+  flush(train);
+  flush(val);
+  report.text_bytes = stats.bytes;
+  AMBER_CHECK(stats.documents > 0, "tokenize: the corpus holds no documents; check --input and --format");
+
+  auto list = [](const std::vector<ShardEntry>& shards) {
+    ojson a = ojson::array();
+    for (const ShardEntry& s : shards) a.push_back({{"file", s.file}, {"documents", s.docs}, {"tokens", s.tokens}});
+    return a;
+  };
+  ojson manifest;
+  manifest["format"] = "amber-token-shards";
+  manifest["version"] = kShardVersion;
+  manifest["vocab_size"] = vocab_size;
+  manifest["settings"] = settings;
+  manifest["train"] = list(train_shards);
+  manifest["val"] = list(val_shards);
+  manifest["train_documents"] = report.train_docs;
+  manifest["train_tokens"] = report.train_tokens;
+  manifest["val_documents"] = report.val_docs;
+  manifest["val_tokens"] = report.val_tokens;
+  manifest["repaired_utf8_bytes"] = stats.repaired_bytes;
+  write_json_atomically(manifest_path, manifest);
+  return report;
+}
+
+std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {
+  const std::string path = (fs::path(dir) / "manifest.json").string();
+  std::ifstream in(path);
+  AMBER_CHECK(in.good(), "no ", path, "; the folder was not produced by a finished `amber tokenize` run");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, " is not valid JSON (", e.what(), "); re-run amber tokenize");
+  }
+  AMBER_CHECK(j.contains(split) && j[split].is_array(), path, " has no \"", split,
+              "\" list; the split must be train or val");
+  std::vector<std::string> files;
+  for (const auto& e : j[split]) {
+    AMBER_CHECK(e.contains("file") && e["file"].is_string(), path, ": every ", split, " entry needs a \"file\"");
+    files.push_back((fs::path(dir) / e["file"].get<std::string>()).string());
+  }
+  AMBER_CHECK(!files.empty(), path, " lists no ", split, " shards");
+  return files;
+}
+
+}  // namespace amber::data

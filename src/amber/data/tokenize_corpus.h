@@ -1,0 +1,43 @@
+// Corpus -> token shards: documents are grouped in input order, split into train and
+// validation by a stable hash of their text, tokenized on all threads and written as
+// shards plus a manifest. Re-running after a crash reuses every shard already complete.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "amber/data/corpus.h"
+#include "amber/data/tokenizer.h"
+
+namespace amber::data {
+
+struct TokenizeCorpusOptions {
+  std::vector<std::string> inputs{kDefaultCorpus};
+  CorpusOptions corpus;
+  std::string out_dir;
+  double val_fraction = 0.01;  // share of documents held out for validation
+  uint64_t val_seed = 0;       // changes which documents are held out
+  int64_t shard_bytes = int64_t{256} << 20;  // text bytes per shard (before tokenizing)
+};
+
+struct TokenizeCorpusReport {
+  int64_t train_docs = 0, val_docs = 0;
+  int64_t train_tokens = 0, val_tokens = 0;
+  int64_t text_bytes = 0;
+  int shards_written = 0, shards_reused = 0;
+};
+
+// True when the document goes to the validation split: a hash of its bytes (so copies
+// of one text always land together), independent of order, epoch and thread count.
+bool is_validation_document(std::string_view text, double val_fraction, uint64_t val_seed);
+
+TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeCorpusOptions& options,
+                                     const std::function<void(const std::string&)>& on_progress = {});
+
+// The shard files of a split ("train" or "val") listed in DIR/manifest.json, which
+// tokenize_corpus writes last: a folder without it was never finished.
+std::vector<std::string> list_shards(const std::string& dir, const std::string& split);
+
+}  // namespace amber::data
