@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "amber/core/error.h"
+#include "amber/data/permutation.h"
 #include "amber/data/shard.h"
 #include "amber/data/tokenizer_json.h"
 
@@ -25,13 +26,6 @@ uint64_t fnv1a(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   return h;
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
 }
 
 void write_json_atomically(const std::string& path, const ojson& j) {

@@ -1,0 +1,200 @@
+// Tokenizer tests: the byte-level alphabet, BPE merge order, ignore_merges, byte
+// fallback, special tokens, training determinism, tokenizer.json round trips, errors.
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <set>
+
+#include "amber/data/bpe_trainer.h"
+#include "amber/data/byte_level.h"
+#include "amber/data/corpus.h"
+#include "amber/data/tokenizer_json.h"
+#include "data/testing.h"
+
+namespace amber::data {
+namespace {
+
+using testing::expect_error;
+
+std::vector<std::string> read_docs(const std::vector<std::string>& files) {
+  std::vector<std::string> docs;
+  read_corpus(files, {}, [&](std::string&& d) { docs.push_back(std::move(d)); });
+  return docs;
+}
+
+Tokenizer train(const std::vector<std::string>& docs, int32_t vocab, PreTokenizer pre = PreTokenizer::llama3()) {
+  BpeTrainerOptions o;
+  o.vocab_size = vocab;
+  o.pre_tokenizer = std::move(pre);
+  o.special_tokens = {"<|bos|>", "<|eos|>", "<|pad|>", "<|user|>"};
+  BpeTrainer t(o);
+  t.add_documents(docs);
+  return t.train();
+}
+
+// A character-level model over a hand-made vocabulary, without pre-tokenization.
+Tokenizer char_model(std::vector<std::pair<std::string, std::string>> merges, BpeOptions options = {}) {
+  std::vector<std::string> vocab = {"a", "b", "c", "ab", "bc", "abc", "aa"};
+  return Tokenizer(BpeModel(vocab, std::move(merges), options, "test"), PreTokenizer(), {});
+}
+
+TEST(ByteLevel, AlphabetIsABijectionOnBytes) {
+  std::set<std::string> chars;
+  std::string all;
+  for (int b = 0; b < 256; ++b) {
+    chars.insert(byte_level_char(static_cast<unsigned char>(b)));
+    all += static_cast<char>(b);
+  }
+  EXPECT_EQ(chars.size(), 256u);
+  EXPECT_EQ(byte_level_char(' '), "\xC4\xA0");   // U+0120 'Ġ', as in GPT-2
+  EXPECT_EQ(byte_level_char('\n'), "\xC4\x8A");  // U+010A 'Ċ'
+  EXPECT_EQ(byte_level_char('A'), "A");
+  std::string back;
+  EXPECT_TRUE(byte_level_decode(byte_level_encode(all), back));
+  EXPECT_EQ(back, all);
+}
+
+TEST(BpeModel, LowestRankMergesFirst) {
+  // (b, c) outranks (a, b): "abc" -> a + bc -> abc.
+  EXPECT_EQ(char_model({{"b", "c"}, {"a", "b"}, {"a", "bc"}}).encode("abc"), (std::vector<int32_t>{5}));
+  // (a, b) first, and no (ab, c) merge: "abc" stays ab + c.
+  EXPECT_EQ(char_model({{"a", "b"}, {"b", "c"}}).encode("abc"), (std::vector<int32_t>{3, 2}));
+  // Equal ranks resolve leftmost first: "aaa" -> aa + a.
+  EXPECT_EQ(char_model({{"a", "a"}}).encode("aaa"), (std::vector<int32_t>{6, 0}));
+}
+
+TEST(BpeModel, IgnoreMergesTakesWholeVocabularyWords) {
+  BpeOptions o;
+  EXPECT_EQ(char_model({{"a", "b"}}, o).encode("abc"), (std::vector<int32_t>{3, 2}));
+  o.ignore_merges = true;
+  EXPECT_EQ(char_model({{"a", "b"}}, o).encode("abc"), (std::vector<int32_t>{5}));
+}
+
+TEST(BpeModel, ByteFallbackSpellsUnknownCharactersAsBytes) {
+  std::vector<std::string> vocab = {"a", "<0xC3>", "<0xA9>"};
+  BpeOptions o;
+  o.byte_fallback = true;
+  Tokenizer t(BpeModel(vocab, {}, o, "test"), PreTokenizer(), {});
+  EXPECT_EQ(t.encode("a\xC3\xA9"), (std::vector<int32_t>{0, 1, 2}));  // "aé"
+  EXPECT_EQ(t.decode(t.encode("a\xC3\xA9")), "a\xC3\xA9");
+  expect_error([&] { t.encode("z"); }, {"no token for \"z\"", "byte_fallback"});
+}
+
+class Trained : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    docs_ = new std::vector<std::string>(read_docs(testing::fortune_subset()));
+    tokenizer_ = new Tokenizer(train(*docs_, 1000));
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete docs_;
+  }
+  static std::vector<std::string>* docs_;
+  static Tokenizer* tokenizer_;
+};
+std::vector<std::string>* Trained::docs_ = nullptr;
+Tokenizer* Trained::tokenizer_ = nullptr;
+
+TEST_F(Trained, VocabularyLayoutIsBytesMergesSpecials) {
+  const Tokenizer& t = *tokenizer_;
+  EXPECT_EQ(t.vocab_size(), 1000);
+  EXPECT_EQ(t.model().merges().size(), 1000u - 256 - 4);
+  EXPECT_EQ(t.token_to_id(byte_level_char('A')), 'A');
+  EXPECT_EQ(t.token_to_id("<|bos|>"), 996);
+  EXPECT_EQ(t.token_to_id("<|user|>"), 999);
+}
+
+TEST_F(Trained, SpecialTokensAreNeverSplit) {
+  const Tokenizer& t = *tokenizer_;
+  const int32_t bos = *t.token_to_id("<|bos|>"), eos = *t.token_to_id("<|eos|>"), user = *t.token_to_id("<|user|>");
+  const std::vector<int32_t> ids = t.encode("<|bos|>hello<|user|><|user|>world<|eos|>");
+  EXPECT_EQ(ids.front(), bos);
+  EXPECT_EQ(ids.back(), eos);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), user), 2);
+  // Merged with neighbours it is still one token; a partial spelling is ordinary text.
+  const std::vector<int32_t> glued = t.encode("x<|bos|>y");
+  ASSERT_EQ(glued.size(), 3u);
+  EXPECT_EQ(glued[1], bos);
+  const std::vector<int32_t> partial = t.encode("<|bos| <|eos");
+  EXPECT_EQ(std::count(partial.begin(), partial.end(), bos) + std::count(partial.begin(), partial.end(), eos), 0);
+}
+
+TEST_F(Trained, DecodeInvertsEncodeOnTheWholeCorpus) {
+  const Tokenizer& t = *tokenizer_;
+  const std::vector<std::string> all = read_docs(corpus_files({kDefaultCorpus}));
+  ASSERT_GT(all.size(), 10000u);
+  int64_t tokens = 0, bytes = 0, mismatches = 0;
+  for (const std::string& doc : all) {
+    const std::vector<int32_t> ids = t.encode(doc);
+    mismatches += t.decode(ids) != doc;
+    tokens += static_cast<int64_t>(ids.size());
+    bytes += static_cast<int64_t>(doc.size());
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_LT(tokens, bytes / 2) << "a 1000-token BPE should compress English well below 2 bytes per token";
+  const std::string varied = "Ça va? 日本語 🎉 1234567  \n\n\tdef f(x): return x<|eos|>";
+  EXPECT_EQ(t.decode(t.encode(varied)), varied);
+}
+
+TEST_F(Trained, TrainingIsDeterministicAcrossRunsAndThreadCounts) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Tokenizer one = train(*docs_, 1000);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one.model().merges(), tokenizer_->model().merges());
+  EXPECT_EQ(one.model().vocab(), tokenizer_->model().vocab());
+  EXPECT_EQ(tokenizer_to_json(one).dump(), tokenizer_to_json(train(*docs_, 1000)).dump());
+}
+
+TEST_F(Trained, JsonSaveLoadKeepsIdsAndBytes) {
+  testing::TempDir dir;
+  const std::string path = dir.file("tokenizer.json");
+  save_tokenizer_json(*tokenizer_, path);
+  const Tokenizer loaded = load_tokenizer_json(path);
+  EXPECT_EQ(tokenizer_to_json(loaded).dump(), tokenizer_to_json(*tokenizer_).dump());
+  for (size_t i = 0; i < docs_->size(); i += 97) EXPECT_EQ(loaded.encode((*docs_)[i]), tokenizer_->encode((*docs_)[i]));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(BpeTrainer, FirstMergesAreTheMostFrequentPairs) {
+  // GPT-2 pieces: "ab", " ab", " ab", " cd": (a,b) x3, then (Ġ, ab) x2.
+  BpeTrainerOptions o;
+  o.vocab_size = 258 + 3;
+  o.pre_tokenizer = PreTokenizer::gpt2();
+  BpeTrainer t(o);
+  t.add_documents({"ab ab ab cd"});
+  const Tokenizer tok = t.train();
+  ASSERT_EQ(tok.model().merges().size(), 2u);
+  EXPECT_EQ(tok.model().merges()[0], (std::pair<std::string, std::string>{"a", "b"}));
+  EXPECT_EQ(tok.model().merges()[1], (std::pair<std::string, std::string>{"\xC4\xA0", "ab"}));
+  EXPECT_EQ(tok.encode(" ab"), (std::vector<int32_t>{257}));
+}
+
+TEST(TokenizerJson, BadFilesNameTheFileAndKey) {
+  testing::TempDir dir;
+  expect_error([&] { load_tokenizer_json(dir.file("missing.json")); }, {"missing.json", "cannot open"});
+  testing::write_file(dir.file("broken.json"), "{\"model\": ");
+  expect_error([&] { load_tokenizer_json(dir.file("broken.json")); }, {"broken.json", "not valid JSON"});
+  const std::string base = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "c"]]}})";
+  testing::write_file(dir.file("merge.json"), base);
+  expect_error([&] { load_tokenizer_json(dir.file("merge.json")); }, {"merge.json", "merge 0", "missing"});
+  testing::write_file(dir.file("norm.json"),
+                      R"({"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {"a": 0}}})");
+  expect_error([&] { load_tokenizer_json(dir.file("norm.json")); }, {"norm.json", "normalizer"});
+  testing::write_file(dir.file("pre.json"), R"({"pre_tokenizer": {"type": "Metaspace"},
+      "model": {"type": "BPE", "vocab": {"a": 0}}})");
+  expect_error([&] { load_tokenizer_json(dir.file("pre.json")); }, {"pre.json", "pre_tokenizer", "Metaspace"});
+  testing::write_file(dir.file("regex.json"), R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(["},
+      "behavior": "Isolated", "invert": false}, "model": {"type": "BPE", "vocab": {"a": 0}}})");
+  expect_error([&] { load_tokenizer_json(dir.file("regex.json")); }, {"regex.json", "does not compile"});
+}
+
+TEST(Tokenizer, RejectsInvalidUtf8WithItsOffset) {
+  const Tokenizer t = train({"hello world"}, 260);
+  expect_error([&] { t.encode("abc\xFF"); }, {"not valid UTF-8 at byte 3"});
+}
+
+}  // namespace
+}  // namespace amber::data
