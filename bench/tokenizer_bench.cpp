@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
       const Tokenizer tokenizer = amber::data::load_tokenizer_json(argv[1]);
       int64_t tokens = 0;
       const double cold = measure(tokenizer, docs, stats.bytes, threads, 1, &tokens);
-      const double warm = measure(tokenizer, docs, stats.bytes, threads, 3, &tokens);
+      const double warm = measure(tokenizer, docs, stats.bytes, threads, 10, &tokens);
       std::printf("threads %2d: cold %7.2f MB/s, warm %7.2f MB/s (%lld tokens, %.2f bytes/token)\n", threads, cold,
                   warm, static_cast<long long>(tokens), static_cast<double>(stats.bytes) / tokens);
     }
