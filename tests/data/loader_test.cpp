@@ -67,7 +67,9 @@ std::vector<int32_t> check_batch(const Batch& b, const LoaderConfig& c) {
         EXPECT_EQ(tgt[i], kNoTarget) << "the last token of a document has no target";
       }
       // Within a document the counter steps by one (bos/eos aside): nothing was mixed in.
-      if (i + 1 < end && tok[i] != kBos && tok[i + 1] != kEos) EXPECT_EQ(tok[i + 1], tok[i] + 1);
+      if (i + 1 < end && tok[i] != kBos && tok[i + 1] != kEos) {
+        EXPECT_EQ(tok[i + 1], tok[i] + 1);
+      }
     }
   }
   EXPECT_EQ(b.trained_tokens, trained);

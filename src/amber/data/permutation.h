@@ -11,7 +11,6 @@ class Permutation {
  public:
   Permutation(uint64_t n, uint64_t key);
   uint64_t operator()(uint64_t index) const;  // index < n
-  uint64_t size() const { return n_; }
 
  private:
   uint64_t encrypt(uint64_t x) const;

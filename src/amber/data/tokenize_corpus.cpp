@@ -70,6 +70,10 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   ojson settings;
   settings["tokenizer_fingerprint"] = concat(std::hex, fnv1a(tokenizer_to_json(tokenizer).dump()));
   settings["inputs"] = files;
+  // Sizes catch an input edited in place between a crash and the restart.
+  std::vector<uintmax_t> sizes;
+  for (const std::string& f : files) sizes.push_back(fs::file_size(f));
+  settings["input_sizes"] = sizes;
   settings["format"] = corpus_format_name(options.corpus.format);
   settings["jsonl_field"] = options.corpus.jsonl_field;
   settings["val_fraction"] = options.val_fraction;
@@ -151,7 +155,9 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
     g.index += 1;
   };
 
-  Group train{"train"}, val{"val"};
+  Group train, val;
+  train.split = "train";
+  val.split = "val";
   const CorpusStats stats = read_corpus(files, options.corpus, [&](std::string&& doc) {
     Group& g = is_validation_document(doc, options.val_fraction, options.val_seed) ? val : train;
     g.bytes += static_cast<int64_t>(doc.size());

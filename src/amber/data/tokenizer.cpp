@@ -109,10 +109,4 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   return std::nullopt;
 }
 
-std::string Tokenizer::id_to_token(int32_t id) const {
-  AMBER_CHECK(id >= 0 && id < vocab_size_, "token id ", id, " is outside the vocabulary [0, ", vocab_size_, ")");
-  if (added_index_[id] >= 0) return added_tokens_[added_index_[id]].content;
-  return id < model_.vocab_size() ? model_.id_to_token(id) : std::string();
-}
-
 }  // namespace amber::data

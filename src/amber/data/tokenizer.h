@@ -28,7 +28,6 @@ class Tokenizer {
   // One past the largest id, counting added tokens.
   int32_t vocab_size() const { return vocab_size_; }
   std::optional<int32_t> token_to_id(std::string_view token) const;
-  std::string id_to_token(int32_t id) const;
 
   const BpeModel& model() const { return model_; }
   const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
