@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 try:
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 except ImportError:
     print("SKIPPED: python package `tokenizers` is not installed (scripts/setup installs it)")
     sys.exit(77)
@@ -139,6 +139,16 @@ def main():
         gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
         gpt2.save(p)
         c.compare("hf gpt2 ByteLevel add_prefix_space", p, gpt2, probe, round_trip=False)
+
+        # Added tokens that swallow the whitespace beside them (RoBERTa's <mask> style).
+        gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        gpt2.add_special_tokens([AddedToken("<mask>", lstrip=True, normalized=False),
+                                 AddedToken("<sep>", rstrip=True, normalized=False)])
+        p = os.path.join(tmp, "gpt2_strip.json")
+        gpt2.save(p)
+        strip_probe = ["hello   <mask> world", "<mask>x", "a\t\n <mask>", "a <sep>   b", "<sep>\u3000\u00a0z <mask>",
+                       "x  <mask><sep> \n y", "  <mask>  <sep>  "]
+        c.compare("hf added tokens lstrip/rstrip", p, gpt2, strip_probe + probe[:5], round_trip=False)
 
         split = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated"),

@@ -8,7 +8,7 @@ namespace amber::data {
 AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) {
   for (const AddedToken& t : tokens) {
     if (t.content.empty()) continue;
-    by_first_byte_[static_cast<unsigned char>(t.content[0])].push_back({t.content, t.id});
+    by_first_byte_[static_cast<unsigned char>(t.content[0])].push_back({t.content, t.id, t.lstrip, t.rstrip});
   }
   for (auto& list : by_first_byte_) {
     std::stable_sort(list.begin(), list.end(),

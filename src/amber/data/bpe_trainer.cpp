@@ -33,7 +33,7 @@ BpeTrainer::BpeTrainer(BpeTrainerOptions options) : options_(std::move(options))
       AMBER_CHECK(options_.special_tokens[k] != options_.special_tokens[i], "special token \"",
                   options_.special_tokens[i], "\" is given twice");
     }
-    specials.push_back({static_cast<int32_t>(i), options_.special_tokens[i], true, false});
+    specials.push_back({static_cast<int32_t>(i), options_.special_tokens[i], true, false, false, false});
   }
   specials_ = AddedTokenMatcher(specials);
 }
@@ -165,7 +165,7 @@ Tokenizer BpeTrainer::train() const {
 
   std::vector<AddedToken> specials;
   for (const std::string& s : options_.special_tokens) {
-    specials.push_back({static_cast<int32_t>(tokens.size() + specials.size()), s, true, false});
+    specials.push_back({static_cast<int32_t>(tokens.size() + specials.size()), s, true, false, false, false});
   }
   BpeOptions bpe;
   bpe.byte_level = true;

@@ -111,15 +111,15 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
       AMBER_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
                       t["content"].is_string(),
                   aw, " needs an integer \"id\" and a string \"content\"");
-      for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
-        AMBER_CHECK(!optional_bool(t, flag, aw), aw, ".", flag, " is true; amber matches added tokens exactly "
-                    "and supports only single_word, lstrip and rstrip set to false");
-      }
+      AMBER_CHECK(!optional_bool(t, "single_word", aw), aw,
+                  ".single_word is true; amber supports added tokens with single_word set to false");
       AddedToken a;
       a.id = t["id"].get<int32_t>();
       a.content = t["content"].get<std::string>();
       a.special = optional_bool(t, "special", aw);
       a.normalized = optional_bool(t, "normalized", aw);
+      a.lstrip = optional_bool(t, "lstrip", aw);
+      a.rstrip = optional_bool(t, "rstrip", aw);
       added.push_back(std::move(a));
     }
   }
@@ -147,8 +147,8 @@ nlohmann::ordered_json tokenizer_to_json(const Tokenizer& tokenizer) {
   j["padding"] = nullptr;
   ojson added = ojson::array();
   for (const AddedToken& t : tokenizer.added_tokens()) {
-    added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", t.normalized}, {"special", t.special}});
+    added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", false}, {"lstrip", t.lstrip},
+                     {"rstrip", t.rstrip}, {"normalized", t.normalized}, {"special", t.special}});
   }
   j["added_tokens"] = added;
   j["normalizer"] = nullptr;

@@ -25,4 +25,7 @@ uint32_t utf8_next(std::string_view text, size_t& pos);
 
 void utf8_append(std::string& out, uint32_t code_point);
 
+// Unicode White_Space (what Rust's char::is_whitespace, and so Hugging Face, uses).
+bool is_unicode_whitespace(uint32_t code_point);
+
 }  // namespace amber::data
