@@ -172,6 +172,17 @@ TEST(BpeTrainer, FirstMergesAreTheMostFrequentPairs) {
   EXPECT_EQ(tok.encode(" ab"), (std::vector<int32_t>{257}));
 }
 
+TEST(TokenizerJson, BothMergeSpellingsLoadAlike) {
+  const std::string vocab = R"("vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4})";
+  const Tokenizer old_style = tokenizer_from_json(
+      nlohmann::json::parse("{\"model\": {\"type\": \"BPE\", " + vocab + R"(, "merges": ["a b", "ab c"]}})"), "old");
+  const Tokenizer new_style = tokenizer_from_json(
+      nlohmann::json::parse("{\"model\": {\"type\": \"BPE\", " + vocab + R"(, "merges": [["a", "b"], ["ab", "c"]]}})"),
+      "new");
+  EXPECT_EQ(old_style.encode("abcab"), (std::vector<int32_t>{4, 3}));
+  EXPECT_EQ(new_style.encode("abcab"), (std::vector<int32_t>{4, 3}));
+}
+
 TEST(TokenizerJson, BadFilesNameTheFileAndKey) {
   testing::TempDir dir;
   expect_error([&] { load_tokenizer_json(dir.file("missing.json")); }, {"missing.json", "cannot open"});
