@@ -65,7 +65,9 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
       continue;
     }
     std::vector<std::string> found;
-    for (const auto& entry : fs::directory_iterator(input)) {
+    fs::directory_iterator it(input, ec);
+    AMBER_CHECK(!ec, "cannot list corpus folder ", input, ": ", ec.message());
+    for (const auto& entry : it) {
       if (entry.is_symlink() || !entry.is_regular_file()) continue;
       if (ends_with(entry.path().string(), ".dat")) continue;
       found.push_back(entry.path().string());

@@ -36,7 +36,9 @@ void write_json_atomically(const std::string& path, const ojson& j) {
     out << j.dump(2) << "\n";
     AMBER_CHECK(out.good(), "writing ", tmp, " failed (disk full?)");
   }
-  fs::rename(tmp, path);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  AMBER_CHECK(!ec, "cannot rename ", tmp, " to ", path, ": ", ec.message());
 }
 
 struct Group {
@@ -65,14 +67,19 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
               options.val_fraction);
   AMBER_CHECK(options.shard_bytes > 0, "tokenize: shard size must be positive");
   const std::vector<std::string> files = corpus_files(options.inputs);
-  fs::create_directories(options.out_dir);
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  AMBER_CHECK(!ec, "cannot create output folder ", options.out_dir, ": ", ec.message());
 
   ojson settings;
   settings["tokenizer_fingerprint"] = concat(std::hex, fnv1a(tokenizer_to_json(tokenizer).dump()));
   settings["inputs"] = files;
   // Sizes catch an input edited in place between a crash and the restart.
   std::vector<uintmax_t> sizes;
-  for (const std::string& f : files) sizes.push_back(fs::file_size(f));
+  for (const std::string& f : files) {
+    sizes.push_back(fs::file_size(f, ec));
+    AMBER_CHECK(!ec, "cannot read the size of corpus file ", f, ": ", ec.message());
+  }
   settings["input_sizes"] = sizes;
   settings["format"] = corpus_format_name(options.corpus.format);
   settings["jsonl_field"] = options.corpus.jsonl_field;
@@ -94,7 +101,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
     write_json_atomically(settings_path, settings);
   }
   const std::string manifest_path = (fs::path(options.out_dir) / "manifest.json").string();
-  fs::remove(manifest_path);
+  fs::remove(manifest_path, ec);
 
   TokenizeCorpusReport report;
   std::vector<ShardEntry> train_shards, val_shards;
