@@ -158,6 +158,15 @@ def main():
         llama.save(p0)
         c.compare("hf llama3 Split+ByteLevel", p0, llama, probe)
 
+        # A Split on a literal string (pattern {"String": ...}) rather than a regex.
+        literal = pre_tokenizers.Sequence([pre_tokenizers.Split(" ", behavior="isolated"),
+                                           pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        lit = train_hf(train_docs, literal, 1500)
+        p = os.path.join(tmp, "literal_split.json")
+        lit.save(p)
+        c.expect('"String"' in open(p, encoding="utf-8").read(), "the literal Split was saved as a String pattern")
+        c.compare("hf Split(String)+ByteLevel", p, lit, probe)
+
         # ignore_merges only matters for vocabulary words the merges would not build, so
         # add whole words as tokens and check that the flag changes Hugging Face's ids.
         extra = ["Ġworld", "Ġtext", "Ġspaces", "ĠÅngstrÃ¶m", "Ġruns"]

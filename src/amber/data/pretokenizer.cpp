@@ -14,7 +14,8 @@ class Regex {
   Regex(std::string_view pattern, bool literal, const std::string& where) {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2 refuses UCP together with LITERAL, and a literal has no classes to widen.
+    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
                           &error, &offset, nullptr);
     if (!code_) {
