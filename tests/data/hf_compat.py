@@ -158,6 +158,20 @@ def main():
         llama.save(p0)
         c.compare("hf llama3 Split+ByteLevel", p0, llama, probe)
 
+        # DeepSeek-V3 style: several Splits (digits, CJK runs, then words) before ByteLevel,
+        # and "no normalizer" written as an empty normalizer Sequence.
+        deepseek = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(r"\p{N}{1,3}"), behavior="isolated"),
+            pre_tokenizers.Split(Regex("[一-龥\u3040-ゟ゠-ヿ]+"), behavior="isolated"),
+            pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        ds = train_hf(train_docs, deepseek, 2000)
+        p0 = os.path.join(tmp, "deepseek0.json")
+        ds.save(p0)
+        p = os.path.join(tmp, "deepseek.json")
+        ds = edit_json(p0, p, lambda j: j.update(normalizer={"type": "Sequence", "normalizers": []}))
+        c.compare("hf multi-Split+ByteLevel (DeepSeek style)", p, ds, probe)
+
         # A Split on a literal string (pattern {"String": ...}) rather than a regex.
         literal = pre_tokenizers.Sequence([pre_tokenizers.Split(" ", behavior="isolated"),
                                            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])

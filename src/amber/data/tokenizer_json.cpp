@@ -57,8 +57,12 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
               ".end_of_word_suffix is set; amber supports byte-level BPE without word suffixes");
 
   PreTokenizer pre = PreTokenizer::from_json(j.value("pre_tokenizer", json()), where + ": pre_tokenizer");
-  AMBER_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), where,
-              ": normalizer is set; amber supports tokenizers without a normalizer (set it to null)");
+  // DeepSeek-style files spell "no normalizer" as an empty Sequence.
+  const json normalizer = j.value("normalizer", json());
+  const bool no_normalizer = normalizer.is_null() || (normalizer.value("type", std::string()) == "Sequence" &&
+                                                     normalizer.value("normalizers", json::array()).empty());
+  AMBER_CHECK(no_normalizer, where, ": normalizer is set; amber supports tokenizers without a normalizer (null or an "
+              "empty Sequence)");
   check_decoder(j.value("decoder", json()), where + ": decoder");
 
   BpeOptions options;
