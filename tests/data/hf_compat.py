@@ -11,6 +11,7 @@ varied sample and on the whole fortunes corpus. Exits 77 (ctest: skipped) withou
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,15 @@ SAMPLE = [
     "\n",
     "e\u0301 combining acute, ﬁ ligature, ℌ script",
 ]
+
+
+def random_text(seed, length):
+    """Seeded random text mixing every class the pre-tokenizer regexes distinguish."""
+    rng = random.Random(seed)
+    pools = ["abcXYZ", "0123456789", "'sStTmMdD", "!?.,;:-_()[]{}<>|/\\\"#@&*+=~`^%$",
+             " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u2028", "\u3000", "\u0085", "\u2003",
+             "éüñçÅ", "\u0301\u0308", "日本語中文한국", "🎉👍🏽\u200d❤️🇫🇷", "العربيةहिन्दी", "ΑΒΓабв", "٣٤٥", "<|eos|>"]
+    return "".join(rng.choice(rng.choice(pools)) for _ in range(length))
 
 
 def fortune_docs(limit_files=None):
@@ -127,7 +137,7 @@ def main():
     c = Checker(args.amber)
     files, docs = fortune_docs(limit_files=8)
     train_docs = docs + SAMPLE
-    probe = SAMPLE + docs[:10]
+    probe = SAMPLE + docs[:10] + [random_text(1, 3000), random_text(2, 3000)]
     with tempfile.TemporaryDirectory() as tmp:
         # (a) files made by `tokenizers`.
         gpt2 = train_hf(train_docs, pre_tokenizers.ByteLevel(add_prefix_space=False), 2000)
