@@ -8,5 +8,7 @@ namespace amber::cli {
 void add_info_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_sample_command(CLI::App& app);
 
 }  // namespace amber::cli

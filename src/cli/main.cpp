@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   amber::cli::add_info_command(app);
   amber::cli::add_tokenizer_command(app);
   amber::cli::add_tokenize_command(app);
+  amber::cli::add_train_command(app);
+  amber::cli::add_sample_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -28,6 +28,24 @@ struct OptimizerConfig {
   std::string ns_variant = "cubic5";     // cubic5 | quintic5
   std::string update_scale = "spectral";  // spectral: max(1, sqrt(out/in)); rms: rms_target*sqrt(max(out,in))
   double rms_target = 0.2;
+
+  template <class Fn>
+  void fields(Fn&& v) {
+    v("name", name);
+    v("lr", lr);
+    v("embed_lr", embed_lr);
+    v("weight_decay", weight_decay);
+    v("beta1", beta1);
+    v("beta2", beta2);
+    v("eps", eps);
+    v("decay_embeddings", decay_embeddings);
+    v("muon_lr", muon_lr);
+    v("muon_momentum", muon_momentum);
+    v("nesterov", nesterov);
+    v("ns_variant", ns_variant);
+    v("update_scale", update_scale);
+    v("rms_target", rms_target);
+  }
 };
 
 // A named optimizer state tensor, for checkpoints ("<param>.exp_avg").

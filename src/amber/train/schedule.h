@@ -15,6 +15,15 @@ struct ScheduleConfig {
   double warmup_fraction = 0.01;
   double min_factor = 0.1;       // final lr / peak lr for cosine, linear and wsd
   double decay_fraction = 0.2;   // wsd: share of the run spent decaying, at its end
+
+  template <class Fn>
+  void fields(Fn&& v) {
+    v("kind", kind);
+    v("warmup_steps", warmup_steps);
+    v("warmup_fraction", warmup_fraction);
+    v("min_factor", min_factor);
+    v("decay_fraction", decay_fraction);
+  }
 };
 
 // The multiplier on the peak learning rate as a function of the 0-based step, for a

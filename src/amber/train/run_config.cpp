@@ -1,0 +1,70 @@
+#include "amber/train/run_config.h"
+
+#include <sstream>
+
+#include "amber/io/toml_fields.h"
+
+namespace amber {
+namespace {
+
+RunConfig bind_run_config(const toml::table& root, const std::string& where) {
+  check_sections(root, {"model", "train", "optimizer", "schedule", "data"}, where);
+  RunConfig c;
+  bind_section(root, "model", where, [&](auto&& fn) { c.model.fields(fn); });
+  bind_section(root, "train", where, [&](auto&& fn) { c.train.fields(fn); });
+  bind_section(root, "optimizer", where, [&](auto&& fn) { c.optimizer.fields(fn); });
+  bind_section(root, "schedule", where, [&](auto&& fn) { c.schedule.fields(fn); });
+  bind_section(root, "data", where, [&](auto&& fn) { c.data.fields(fn); });
+  c.validate();
+  return c;
+}
+
+}  // namespace
+
+void RunConfig::validate() const {
+  model.validate();
+  AMBER_CHECK(train.steps > 0, "train.steps must be positive, got ", train.steps);
+  AMBER_CHECK(train.micro_batch_tokens > 0, "train.micro_batch_tokens must be positive");
+  AMBER_CHECK(train.grad_accum > 0, "train.grad_accum must be positive, got ", train.grad_accum);
+  AMBER_CHECK(train.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)");
+  AMBER_CHECK(train.log_every > 0, "train.log_every must be positive");
+  AMBER_CHECK(train.eval_every >= 0 && train.checkpoint_every >= 0 && train.sample_every >= 0,
+              "train.eval_every, checkpoint_every and sample_every must be >= 0 (0 = off / at the end)");
+  AMBER_CHECK(train.keep_checkpoints > 0, "train.keep_checkpoints must be positive");
+  AMBER_CHECK(data.max_seq_len > 0 && data.max_seq_len <= train.micro_batch_tokens, "data.max_seq_len (",
+              data.max_seq_len, ") must be positive and at most train.micro_batch_tokens (", train.micro_batch_tokens, ")");
+  AMBER_CHECK(optimizer.name == "adamw" || optimizer.name == "muon", "optimizer.name '", optimizer.name,
+              "' is not one of: adamw, muon");
+  make_schedule(schedule, train.steps);  // validates the schedule
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  toml::table root = read_toml_with_extends(path);
+  for (const std::string& o : overrides) apply_override(root, o);
+  return bind_run_config(root, path);
+}
+
+RunConfig run_config_from_toml(const std::string& text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    fail(origin, ":", e.source().begin.line, ": TOML syntax error: ", e.description());
+  }
+  return bind_run_config(root, origin);
+}
+
+std::string run_config_to_toml(const RunConfig& config) {
+  RunConfig c = config;
+  toml::table root;
+  root.insert("model", dump_section([&](auto&& fn) { c.model.fields(fn); }));
+  root.insert("train", dump_section([&](auto&& fn) { c.train.fields(fn); }));
+  root.insert("optimizer", dump_section([&](auto&& fn) { c.optimizer.fields(fn); }));
+  root.insert("schedule", dump_section([&](auto&& fn) { c.schedule.fields(fn); }));
+  root.insert("data", dump_section([&](auto&& fn) { c.data.fields(fn); }));
+  std::ostringstream out;
+  out << root;
+  return out.str();
+}
+
+}  // namespace amber

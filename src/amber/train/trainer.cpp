@@ -1,0 +1,348 @@
+#include "amber/train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "amber/data/loader.h"
+#include "amber/data/tokenize_corpus.h"
+#include "amber/data/tokenizer_json.h"
+#include "amber/gen/generate.h"
+#include "amber/model/flops.h"
+#include "amber/ops/optim.h"
+#include "amber/train/checkpoint.h"
+
+namespace amber {
+namespace fs = std::filesystem;
+
+AccumulatedStep accumulate_gradients(LanguageModel& model, std::span<const data::Batch> micro_batches) {
+  AccumulatedStep step;
+  for (const data::Batch& b : micro_batches) step.trained_tokens += b.trained_tokens;
+  model.zero_grad();
+  if (step.trained_tokens == 0) return step;
+  const double scale = 1.0 / static_cast<double>(step.trained_tokens);
+  for (const data::Batch& b : micro_batches) {
+    const LMHead::Loss loss = model.forward_backward(b.tokens, b.targets, b.seq, scale);
+    step.loss_sum += loss.sum;
+    step.z_loss_sum += loss.z_loss_sum;
+  }
+  return step;
+}
+
+double global_grad_norm(const LanguageModel& model) {
+  double total = 0;
+  for (const auto& p : model.params()) total += squared_norm(p->grad);
+  return std::sqrt(total);
+}
+
+namespace {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--";
+  const int64_t s = static_cast<int64_t>(seconds);
+  std::ostringstream out;
+  if (s >= 3600) out << s / 3600 << "h" << std::setw(2) << std::setfill('0') << (s % 3600) / 60 << "m";
+  else out << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
+  return out.str();
+}
+
+std::string format_count(double x) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1);
+  if (x >= 1e9) out << x / 1e9 << "G";
+  else if (x >= 1e6) out << x / 1e6 << "M";
+  else if (x >= 1e3) out << x / 1e3 << "k";
+  else out << x;
+  return out.str();
+}
+
+double peak_memory_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+std::optional<int32_t> special_id(const std::optional<data::Tokenizer>& tokenizer, const std::string& token,
+                                  const char* key) {
+  if (token.empty()) return std::nullopt;
+  AMBER_CHECK(tokenizer, "data.", key, " = '", token, "' needs data.tokenizer to look up its id");
+  const auto id = tokenizer->token_to_id(token);
+  AMBER_CHECK(id, "data.", key, " = '", token, "' is not a token of ", "the tokenizer; use one of its special tokens");
+  return id;
+}
+
+}  // namespace
+
+struct Trainer::State {
+  RunConfig config;
+  TrainOptions options;
+  std::optional<data::Tokenizer> tokenizer;
+  std::optional<int32_t> bos, eos;
+  std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<Optimizer> optimizer;
+  Schedule schedule;
+  std::unique_ptr<data::Loader> loader;
+  std::vector<data::Batch> eval_batches;
+  std::vector<double> unigram_log_prob;  // train-split unigram model, add-one smoothed
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  int64_t skipped_steps = 0;
+  double last_val_loss = NAN;
+  std::ofstream metrics;
+
+  void log_json(const nlohmann::json& record) {
+    metrics << record.dump() << "\n";
+    metrics.flush();
+  }
+};
+
+Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = std::move(config);
+  s.options = std::move(options);
+  const RunConfig& c = s.config;
+  AMBER_CHECK(c.train.device == "cpu", "train.device = '", c.train.device,
+              "': this amber trains on the CPU only so far (the CUDA training step is not built yet); use "
+              "train.device = \"cpu\"");
+  AMBER_CHECK(!c.data.dir.empty(), "data.dir is not set: point it at the output folder of `amber tokenize`");
+  if (!c.data.tokenizer.empty()) s.tokenizer = data::load_tokenizer_json(c.data.tokenizer);
+  s.bos = special_id(s.tokenizer, c.data.bos, "bos");
+  s.eos = special_id(s.tokenizer, c.data.eos, "eos");
+  if (s.tokenizer)
+    AMBER_CHECK(s.tokenizer->vocab_size() <= c.model.vocab_size, "the tokenizer has ", s.tokenizer->vocab_size(),
+                " tokens but model.vocab_size is ", c.model.vocab_size, "; raise model.vocab_size");
+
+  const std::vector<std::string> train_shards = data::list_shards(c.data.dir, "train");
+  const std::vector<std::string> val_shards = data::list_shards(c.data.dir, "val");
+  AMBER_CHECK(!train_shards.empty(), "no training shards in ", c.data.dir, "; run `amber tokenize` first");
+  data::LoaderConfig lc;
+  lc.shards = train_shards;
+  lc.token_budget = c.train.micro_batch_tokens;
+  lc.max_seq_len = c.data.max_seq_len;
+  lc.seed = c.train.seed;
+  lc.bos_id = s.bos.value_or(-1);
+  lc.eos_id = s.eos.value_or(-1);
+  s.loader = std::make_unique<data::Loader>(lc);
+
+  // A fixed evaluation set: the first eval_batches of the validation split in a
+  // seed-0 order (at most one epoch), identical at every evaluation and across resumes.
+  if (!val_shards.empty()) {
+    data::LoaderConfig vc = lc;
+    vc.shards = val_shards;
+    vc.seed = 0;
+    vc.prefetch = 0;
+    data::Loader val(vc);
+    int64_t tokens = 0;
+    while (static_cast<int>(s.eval_batches.size()) < c.train.eval_batches && tokens < val.tokens_per_epoch()) {
+      s.eval_batches.push_back(val.next());
+      tokens += s.eval_batches.back().tokens.numel();
+    }
+  }
+  // Unigram baseline from the training split's token counts.
+  std::vector<double> counts(static_cast<size_t>(c.model.vocab_size), 1.0);
+  double total = static_cast<double>(c.model.vocab_size);
+  for (const std::string& path : train_shards) {
+    const data::Shard shard = data::Shard::open(path, false);
+    for (int64_t d = 0; d < shard.num_docs(); ++d)
+      for (int32_t t : shard.document(d)) {
+        AMBER_CHECK(t >= 0 && t < c.model.vocab_size, path, ": token id ", t, " is outside model.vocab_size ",
+                    c.model.vocab_size, "; the shards were made with a larger tokenizer");
+        counts[static_cast<size_t>(t)] += 1;
+        total += 1;
+      }
+    const int64_t per_doc = (s.bos ? 1 : 0) + (s.eos ? 1 : 0);
+    if (s.bos) counts[static_cast<size_t>(*s.bos)] += static_cast<double>(shard.num_docs());
+    if (s.eos) counts[static_cast<size_t>(*s.eos)] += static_cast<double>(shard.num_docs());
+    total += static_cast<double>(per_doc * shard.num_docs());
+  }
+  s.unigram_log_prob.resize(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) s.unigram_log_prob[i] = std::log(counts[i] / total);
+
+  s.model = std::make_unique<LanguageModel>(c.model);
+  s.model->init_weights(c.train.seed);
+  s.optimizer = build_optimizer(c.optimizer, s.model->params());
+  s.schedule = make_schedule(c.schedule, c.train.steps);
+
+  std::string resume_dir = s.options.resume_from;
+  if (resume_dir.empty() && s.options.resume) resume_dir = latest_checkpoint(c.train.out_dir);
+  fs::create_directories(c.train.out_dir);
+  if (!resume_dir.empty()) {
+    const nlohmann::json state = load_checkpoint(resume_dir, *s.model, s.optimizer.get());
+    s.loader->restore(state.at("loader"));
+    s.step = state.at("step").get<int64_t>();
+    s.tokens_seen = state.at("tokens_seen").get<int64_t>();
+    s.skipped_steps = state.value("skipped_steps", int64_t{0});
+    std::cout << "resumed from " << resume_dir << " at step " << s.step << "\n";
+    s.metrics.open(fs::path(c.train.out_dir) / "metrics.jsonl", std::ios::app);
+  } else {
+    s.metrics.open(fs::path(c.train.out_dir) / "metrics.jsonl", std::ios::trunc);
+  }
+  AMBER_CHECK(s.metrics, "cannot write ", (fs::path(c.train.out_dir) / "metrics.jsonl").string());
+  std::ofstream(fs::path(c.train.out_dir) / "config.toml") << run_config_to_toml(c);
+}
+
+Trainer::~Trainer() = default;
+
+namespace {
+
+struct EvalResult {
+  double loss = NAN, unigram = NAN;
+  int64_t tokens = 0;
+};
+
+EvalResult evaluate(LanguageModel& model, const std::vector<data::Batch>& batches,
+                    const std::vector<double>& unigram_log_prob) {
+  EvalResult r;
+  double loss = 0, unigram = 0;
+  for (const data::Batch& b : batches) {
+    const LMHead::Loss l = model.evaluate(b.tokens, b.targets, b.seq);
+    loss += l.sum - l.z_loss_sum;  // report cross-entropy alone
+    r.tokens += l.tokens;
+    const int32_t* t = b.targets.data<int32_t>();
+    for (int64_t i = 0; i < b.targets.numel(); ++i)
+      if (t[i] != data::kNoTarget) unigram -= unigram_log_prob[static_cast<size_t>(t[i])];
+  }
+  if (r.tokens > 0) {
+    r.loss = loss / static_cast<double>(r.tokens);
+    r.unigram = unigram / static_cast<double>(r.tokens);
+  }
+  return r;
+}
+
+}  // namespace
+
+double Trainer::run() {
+  State& s = *state_;
+  const RunConfig& c = s.config;
+  const TrainConfig& t = c.train;
+  std::cout << "model: " << s.model->parameter_count() / 1e6 << "M parameters (dim " << c.model.dim << ", depth "
+            << c.model.depth << ", heads " << c.model.heads << "/" << c.model.resolved_kv_heads() << ", vocab "
+            << c.model.vocab_size << ")\n"
+            << "optimizer " << c.optimizer.name << ", schedule " << c.schedule.kind << ":\n"
+            << s.optimizer->describe() << "data: " << s.loader->num_chunks() << " training documents ("
+            << format_count(static_cast<double>(s.loader->tokens_per_epoch())) << " tokens per epoch), "
+            << s.eval_batches.size() << " validation batches; " << t.grad_accum << " x " << t.micro_batch_tokens
+            << " tokens per step\n";
+
+  auto do_eval = [&] {
+    if (s.eval_batches.empty()) return;
+    const EvalResult e = evaluate(*s.model, s.eval_batches, s.unigram_log_prob);
+    s.last_val_loss = e.loss;
+    std::cout << "\r\033[K" << "eval @ step " << s.step << ": val loss " << std::fixed << std::setprecision(4)
+              << e.loss << " (ppl " << std::setprecision(1) << std::exp(e.loss) << ")  unigram baseline "
+              << std::setprecision(4) << e.unigram << "  gap " << e.unigram - e.loss << " nats\n";
+    s.log_json({{"type", "eval"}, {"step", s.step}, {"val_loss", e.loss}, {"unigram_loss", e.unigram},
+                {"val_tokens", e.tokens}});
+  };
+  auto do_samples = [&] {
+    if (!s.tokenizer || t.sample_prompts.empty()) return;
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& p : t.sample_prompts) {
+      std::vector<int32_t> ids;
+      if (s.bos) ids.push_back(*s.bos);
+      s.tokenizer->encode(p, ids);
+      AMBER_CHECK(!ids.empty(), "sample prompt '", p, "' encodes to no tokens; set data.bos or give text");
+      prompts.push_back(ids);
+    }
+    GenerationConfig g;
+    g.max_new_tokens = t.sample_tokens;
+    g.eos_id = s.eos.value_or(-1);
+    g.sampling.temperature = 0.8;
+    g.sampling.top_p = 0.95;
+    g.sampling.seed = t.seed + static_cast<uint64_t>(s.step);
+    const auto out = generate(*s.model, prompts, g);
+    std::cout << "\r\033[K" << "samples @ step " << s.step << ":\n";
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<int32_t> ids = out[i];
+      if (!ids.empty() && s.eos && ids.back() == *s.eos) ids.pop_back();
+      std::cout << "  [" << t.sample_prompts[i] << "]" << s.tokenizer->decode(ids) << "\n";
+    }
+  };
+  auto do_checkpoint = [&] {
+    nlohmann::json state = {{"tokens_seen", s.tokens_seen},
+                            {"skipped_steps", s.skipped_steps},
+                            {"loader", s.loader->state_json()},
+                            {"config", run_config_to_toml(c)}};
+    const std::string path = save_checkpoint(t.out_dir, s.step, *s.model, *s.optimizer, state, t.keep_checkpoints);
+    std::cout << "\r\033[K" << "checkpoint: " << path << "\n";
+  };
+
+  const auto run_start = std::chrono::steady_clock::now();
+  const int64_t first_step = s.step;
+  std::vector<data::Batch> micro(static_cast<size_t>(t.grad_accum));
+  while (s.step < t.steps) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<int32_t> lengths;
+    for (data::Batch& b : micro) {
+      b = s.loader->next();
+      const std::vector<int32_t> l = b.seq.lengths();
+      lengths.insert(lengths.end(), l.begin(), l.end());
+    }
+    const AccumulatedStep acc = accumulate_gradients(*s.model, micro);
+    const double norm = global_grad_norm(*s.model);
+    const double loss = acc.trained_tokens > 0 ? acc.loss_sum / static_cast<double>(acc.trained_tokens) : NAN;
+    const double multiplier = s.schedule(s.step);
+    const bool finite = std::isfinite(norm) && std::isfinite(acc.loss_sum);
+    const bool skip = !finite || acc.trained_tokens == 0;
+    if (skip) {
+      ++s.skipped_steps;
+      std::cout << "\r\033[K" << "step " << s.step + 1 << ": "
+                << (acc.trained_tokens == 0 ? "no trained tokens" : "non-finite loss or gradient norm")
+                << ", update skipped (" << s.skipped_steps << " skipped so far)\n";
+    } else {
+      if (t.grad_clip > 0 && norm > t.grad_clip)
+        for (const auto& p : s.model->params()) scale_(p->grad, t.grad_clip / norm);
+      s.optimizer->step(multiplier);
+    }
+    ++s.step;
+    s.tokens_seen += acc.trained_tokens;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    int64_t step_tokens = 0;
+    for (int32_t l : lengths) step_tokens += l;
+    const double tokens_per_s = static_cast<double>(step_tokens) / seconds;
+    nlohmann::json record = {{"type", "train"},
+                             {"step", s.step},
+                             {"loss", loss},
+                             {"z_loss", acc.trained_tokens ? acc.z_loss_sum / static_cast<double>(acc.trained_tokens) : 0.0},
+                             {"lr", c.optimizer.lr * multiplier},
+                             {"grad_norm", norm},
+                             {"tokens_per_s", tokens_per_s},
+                             {"tokens_seen", s.tokens_seen},
+                             {"step_time_s", seconds},
+                             {"peak_memory_mb", peak_memory_mb()},
+                             {"skipped", skip}};
+    if (t.peak_tflops > 0) {
+      const FlopCount f = count_flops(c.model, lengths);
+      record["mfu"] = f.model / seconds / (t.peak_tflops * 1e12);
+      record["hfu"] = f.hardware / seconds / (t.peak_tflops * 1e12);
+    }
+    s.log_json(record);
+    if (s.options.progress && (s.step % t.log_every == 0 || s.step == t.steps || s.step == first_step + 1)) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      const double eta = elapsed / static_cast<double>(s.step - first_step) * static_cast<double>(t.steps - s.step);
+      const int width = 24, filled = static_cast<int>(width * s.step / t.steps);
+      std::cout << "\r\033[K" << "step " << std::setw(6) << s.step << "/" << t.steps << " ["
+                << std::string(static_cast<size_t>(filled), '=') << std::string(static_cast<size_t>(width - filled), ' ')
+                << "] loss " << std::fixed << std::setprecision(4) << loss << " | lr " << std::scientific
+                << std::setprecision(2) << c.optimizer.lr * multiplier << " | gnorm " << std::fixed
+                << std::setprecision(3) << norm << " | " << format_count(tokens_per_s) << " tok/s";
+      if (record.contains("mfu")) std::cout << " | MFU " << std::setprecision(1) << 100 * record["mfu"].get<double>() << "%";
+      std::cout << " | ETA " << format_duration(eta) << std::flush;
+      if (s.step % (t.log_every * 10) == 0 || s.step == t.steps) std::cout << "\n";
+    }
+    const bool last = s.step == t.steps;
+    if ((t.eval_every > 0 && s.step % t.eval_every == 0) || last) do_eval();
+    if ((t.sample_every > 0 && s.step % t.sample_every == 0) || (last && t.sample_every > 0)) do_samples();
+    if ((t.checkpoint_every > 0 && s.step % t.checkpoint_every == 0) || last) do_checkpoint();
+  }
+  return s.last_val_loss;
+}
+
+}  // namespace amber

@@ -1,0 +1,86 @@
+// `amber sample`: loads a checkpoint and continues prompts with the KV-cache sampler.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "amber/data/tokenizer_json.h"
+#include "amber/gen/generate.h"
+#include "amber/train/checkpoint.h"
+#include "amber/train/run_config.h"
+#include "cli/commands.h"
+
+namespace amber::cli {
+namespace {
+
+struct SampleArgs {
+  std::string checkpoint;
+  std::string tokenizer;
+  std::vector<std::string> prompts;
+  GenerationConfig generation;
+  bool raw_bos = false;
+};
+
+void run_sample(const SampleArgs& a) {
+  std::string dir = a.checkpoint;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "trainer_state.json")) {
+    const std::string latest = latest_checkpoint(dir);
+    AMBER_CHECK(!latest.empty(), dir, " is neither a checkpoint nor a run folder with checkpoints/latest");
+    dir = latest;
+  }
+  std::ifstream in(std::filesystem::path(dir) / "trainer_state.json");
+  const nlohmann::json state = nlohmann::json::parse(in);
+  AMBER_CHECK(state.contains("config"), dir, "/trainer_state.json has no config; it was not written by amber train");
+  const RunConfig config = run_config_from_toml(state.at("config").get<std::string>(), dir + "/trainer_state.json");
+  const std::string tokenizer_path = a.tokenizer.empty() ? config.data.tokenizer : a.tokenizer;
+  AMBER_CHECK(!tokenizer_path.empty(), "no tokenizer: pass --tokenizer (the run config names none)");
+  const data::Tokenizer tokenizer = data::load_tokenizer_json(tokenizer_path);
+  LanguageModel model(config.model);
+  load_checkpoint(dir, model, nullptr);
+  std::optional<int32_t> bos, eos;
+  if (!config.data.bos.empty()) bos = tokenizer.token_to_id(config.data.bos);
+  if (!config.data.eos.empty()) eos = tokenizer.token_to_id(config.data.eos);
+  std::vector<std::string> texts = a.prompts.empty() ? std::vector<std::string>{""} : a.prompts;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& text : texts) {
+    std::vector<int32_t> ids;
+    if (bos) ids.push_back(*bos);
+    tokenizer.encode(text, ids);
+    AMBER_CHECK(!ids.empty(), "prompt '", text, "' is empty and the model has no bos token; give some text");
+    prompts.push_back(std::move(ids));
+  }
+  GenerationConfig g = a.generation;
+  g.eos_id = eos.value_or(-1);
+  const auto out = generate(model, prompts, g);
+  std::cout << "checkpoint " << dir << " (step " << state.value("step", 0) << ")\n";
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<int32_t> ids = out[i];
+    if (!ids.empty() && eos && ids.back() == *eos) ids.pop_back();
+    std::cout << "--- sample " << i + 1 << "\n" << texts[i] << tokenizer.decode(ids) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_sample_command(CLI::App& app) {
+  auto a = std::make_shared<SampleArgs>();
+  auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint (several prompts run as one batch)");
+  cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
+      ->required();
+  cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the one the run was trained with)");
+  cmd->add_option("--prompt", a->prompts, "Prompt text (repeatable; default: one empty prompt after bos)");
+  cmd->add_option("--max-tokens", a->generation.max_new_tokens, "New tokens per prompt")->capture_default_str();
+  cmd->add_option("--temperature", a->generation.sampling.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", a->generation.sampling.top_k, "Keep the k most likely tokens (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", a->generation.sampling.top_p, "Nucleus: keep the smallest set with this mass")
+      ->capture_default_str();
+  cmd->add_option("--min-p", a->generation.sampling.min_p, "Keep tokens with p >= min_p * p_max (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->generation.sampling.seed, "Sampling seed")->capture_default_str();
+  cmd->callback([a] { run_sample(*a); });
+}
+
+}  // namespace amber::cli

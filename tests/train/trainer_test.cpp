@@ -1,0 +1,252 @@
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "amber/core/random.h"
+#include "amber/data/shard.h"
+#include "amber/io/safetensors.h"
+#include "amber/ops/elementwise.h"
+#include "amber/ops/optim.h"
+#include "amber/train/checkpoint.h"
+#include "amber/train/trainer.h"
+#include "ops/testing.h"
+
+namespace amber {
+namespace {
+namespace fs = std::filesystem;
+
+ModelConfig tiny_model() {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.dim = 32;
+  c.depth = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.mlp_hidden = 64;
+  return c;
+}
+
+// Documents whose tokens follow a learnable pattern (each token predicts the next).
+std::vector<std::vector<int32_t>> make_documents(int count, uint64_t seed) {
+  Tensor u = Tensor::empty({count * 2}, DType::f64);
+  fill_uniform(u, seed, 0);
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < count; ++d) {
+    const int length = 5 + static_cast<int>(u.item(2 * d) * 40);
+    int32_t token = static_cast<int32_t>(u.item(2 * d + 1) * 60);
+    std::vector<int32_t> doc;
+    for (int i = 0; i < length; ++i) doc.push_back(token = (token * 7 + 3) % 61);
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
+data::Batch batch_of(const std::vector<std::vector<int32_t>>& docs) {
+  data::Batch b;
+  std::vector<int32_t> tokens, targets, lengths;
+  for (const auto& d : docs) {
+    lengths.push_back(static_cast<int32_t>(d.size()));
+    for (size_t i = 0; i < d.size(); ++i) {
+      tokens.push_back(d[i]);
+      targets.push_back(i + 1 < d.size() ? d[i + 1] : data::kNoTarget);
+      b.trained_tokens += i + 1 < d.size();
+    }
+  }
+  b.tokens = Tensor::from_vector(tokens, {static_cast<int64_t>(tokens.size())});
+  b.targets = Tensor::from_vector(targets, {static_cast<int64_t>(targets.size())});
+  b.seq = SeqInfo::from_lengths(lengths);
+  return b;
+}
+
+TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
+  const auto docs = make_documents(16, 1);
+  LanguageModel one(tiny_model()), four(tiny_model());
+  one.init_weights(3);
+  four.init_weights(3);
+  const std::vector<data::Batch> whole = {batch_of(docs)};
+  std::vector<data::Batch> parts;
+  for (int p = 0; p < 4; ++p)
+    parts.push_back(batch_of(std::vector<std::vector<int32_t>>(docs.begin() + 4 * p, docs.begin() + 4 * p + 4)));
+  const AccumulatedStep a = accumulate_gradients(one, whole), b = accumulate_gradients(four, parts);
+  EXPECT_EQ(a.trained_tokens, b.trained_tokens);
+  EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-9 * a.loss_sum);
+  std::vector<Tensor> initial;
+  for (const auto& p : one.params()) initial.push_back(p->value.clone());
+  OptimizerConfig oc;
+  oc.lr = 1e-2;
+  auto opt_one = build_optimizer(oc, one.params()), opt_four = build_optimizer(oc, four.params());
+  opt_one->step(1.0);
+  opt_four->step(1.0);
+  for (size_t i = 0; i < one.params().size(); ++i) {
+    EXPECT_LT(testing::relative_error(four.params()[i]->grad, one.params()[i]->grad), 1e-6) << one.params()[i]->name;
+    // The AdamW update itself: m / sqrt(v) normalises each coordinate, so compare
+    // the applied deltas rather than the (much larger) weights.
+    Tensor delta_one = one.params()[i]->value.clone(), delta_four = four.params()[i]->value.clone();
+    add_scaled(delta_one, initial[i], -1.0);
+    add_scaled(delta_four, initial[i], -1.0);
+    EXPECT_LT(testing::relative_error(delta_four, delta_one), 1e-3) << one.params()[i]->name;
+  }
+}
+
+// A tokenized-corpus folder the loader reads: shards and their manifest.
+std::string write_corpus(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("amber_trainer_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* split : {"train", "val"}) {
+    const auto docs = make_documents(split[0] == 't' ? 120 : 20, split[0] == 't' ? 5 : 6);
+    std::vector<int32_t> tokens;
+    std::vector<uint64_t> offsets = {0};
+    for (const auto& d : docs) {
+      tokens.insert(tokens.end(), d.begin(), d.end());
+      offsets.push_back(tokens.size());
+    }
+    data::write_shard((dir / (std::string(split) + "-00000.bin")).string(), tokens, offsets, 64);
+  }
+  std::ofstream(dir / "manifest.json") << R"({"train": [{"file": "train-00000.bin"}], "val": [{"file": "val-00000.bin"}]})";
+  return dir.string();
+}
+
+RunConfig small_run(const std::string& corpus, const std::string& out) {
+  RunConfig c;
+  c.model = tiny_model();
+  c.train.steps = 6;
+  c.train.micro_batch_tokens = 256;
+  c.train.grad_accum = 2;
+  c.train.eval_every = 3;
+  c.train.checkpoint_every = 3;
+  c.train.keep_checkpoints = 5;
+  c.train.out_dir = out;
+  c.optimizer.name = "muon";
+  c.optimizer.lr = 3e-3;
+  c.data.dir = corpus;
+  c.data.max_seq_len = 64;
+  c.validate();
+  return c;
+}
+
+std::vector<double> train_losses(const std::string& out) {
+  std::ifstream in(fs::path(out) / "metrics.jsonl");
+  std::vector<double> losses;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+TEST(Trainer, ResumeContinuesBitForBit) {
+  const std::string corpus = write_corpus("resume");
+  const std::string straight = corpus + "_straight", resumed = corpus + "_resumed";
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+  Trainer(small_run(corpus, straight), {false, "", false}).run();
+  const std::vector<double> full = train_losses(straight);
+  ASSERT_EQ(full.size(), 6u);
+  EXPECT_LT(full.back(), full.front());  // it learns
+  // Resume from the step-3 checkpoint of the first run into a fresh folder.
+  Trainer(small_run(corpus, resumed), {false, straight + "/checkpoints/step-00000003", false}).run();
+  const std::vector<double> tail = train_losses(resumed);
+  ASSERT_EQ(tail.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tail[i], full[3 + i]) << "step " << 4 + i;
+  const SafetensorsFile a = load_safetensors(straight + "/checkpoints/step-00000006/model.safetensors");
+  const SafetensorsFile b = load_safetensors(resumed + "/checkpoints/step-00000006/model.safetensors");
+  for (const auto& [name, tensor] : a.tensors) EXPECT_EQ(tensor.to_doubles(), b.tensors.at(name).to_doubles()) << name;
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+  fs::remove_all(corpus);
+}
+
+TEST(Checkpoint, KillDuringWriteLeavesThePreviousCheckpointLoadable) {
+  const std::string out = (fs::temp_directory_path() / "amber_kill_test").string();
+  fs::remove_all(out);
+  ModelConfig big = tiny_model();
+  big.vocab_size = 20000;  // ~10 MB of weights, so a write takes long enough to interrupt
+  big.dim = 128;
+  big.heads = 4;
+  // Everything that uses OpenMP happens before fork(): a forked child must not enter
+  // a parallel region its parent's thread pool served.
+  LanguageModel model(big);
+  model.init_weights(1);
+  auto opt = build_optimizer({}, model.params());
+  for (int round = 0; round < 4; ++round) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (int64_t step = 1;; ++step) {
+        // Stamp every tensor with the step, so a torn checkpoint would show.
+        for (const auto& p : model.params()) p->value.data<float>()[0] = static_cast<float>(step);
+        save_checkpoint(out, step, model, *opt, {{"tokens_seen", step}}, 2);
+      }
+    }
+    // Let it finish at least one checkpoint, then kill it at an arbitrary moment.
+    for (int waited = 0; waited < 2000 && latest_checkpoint(out).empty(); ++waited) usleep(5000);
+    usleep(static_cast<useconds_t>(7000 * (round + 1)));
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    const std::string latest = latest_checkpoint(out);
+    ASSERT_FALSE(latest.empty());
+    LanguageModel loaded(big);
+    auto loaded_opt = build_optimizer({}, loaded.params());
+    const nlohmann::json state = load_checkpoint(latest, loaded, loaded_opt.get());
+    const double step = static_cast<double>(state.at("step").get<int64_t>());
+    for (const auto& p : loaded.params()) EXPECT_EQ(p->value.item(0), step) << p->name;
+    EXPECT_EQ(loaded.params()[3]->value.item(5), model.params()[3]->value.item(5));
+  }
+  fs::remove_all(out);
+}
+
+TEST(Checkpoint, CorruptOrMismatchedCheckpointsFailClearly) {
+  const std::string out = (fs::temp_directory_path() / "amber_corrupt_test").string();
+  fs::remove_all(out);
+  LanguageModel model(tiny_model());
+  auto opt = build_optimizer({}, model.params());
+  const std::string dir = save_checkpoint(out, 1, model, *opt, {{"tokens_seen", 0}}, 1);
+  ModelConfig wider = tiny_model();
+  wider.dim = 48;
+  wider.heads = 4;
+  LanguageModel other(wider);
+  try {
+    load_checkpoint(dir, other, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embed_tokens.weight' has shape [64, 32]"), std::string::npos) << e.what();
+  }
+  fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") / 2);
+  try {
+    load_checkpoint(dir, model, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_checkpoint(out + "/nowhere", model, nullptr), Error);
+  fs::remove_all(out);
+}
+
+TEST(RunConfig, UnknownSetKeyAndSectionFailWithSuggestions) {
+  const fs::path path = fs::temp_directory_path() / "amber_run_config.toml";
+  std::ofstream(path) << "[model]\ndim = 64\nheads = 4\n[train]\nsteps = 10\n[data]\ndir = \"x\"\nmax_seq_len = 128\n";
+  try {
+    load_run_config(path.string(), {"train.step=5"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean train.steps?"), std::string::npos) << e.what();
+  }
+  try {
+    load_run_config(path.string(), {"trian.steps=5"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean [train]?"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(load_run_config(path.string(), {"train.steps=5"}).train.steps, 5);
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace amber
