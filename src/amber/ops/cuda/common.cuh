@@ -101,4 +101,31 @@ inline int sm_count() {
   return counts[device];
 }
 
+// out[j] += sum over b of partial[b, j], b in order: the second, fixed-order half of
+// every deterministic parameter-gradient reduction.
+template <class P>
+__global__ void add_column_sums_kernel(const float* partial, int blocks, int64_t d, P* out) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  float s = to_f32(out[j]);
+  for (int b = 0; b < blocks; ++b) s += partial[b * d + j];
+  out[j] = from_f32<P>(s);
+}
+
+// grad (any GPU float dtype, d elements) += the column sums of partial [blocks, d] (f32).
+inline void add_column_sums(const Tensor& partial, Tensor& grad, const char* op) {
+  const int64_t d = partial.size(1);
+  require_contiguous(grad, op);
+  AMBER_CHECK(grad.numel() == d, op, ": gradient ", grad.shape(), " does not match ", d, " columns");
+  with_element_type(grad.dtype(), op, [&](auto tag) {
+    using P = decltype(tag);
+    const int threads = 256;
+    add_column_sums_kernel<P><<<static_cast<unsigned>((d + threads - 1) / threads), threads, 0,
+                                cudaStreamPerThread>>>(static_cast<const float*>(partial.raw()),
+                                                       static_cast<int>(partial.size(0)), d,
+                                                       static_cast<P*>(grad.raw()));
+  });
+  check_launch(op, grad.shape());
+}
+
 }  // namespace amber::cuda

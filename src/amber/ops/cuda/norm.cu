@@ -157,16 +157,6 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
     }
 }
 
-// out[j] += sum over b of partial[b, j], b in order.
-template <class P>
-__global__ void add_partials_kernel(const float* partial, int blocks, int64_t d, P* out) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= d) return;
-  float s = to_f32(out[j]);
-  for (int b = 0; b < blocks; ++b) s += partial[b * d + j];
-  out[j] = from_f32<P>(s);
-}
-
 int threads_for(int64_t groups) {
   int threads = 32;
   while (threads < groups && threads < 512) threads *= 2;
@@ -235,22 +225,6 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
   check_launch(c.op, x.shape());
 }
 
-// grad += the column sums of partial [blocks, d].
-void add_partials(const NormCall& c, const Tensor& partial, Tensor& grad, const char* what) {
-  require_contiguous(grad, c.op);
-  AMBER_CHECK(grad.numel() == c.d, c.op, ": ", what, " ", grad.shape(), " does not match ", c.d,
-              " columns");
-  with_element_type(grad.dtype(), c.op, [&](auto tag) {
-    using P = decltype(tag);
-    const int threads = 256;
-    add_partials_kernel<P><<<static_cast<unsigned>((c.d + threads - 1) / threads), threads, 0,
-                             cudaStreamPerThread>>>(static_cast<const float*>(partial.raw()),
-                                                    static_cast<int>(partial.size(0)), c.d,
-                                                    static_cast<P*>(grad.raw()));
-  });
-  check_launch(c.op, grad.shape());
-}
-
 void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const Tensor& weight,
                    const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   if (c.rows == 0) return;
@@ -287,8 +261,8 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
         want_db ? static_cast<float*>(db_partial.raw()) : nullptr, c.rows, rows_per_block, c.d);
   });
   check_launch(c.op, x.shape());
-  if (want_dw) add_partials(c, dw_partial, dweight, "weight gradient");
-  if (want_db) add_partials(c, db_partial, dbias, "bias gradient");
+  if (want_dw) add_column_sums(dw_partial, dweight, c.op);
+  if (want_db) add_column_sums(db_partial, dbias, c.op);
 }
 
 }  // namespace
