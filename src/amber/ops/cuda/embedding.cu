@@ -16,8 +16,9 @@ namespace {
 // synchronisation, so it stops the program: the message names the op and the token.
 __device__ __forceinline__ void check_id(int32_t id, int64_t vocab, int64_t token, const char* op) {
   if (id < 0 || id >= vocab) {
-    printf("amber %s: token id %d at position %lld is outside the vocabulary [0, %lld)\n", op, id,
-           static_cast<long long>(token), static_cast<long long>(vocab));
+    if (threadIdx.x == 0)
+      printf("amber %s: token id %d at position %lld is outside the vocabulary [0, %lld)\n", op, id,
+             static_cast<long long>(token), static_cast<long long>(vocab));
     __trap();
   }
 }

@@ -15,9 +15,10 @@ constexpr int kThreads = 512;
 
 __device__ __forceinline__ void check_target(int32_t y, int32_t ignore, int64_t vocab, int64_t token) {
   if (y != ignore && (y < 0 || y >= vocab)) {
-    printf("amber linear_cross_entropy: target %d at token %lld is outside the vocabulary [0, %lld) "
-           "and is not the ignore index %d\n",
-           y, static_cast<long long>(token), static_cast<long long>(vocab), ignore);
+    if (threadIdx.x == 0)
+      printf("amber linear_cross_entropy: target %d at token %lld is outside the vocabulary [0, %lld) "
+             "and is not the ignore index %d\n",
+             y, static_cast<long long>(token), static_cast<long long>(vocab), ignore);
     __trap();
   }
 }

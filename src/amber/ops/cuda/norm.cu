@@ -242,7 +242,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
     constexpr int N = Pack<T>::n;
     const bool packed = c.d % N == 0 && all_aligned({&dy, &x, &weight, &dx});
     auto kernel = packed ? norm_backward_kernel<T, N> : norm_backward_kernel<T, 1>;
-    if (smem > 48 * 1024) {
+    if (smem + 32 * sizeof(float) > 48 * 1024) {  // the static scratch counts too
       int device = 0, limit = 0;
       cudaGetDevice(&device);
       cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);

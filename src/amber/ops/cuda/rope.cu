@@ -27,7 +27,8 @@ __global__ void rope_kernel(const T* x, const int32_t* positions, const RopePara
   const int64_t t = blockIdx.x;
   const int32_t pos = positions[t];
   if (pos < 0) {
-    printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(t));
+    if (threadIdx.x == 0)
+      printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(t));
     __trap();
   }
   for (int i = threadIdx.x; i < p.half; i += blockDim.x) {
