@@ -1,5 +1,5 @@
 // GPU ops against the CPU oracle: every CUDA op runs on fresh Philox inputs next to
-// its CPU path, prints the relative error and checks it (f32 < 1e-5, bf16 < 1e-2),
+// its CPU path, prints the relative error and checks it (f32 < 1e-5, bf16/f16 < 1e-2),
 // with odd sizes, parameter-gradient accumulation, run-to-run determinism of the
 // backward reductions and outputs poisoned with NaN before the op.
 #include <gtest/gtest.h>
@@ -58,7 +58,7 @@ Tensor random_ids(int64_t n, int64_t range, uint64_t seed) {
 
 TEST(ElementwiseGpu, AddScaledAndScaleIntoMatchCpu) {
   REQUIRE_GPU();
-  for (DType dt : {DType::f32, DType::bf16}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (int64_t cols : {1000, 1003}) {
       const Tensor x = random_tensor({7, cols}, dt, 1), y = random_tensor({7, cols}, dt, 2);
       Tensor cx = x.clone(), gx = gpu(x);
@@ -81,7 +81,7 @@ TEST(ElementwiseGpu, AddScaledAndScaleIntoMatchCpu) {
 
 TEST(ActivationGpu, GatedAndPlainMatchCpu) {
   REQUIRE_GPU();
-  for (DType dt : {DType::f32, DType::bf16}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (int64_t width : {1000, 37}) {
       const Tensor gu = random_tensor({5, 2 * width}, dt, 10), dh = random_tensor({5, width}, dt, 11);
       for (int form = 0; form < 2; ++form) {
@@ -116,7 +116,7 @@ struct NormShape {
 
 TEST(NormGpu, RmsNormMatchesCpu) {
   REQUIRE_GPU();
-  for (DType dt : {DType::f32, DType::bf16}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}}) {
       const std::string tag = "rmsnorm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
       const Tensor x = random_tensor({s.rows, s.cols}, dt, 20, 2.0f);
@@ -256,7 +256,7 @@ TEST(RopeGpu, ForwardAndBackwardMatchCpu) {
 TEST(GemmGpu, EveryTransposeMatchesCpu) {
   REQUIRE_GPU();
   const int64_t m = 33, n = 65, k = 47;
-  for (DType dt : {DType::f32, DType::bf16}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       const std::string tag = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N");
