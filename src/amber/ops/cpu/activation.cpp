@@ -1,11 +1,11 @@
 // CPU activations: one element-wise template per form, with its exact derivative.
-#include "amber/ops/activation.h"
+#include "amber/ops/cpu/activation.h"
 
 #include <cmath>
 
 #include "amber/ops/cpu/dispatch.h"
 
-namespace amber {
+namespace amber::cpu {
 namespace {
 
 struct Silu {
@@ -39,21 +39,12 @@ struct GeluErf {
   }
 };
 
-int64_t glu_width(const Tensor& gate_up, const Tensor& h, const char* op) {
-  cpu::require_cpu(gate_up, op);
-  AMBER_CHECK(gate_up.ndim() == 2 && gate_up.size(1) % 2 == 0, op, ": gate_up ", gate_up.shape(),
-              " must be [N, 2H]");
-  AMBER_CHECK(h.ndim() == 2 && h.size(0) == gate_up.size(0) && h.size(1) * 2 == gate_up.size(1), op,
-              ": h ", h.shape(), " does not match gate_up ", gate_up.shape());
-  return h.size(1);
-}
-
 template <class Act>
-void glu_forward(const Tensor& gate_up, Tensor& h, const char* op) {
-  const int64_t width = glu_width(gate_up, h, op), rows = h.size(0);
-  cpu::with_compute_type(gate_up.dtype(), [&]<class T>() {
-    const Tensor in = cpu::widened<T>(gate_up);
-    cpu::Output<T> out(h);
+void glu_forward(const Tensor& gate_up, Tensor& h) {
+  const int64_t width = h.size(1), rows = h.size(0);
+  with_compute_type(gate_up.dtype(), [&]<class T>() {
+    const Tensor in = widened<T>(gate_up);
+    Output<T> out(h);
     const T* p = in.data<T>();
     T* o = out.data();
 #pragma omp parallel for if (rows * width > 65536)
@@ -65,12 +56,11 @@ void glu_forward(const Tensor& gate_up, Tensor& h, const char* op) {
 }
 
 template <class Act>
-void glu_backward(const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up, const char* op) {
-  const int64_t width = glu_width(gate_up, dh, op), rows = dh.size(0);
-  require_same_shape(gate_up, dgate_up, op);
-  cpu::with_compute_type(gate_up.dtype(), [&]<class T>() {
-    const Tensor in = cpu::widened<T>(gate_up), g = cpu::widened<T>(dh);
-    cpu::Output<T> out(dgate_up);
+void glu_backward(const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up) {
+  const int64_t width = dh.size(1), rows = dh.size(0);
+  with_compute_type(gate_up.dtype(), [&]<class T>() {
+    const Tensor in = widened<T>(gate_up), g = widened<T>(dh);
+    Output<T> out(dgate_up);
     const T *p = in.data<T>(), *pg = g.data<T>();
     T* o = out.data();
 #pragma omp parallel for if (rows * width > 65536)
@@ -87,21 +77,19 @@ void glu_backward(const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up, con
 
 }  // namespace
 
-void swiglu_forward(const Tensor& gate_up, Tensor& h) { glu_forward<Silu>(gate_up, h, "swiglu_forward"); }
+void swiglu_forward(const Tensor& gate_up, Tensor& h) { glu_forward<Silu>(gate_up, h); }
 void swiglu_backward(const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up) {
-  glu_backward<Silu>(dh, gate_up, dgate_up, "swiglu_backward");
+  glu_backward<Silu>(dh, gate_up, dgate_up);
 }
-void geglu_forward(const Tensor& gate_up, Tensor& h) { glu_forward<GeluTanh>(gate_up, h, "geglu_forward"); }
+void geglu_forward(const Tensor& gate_up, Tensor& h) { glu_forward<GeluTanh>(gate_up, h); }
 void geglu_backward(const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up) {
-  glu_backward<GeluTanh>(dh, gate_up, dgate_up, "geglu_backward");
+  glu_backward<GeluTanh>(dh, gate_up, dgate_up);
 }
 
 void gelu_forward(const Tensor& x, Tensor& y) {
-  cpu::require_cpu(x, "gelu_forward");
-  require_same_shape(x, y, "gelu_forward");
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor in = cpu::widened<T>(x);
-    cpu::Output<T> out(y);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor in = widened<T>(x);
+    Output<T> out(y);
     const T* p = in.data<T>();
     T* o = out.data();
     const int64_t n = x.numel();
@@ -112,11 +100,9 @@ void gelu_forward(const Tensor& x, Tensor& y) {
 }
 
 void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
-  cpu::require_cpu(x, "gelu_backward");
-  require_same_shape(x, dy, "gelu_backward");
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor in = cpu::widened<T>(x), g = cpu::widened<T>(dy);
-    cpu::Output<T> out(dx);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor in = widened<T>(x), g = widened<T>(dy);
+    Output<T> out(dx);
     const T *p = in.data<T>(), *pg = g.data<T>();
     T* o = out.data();
     const int64_t n = x.numel();
@@ -126,4 +112,4 @@ void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
   });
 }
 
-}  // namespace amber
+}  // namespace amber::cpu

@@ -1,15 +1,14 @@
-#include "amber/ops/elementwise.h"
+// CPU residual-stream helpers: fp32 (fp64 for f64) math, narrow outputs rounded once.
+#include "amber/ops/cpu/elementwise.h"
 
 #include "amber/ops/cpu/dispatch.h"
 
-namespace amber {
+namespace amber::cpu {
 
 void add_scaled(Tensor& x, const Tensor& y, double alpha) {
-  cpu::require_cpu(x, "add_scaled");
-  require_same_shape(x, y, "add_scaled");
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor yw = cpu::widened<T>(y);
-    cpu::Output<T> out(x, true);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor yw = widened<T>(y);
+    Output<T> out(x, true);
     T* p = out.data();
     const T* q = yw.data<T>();
     const T a = static_cast<T>(alpha);
@@ -21,11 +20,9 @@ void add_scaled(Tensor& x, const Tensor& y, double alpha) {
 }
 
 void scale_into(Tensor& out, const Tensor& in, double alpha) {
-  cpu::require_cpu(out, "scale_into");
-  require_same_shape(out, in, "scale_into");
-  cpu::with_compute_type(out.dtype(), [&]<class T>() {
-    const Tensor iw = cpu::widened<T>(in);
-    cpu::Output<T> o(out);
+  with_compute_type(out.dtype(), [&]<class T>() {
+    const Tensor iw = widened<T>(in);
+    Output<T> o(out);
     T* p = o.data();
     const T* q = iw.data<T>();
     const T a = static_cast<T>(alpha);
@@ -36,4 +33,4 @@ void scale_into(Tensor& out, const Tensor& in, double alpha) {
   });
 }
 
-}  // namespace amber
+}  // namespace amber::cpu

@@ -1,11 +1,11 @@
 // CPU GEMM and linear layers on OpenBLAS (sgemm/dgemm: fp32 or fp64 accumulate).
-#include "amber/ops/gemm.h"
+#include "amber/ops/cpu/gemm.h"
 
 #include <cblas.h>
 
 #include "amber/ops/cpu/dispatch.h"
 
-namespace amber {
+namespace amber::cpu {
 namespace {
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const float* a,
@@ -22,16 +22,11 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
 }  // namespace
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
-  cpu::require_cpu(a, "gemm");
-  AMBER_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "gemm takes 2-D tensors, got ",
-              a.shape(), " ", b.shape(), " ", c.shape());
   const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
-  const int64_t kb = tb ? b.size(1) : b.size(0), n = tb ? b.size(0) : b.size(1);
-  AMBER_CHECK(k == kb && c.size(0) == m && c.size(1) == n, "gemm shapes do not agree: op(a) ", m,
-              "x", k, ", op(b) ", kb, "x", n, ", c ", c.shape());
-  cpu::with_compute_type(c.dtype(), [&]<class T>() {
-    const Tensor aw = cpu::widened<T>(a), bw = cpu::widened<T>(b);
-    cpu::Output<T> out(c, beta != 0.0);
+  const int64_t n = tb ? b.size(0) : b.size(1);
+  with_compute_type(c.dtype(), [&]<class T>() {
+    const Tensor aw = widened<T>(a), bw = widened<T>(b);
+    Output<T> out(c, beta != 0.0);
     if (m > 0 && n > 0)
       blas_gemm(ta, tb, m, n, k, alpha, aw.data<T>(), a.size(1), bw.data<T>(), b.size(1), beta,
                 out.data(), n);
@@ -39,16 +34,10 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   });
 }
 
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
-  AMBER_CHECK(x.ndim() == 2 && w.ndim() == 2 && x.size(1) == w.size(1), "linear: input ",
-              x.shape(), " does not match weight ", w.shape(), " ([out, in])");
-  gemm(x, false, w, true, y);
-  if (!bias.defined()) return;
-  AMBER_CHECK(bias.ndim() == 1 && bias.size(0) == w.size(0), "linear: bias ", bias.shape(),
-              " does not match weight ", w.shape());
-  cpu::with_compute_type(y.dtype(), [&]<class T>() {
-    const Tensor bw = cpu::widened<T>(bias);
-    cpu::Output<T> out(y, true);
+void add_bias(Tensor& y, const Tensor& bias) {
+  with_compute_type(y.dtype(), [&]<class T>() {
+    const Tensor bw = widened<T>(bias);
+    Output<T> out(y, true);
     const T* b = bw.data<T>();
     T* p = out.data();
     const int64_t rows = y.size(0), cols = y.size(1);
@@ -59,17 +48,10 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
   });
 }
 
-void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                     Tensor& dbias) {
-  AMBER_CHECK(dy.ndim() == 2 && dy.size(0) == x.size(0) && dy.size(1) == w.size(0),
-              "linear backward: grad ", dy.shape(), " does not match input ", x.shape(),
-              " and weight ", w.shape());
-  if (dx.defined()) gemm(dy, false, w, false, dx);
-  gemm(dy, true, x, false, dw, 1.0, 1.0);
-  if (!dbias.defined()) return;
-  cpu::with_compute_type(dbias.dtype(), [&]<class T>() {
-    const Tensor g = cpu::widened<T>(dy);
-    cpu::Output<T> out(dbias, true);
+void bias_grad(const Tensor& dy, Tensor& dbias) {
+  with_compute_type(dbias.dtype(), [&]<class T>() {
+    const Tensor g = widened<T>(dy);
+    Output<T> out(dbias, true);
     const T* p = g.data<T>();
     T* db = out.data();
     const int64_t rows = dy.size(0), cols = dy.size(1);
@@ -84,4 +66,4 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor&
   });
 }
 
-}  // namespace amber
+}  // namespace amber::cpu

@@ -1,24 +1,15 @@
 // CPU chunked linear cross-entropy. Each chunk computes its logits with one GEMM,
 // reduces them to per-token losses, and (in the backward) turns them in place into
 // d(loss)/d(logits) before two GEMMs into dx and dw.
-#include "amber/ops/loss.h"
+#include "amber/ops/cpu/loss.h"
 
 #include <cmath>
 
 #include "amber/ops/cpu/dispatch.h"
 #include "amber/ops/gemm.h"
 
-namespace amber {
+namespace amber::cpu {
 namespace {
-
-void check_shapes(const Tensor& x, const Tensor& w, const Tensor& targets, const char* op) {
-  cpu::require_cpu(x, op);
-  AMBER_CHECK(x.ndim() == 2 && w.ndim() == 2 && x.size(1) == w.size(1), op, ": hidden ", x.shape(),
-              " does not match head weight ", w.shape(), " ([vocab, dim])");
-  AMBER_CHECK(targets.dtype() == DType::i32 && targets.numel() == x.size(0), op,
-              ": targets must be int32 [", x.size(0), "], got ", dtype_name(targets.dtype()), " ",
-              targets.shape());
-}
 
 // Validated up front: an exception must never leave an OpenMP region.
 void check_targets(const Tensor& targets, int64_t vocab, int32_t ignore, const char* op) {
@@ -33,21 +24,19 @@ void check_targets(const Tensor& targets, int64_t vocab, int32_t ignore, const c
 void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor& targets,
                                   const CrossEntropyOptions& o, Tensor& losses, Tensor& lse) {
   const char* op = "linear_cross_entropy_forward";
-  check_shapes(x, w, targets, op);
   const int64_t tokens = x.size(0), vocab = w.size(0);
-  AMBER_CHECK(o.chunk_tokens > 0, op, ": chunk_tokens must be positive");
   check_targets(targets, vocab, o.ignore_index, op);
   const int32_t* tg = targets.data<int32_t>();
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = cpu::widened<T>(x), ww = cpu::widened<T>(w);
-    cpu::Output<T> lo(losses), so(lse);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = widened<T>(x), ww = widened<T>(w);
+    Output<T> lo(losses), so(lse);
     T *pl = lo.data(), *ps = so.data();
     const int64_t chunk = std::min(o.chunk_tokens, std::max<int64_t>(tokens, 1));
     Tensor logits = Tensor::empty({chunk, vocab}, dtype_of<T>());
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
       const int64_t rows = std::min(chunk, tokens - t0);
       Tensor block = logits.slice(0, 0, rows);
-      gemm(xw.slice(0, t0, t0 + rows), false, ww, true, block);
+      amber::gemm(xw.slice(0, t0, t0 + rows), false, ww, true, block);
       const T* pz = block.data<T>();
 #pragma omp parallel for if (rows * vocab > 65536)
       for (int64_t r = 0; r < rows; ++r) {
@@ -72,15 +61,12 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
                                    const Tensor& targets, const Tensor& lse,
                                    const CrossEntropyOptions& o, Tensor& dx, Tensor& dw) {
   const char* op = "linear_cross_entropy_backward";
-  check_shapes(x, w, targets, op);
-  require_same_shape(x, dx, op);
-  require_same_shape(w, dw, op);
   const int64_t tokens = x.size(0), vocab = w.size(0);
   check_targets(targets, vocab, o.ignore_index, op);
   const int32_t* tg = targets.data<int32_t>();
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = cpu::widened<T>(x), ww = cpu::widened<T>(w);
-    const Tensor gl = cpu::widened<T>(dlosses), sl = cpu::widened<T>(lse);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = widened<T>(x), ww = widened<T>(w);
+    const Tensor gl = widened<T>(dlosses), sl = widened<T>(lse);
     const T *pg = gl.data<T>(), *ps = sl.data<T>();
     // Work in T directly inside dx and dw when they already have that type.
     Tensor dx_t = dx.dtype() == dtype_of<T>() ? dx : Tensor::empty(x.shape(), dtype_of<T>());
@@ -93,7 +79,7 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
       const int64_t rows = std::min(chunk, tokens - t0);
       Tensor block = logits.slice(0, 0, rows);
       const Tensor xs = xw.slice(0, t0, t0 + rows);
-      gemm(xs, false, ww, true, block);
+      amber::gemm(xs, false, ww, true, block);
       T* pz = block.data<T>();
       // d/dz of (lse - z_y + c*lse^2) = softmax * (1 + 2c*lse) - onehot(y)
 #pragma omp parallel for if (rows * vocab > 65536)
@@ -111,12 +97,12 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
         z[y] -= g;
       }
       Tensor dxs = dx_t.slice(0, t0, t0 + rows);
-      gemm(block, false, ww, false, dxs);
-      gemm(block, true, xs, false, dw_t, 1.0, 1.0);
+      amber::gemm(block, false, ww, false, dxs);
+      amber::gemm(block, true, xs, false, dw_t, 1.0, 1.0);
     }
     if (!dx_t.shares_storage_with(dx)) dx.copy_from(dx_t);
     if (!dw_t.shares_storage_with(dw)) dw.copy_from(dw_t);
   });
 }
 
-}  // namespace amber
+}  // namespace amber::cpu

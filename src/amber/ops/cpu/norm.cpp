@@ -1,13 +1,13 @@
 // CPU RMSNorm and LayerNorm. Weight gradients are reduced over fixed blocks of rows
 // and the blocks summed in order, so results do not depend on the thread count.
-#include "amber/ops/norm.h"
+#include "amber/ops/cpu/norm.h"
 
 #include <cmath>
 #include <vector>
 
 #include "amber/ops/cpu/dispatch.h"
 
-namespace amber {
+namespace amber::cpu {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
@@ -16,13 +16,8 @@ struct Rows {
   int64_t n, d;
 };
 
-Rows rows_of(const Tensor& x, const Tensor& weight, const char* op) {
-  AMBER_CHECK(x.ndim() >= 1, op, ": input must have at least one dimension");
-  cpu::require_cpu(x, op);
+Rows rows_of(const Tensor& x) {
   const int64_t d = x.size(-1);
-  if (weight.defined())
-    AMBER_CHECK(weight.ndim() == 1 && weight.size(0) == d, op, ": weight ", weight.shape(),
-                " does not match the last dimension of input ", x.shape());
   return {x.numel() / std::max<int64_t>(d, 1), d};
 }
 
@@ -35,16 +30,12 @@ void reduce_blocks(const std::vector<T>& partial, int64_t blocks, int64_t d, T* 
 
 }  // namespace
 
-DType norm_stat_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
-
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
-  const Rows r = rows_of(x, weight, "rmsnorm_forward");
-  require_same_shape(x, y, "rmsnorm_forward output");
-  AMBER_CHECK(rstd.numel() == r.n, "rmsnorm_forward: rstd needs ", r.n, " elements, has ", rstd.numel());
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = cpu::widened<T>(x);
-    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
-    cpu::Output<T> out(y), rs(rstd);
+  const Rows r = rows_of(x);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = widened<T>(x);
+    const Tensor ww = weight.defined() ? widened<T>(weight) : Tensor();
+    Output<T> out(y), rs(rstd);
     const T* px = xw.data<T>();
     const T* pw = ww.defined() ? ww.data<T>() : nullptr;
     T* py = out.data();
@@ -65,12 +56,11 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& 
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                       Tensor& dx, Tensor& dweight) {
-  const Rows r = rows_of(x, weight, "rmsnorm_backward");
-  require_same_shape(x, dy, "rmsnorm_backward grad");
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = cpu::widened<T>(x), gw = cpu::widened<T>(dy), rw = cpu::widened<T>(rstd);
-    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
-    cpu::Output<T> out(dx);
+  const Rows r = rows_of(x);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = widened<T>(x), gw = widened<T>(dy), rw = widened<T>(rstd);
+    const Tensor ww = weight.defined() ? widened<T>(weight) : Tensor();
+    Output<T> out(dx);
     const T *px = xw.data<T>(), *pg = gw.data<T>(), *pr = rw.data<T>();
     const T* pw = ww.defined() ? ww.data<T>() : nullptr;
     T* pdx = out.data();
@@ -93,7 +83,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
     }
     out.store();
     if (pw) {
-      cpu::Output<T> dwo(dweight, true);
+      Output<T> dwo(dweight, true);
       reduce_blocks(partial, blocks, r.d, dwo.data());
       dwo.store();
     }
@@ -102,16 +92,12 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
 
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                        Tensor& y, Tensor& mean, Tensor& rstd) {
-  const Rows r = rows_of(x, weight, "layernorm_forward");
-  require_same_shape(x, y, "layernorm_forward output");
-  if (bias.defined())
-    AMBER_CHECK(bias.ndim() == 1 && bias.size(0) == r.d, "layernorm_forward: bias ", bias.shape(),
-                " does not match input ", x.shape());
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = cpu::widened<T>(x);
-    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
-    const Tensor bw = bias.defined() ? cpu::widened<T>(bias) : Tensor();
-    cpu::Output<T> out(y), mo(mean), ro(rstd);
+  const Rows r = rows_of(x);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = widened<T>(x);
+    const Tensor ww = weight.defined() ? widened<T>(weight) : Tensor();
+    const Tensor bw = bias.defined() ? widened<T>(bias) : Tensor();
+    Output<T> out(y), mo(mean), ro(rstd);
     const T* px = xw.data<T>();
     const T* pw = ww.defined() ? ww.data<T>() : nullptr;
     const T* pb = bw.defined() ? bw.data<T>() : nullptr;
@@ -138,13 +124,12 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
-  const Rows r = rows_of(x, weight, "layernorm_backward");
-  require_same_shape(x, dy, "layernorm_backward grad");
-  cpu::with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = cpu::widened<T>(x), gw = cpu::widened<T>(dy);
-    const Tensor mw = cpu::widened<T>(mean), rw = cpu::widened<T>(rstd);
-    const Tensor ww = weight.defined() ? cpu::widened<T>(weight) : Tensor();
-    cpu::Output<T> out(dx);
+  const Rows r = rows_of(x);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor xw = widened<T>(x), gw = widened<T>(dy);
+    const Tensor mw = widened<T>(mean), rw = widened<T>(rstd);
+    const Tensor ww = weight.defined() ? widened<T>(weight) : Tensor();
+    Output<T> out(dx);
     const T *px = xw.data<T>(), *pg = gw.data<T>(), *pm = mw.data<T>(), *pr = rw.data<T>();
     const T* pw = ww.defined() ? ww.data<T>() : nullptr;
     T* pdx = out.data();
@@ -175,16 +160,16 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
     }
     out.store();
     if (want_dw) {
-      cpu::Output<T> o(dweight, true);
+      Output<T> o(dweight, true);
       reduce_blocks(pdw, blocks, r.d, o.data());
       o.store();
     }
     if (want_db) {
-      cpu::Output<T> o(dbias, true);
+      Output<T> o(dbias, true);
       reduce_blocks(pdb, blocks, r.d, o.data());
       o.store();
     }
   });
 }
 
-}  // namespace amber
+}  // namespace amber::cpu

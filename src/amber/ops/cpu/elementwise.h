@@ -1,0 +1,11 @@
+// CPU implementations behind ops/elementwise.h (inputs validated by the entry points).
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber::cpu {
+
+void add_scaled(Tensor& x, const Tensor& y, double alpha);
+void scale_into(Tensor& out, const Tensor& in, double alpha);
+
+}  // namespace amber::cpu

@@ -1,0 +1,131 @@
+// Shared device plumbing of the CUDA ops: fp32 conversions for the three element
+// types, 16-byte packs, block reductions, the dtype switch and the launch check.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "amber/core/tensor.h"
+
+namespace amber::cuda {
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+template <class T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+// 16 bytes of T: the widest access one thread makes in the memory-bound kernels.
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int n = 16 / sizeof(T);
+  T v[n];
+};
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024), returned to every
+// thread. `scratch` holds 32 floats; the trailing barrier lets callers reuse it.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = lane < warps ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = lane < warps ? scratch[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __syncthreads();
+  return m;
+}
+
+// Calls fn(T{}) with T the element type of a GPU float dtype (f32, bf16, f16).
+template <class Fn>
+void with_element_type(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: fn(float{}); return;
+    case DType::bf16: fn(__nv_bfloat16{}); return;
+    case DType::f16: fn(__half{}); return;
+    default:
+      fail(op, ": CUDA kernels take f32, bf16 or f16 tensors, got ", dtype_name(dtype),
+           "; run f64 (gradient checks) on the CPU");
+  }
+}
+
+// Every launch is checked right away so a failure names the op and the shape.
+inline void check_launch(const char* op, const Shape& shape) {
+  const cudaError_t status = cudaGetLastError();
+  AMBER_CHECK(status == cudaSuccess, op, ": CUDA kernel launch failed for shape ", shape, ": ",
+              cudaGetErrorString(status));
+}
+
+// Blocks for a grid-stride loop over `work` items: enough to fill the GPU, no more.
+inline unsigned grid_for(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
+}
+
+// Multiprocessors of the current device, read once per device (inline: one cache
+// shared by every file).
+inline int sm_count() {
+  static int counts[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (counts[device] == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    counts[device] = n > 0 ? n : 1;
+  }
+  return counts[device];
+}
+
+// out[j] += sum over b of partial[b, j], b in order: the second, fixed-order half of
+// every deterministic parameter-gradient reduction.
+template <class P>
+__global__ void add_column_sums_kernel(const float* partial, int blocks, int64_t d, P* out) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  float s = to_f32(out[j]);
+  for (int b = 0; b < blocks; ++b) s += partial[b * d + j];
+  out[j] = from_f32<P>(s);
+}
+
+// grad (any GPU float dtype, d elements) += the column sums of partial [blocks, d] (f32).
+inline void add_column_sums(const Tensor& partial, Tensor& grad, const char* op) {
+  const int64_t d = partial.size(1);
+  require_contiguous(grad, op);
+  AMBER_CHECK(grad.numel() == d, op, ": gradient ", grad.shape(), " does not match ", d, " columns");
+  with_element_type(grad.dtype(), op, [&](auto tag) {
+    using P = decltype(tag);
+    const int threads = 256;
+    add_column_sums_kernel<P><<<static_cast<unsigned>((d + threads - 1) / threads), threads, 0,
+                                cudaStreamPerThread>>>(static_cast<const float*>(partial.raw()),
+                                                       static_cast<int>(partial.size(0)), d,
+                                                       static_cast<P*>(grad.raw()));
+  });
+  check_launch(op, grad.shape());
+}
+
+}  // namespace amber::cuda

@@ -1,0 +1,12 @@
+// CUDA implementations behind ops/elementwise.h: contiguous f32/bf16/f16 tensors of
+// one dtype, fp32 math, 16-byte accesses where alignment allows.
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber::cuda {
+
+void add_scaled(Tensor& x, const Tensor& y, double alpha);
+void scale_into(Tensor& out, const Tensor& in, double alpha);
+
+}  // namespace amber::cuda

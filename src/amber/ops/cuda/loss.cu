@@ -1,0 +1,144 @@
+// CUDA chunked linear cross-entropy with z-loss. Only chunk_tokens x V logits exist
+// at once: cuBLASLt writes them in f32 into one buffer reused by every chunk, a row
+// kernel reduces them (and, in the backward, turns them into d(loss)/d(logits) in the
+// operand dtype), and two cuBLASLt products give dx and dw (+=).
+#include <cstdio>
+
+#include "amber/ops/cuda/common.cuh"
+#include "amber/ops/cuda/gemm.h"
+#include "amber/ops/cuda/loss.h"
+
+namespace amber::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+
+__device__ __forceinline__ void check_target(int32_t y, int32_t ignore, int64_t vocab, int64_t token) {
+  if (y != ignore && (y < 0 || y >= vocab)) {
+    if (threadIdx.x == 0)
+      printf("amber linear_cross_entropy: target %d at token %lld is outside the vocabulary [0, %lld) "
+             "and is not the ignore index %d\n",
+             y, static_cast<long long>(token), static_cast<long long>(vocab), ignore);
+    __trap();
+  }
+}
+
+// Log-sum-exp of one f32 row of logits, returned to every thread of the block.
+__device__ float row_lse(const float* z, int64_t vocab, float* scratch) {
+  float m = -INFINITY;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) m = fmaxf(m, z[v]);
+  m = block_max(m, scratch);
+  float s = 0.0f;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) s += expf(z[v] - m);
+  return m + logf(block_sum(s, scratch));
+}
+
+// One block per token row of the chunk: lse and loss = lse - z[y] + zw * lse^2.
+__global__ void ce_forward_kernel(const float* logits, const int32_t* targets, int64_t vocab,
+                                  int32_t ignore, float z_weight, int64_t first_token, float* losses,
+                                  float* lse) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* z = logits + r * vocab;
+  const int32_t y = targets[r];
+  check_target(y, ignore, vocab, first_token + r);
+  const float l = row_lse(z, vocab, scratch);
+  if (threadIdx.x == 0) {
+    lse[r] = l;
+    losses[r] = y == ignore ? 0.0f : l - z[y] + z_weight * l * l;
+  }
+}
+
+// grad[r, v] = softmax(z)[v] * dloss * (1 + 2 zw lse) - dloss * [v == y]; zero rows
+// for ignored tokens. grad may be the logits buffer itself (f32), element by element.
+template <class G>
+__global__ void ce_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
+                                   const float* dlosses, int64_t vocab, int32_t ignore, float z_weight,
+                                   int64_t first_token, G* grad) {
+  const int64_t r = blockIdx.x;
+  const int32_t y = targets[r];
+  check_target(y, ignore, vocab, first_token + r);
+  const float* z = logits + r * vocab;
+  G* out = grad + r * vocab;
+  if (y == ignore) {
+    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) out[v] = from_f32<G>(0.0f);
+    return;
+  }
+  const float l = lse[r], g = dlosses[r];
+  const float scale = g * (1.0f + 2.0f * z_weight * l);
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const float p = expf(z[v] - l) * scale;
+    out[v] = from_f32<G>(v == y ? p - g : p);
+  }
+}
+
+void require_f32(const Tensor& t, const char* what, const char* op) {
+  require_contiguous(t, op);
+  AMBER_CHECK(t.dtype() == DType::f32, op, ": ", what, " must be f32 on the GPU, got ",
+              dtype_name(t.dtype()));
+}
+
+int64_t chunk_rows(const CrossEntropyOptions& o, int64_t tokens) {
+  return o.chunk_tokens < tokens ? o.chunk_tokens : (tokens > 0 ? tokens : 1);
+}
+
+}  // namespace
+
+void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor& targets,
+                                  const CrossEntropyOptions& o, Tensor& losses, Tensor& lse) {
+  const char* op = "linear_cross_entropy_forward";
+  require_contiguous(targets, op);
+  require_f32(losses, "losses", op);
+  require_f32(lse, "lse", op);
+  const int64_t tokens = x.size(0), vocab = w.size(0);
+  if (tokens == 0) return;
+  AMBER_CHECK(vocab > 0, op, ": empty vocabulary");
+  const int64_t chunk = chunk_rows(o, tokens);
+  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, x.device());
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t rows = chunk < tokens - t0 ? chunk : tokens - t0;
+    Tensor block = logits.slice(0, 0, rows);
+    gemm(x.slice(0, t0, t0 + rows), false, w, true, block, 1.0, 0.0);
+    ce_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<const float*>(block.raw()), static_cast<const int32_t*>(targets.raw()) + t0, vocab,
+        o.ignore_index, static_cast<float>(o.z_loss_weight), t0, static_cast<float*>(losses.raw()) + t0,
+        static_cast<float*>(lse.raw()) + t0);
+    check_launch(op, block.shape());
+  }
+}
+
+void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
+                                   const Tensor& targets, const Tensor& lse,
+                                   const CrossEntropyOptions& o, Tensor& dx, Tensor& dw) {
+  const char* op = "linear_cross_entropy_backward";
+  require_contiguous(targets, op);
+  require_f32(dlosses, "dlosses", op);
+  require_f32(lse, "lse", op);
+  const int64_t tokens = x.size(0), vocab = w.size(0);
+  if (tokens == 0) return;
+  AMBER_CHECK(vocab > 0, op, ": empty vocabulary");
+  const int64_t chunk = chunk_rows(o, tokens);
+  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, x.device());
+  // The gradient feeds cuBLASLt next to w, so it takes w's dtype; for f32 it simply
+  // overwrites the logits.
+  Tensor grad = w.dtype() == DType::f32 ? logits : Tensor::empty({chunk, vocab}, w.dtype(), x.device());
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t rows = chunk < tokens - t0 ? chunk : tokens - t0;
+    Tensor block = logits.slice(0, 0, rows), gblock = grad.slice(0, 0, rows);
+    const Tensor xs = x.slice(0, t0, t0 + rows);
+    gemm(xs, false, w, true, block, 1.0, 0.0);
+    with_element_type(grad.dtype(), op, [&](auto tag) {
+      using G = decltype(tag);
+      ce_backward_kernel<G><<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(
+          static_cast<const float*>(block.raw()), static_cast<const int32_t*>(targets.raw()) + t0,
+          static_cast<const float*>(lse.raw()) + t0, static_cast<const float*>(dlosses.raw()) + t0, vocab,
+          o.ignore_index, static_cast<float>(o.z_loss_weight), t0, static_cast<G*>(gblock.raw()));
+    });
+    check_launch(op, block.shape());
+    Tensor dxs = dx.slice(0, t0, t0 + rows);
+    gemm(gblock, false, w, false, dxs, 1.0, 0.0);
+    gemm(gblock, true, xs, false, dw, 1.0, 1.0);
+  }
+}
+
+}  // namespace amber::cuda

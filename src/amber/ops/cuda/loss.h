@@ -1,0 +1,16 @@
+// CUDA implementations behind ops/loss.h: per token chunk, cuBLASLt logits into a reused
+// f32 buffer, one row kernel for softmax, loss and gradient, then cuBLASLt for dx and dw.
+#pragma once
+
+#include "amber/core/tensor.h"
+#include "amber/ops/loss.h"
+
+namespace amber::cuda {
+
+void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor& targets,
+                                  const CrossEntropyOptions& options, Tensor& losses, Tensor& lse);
+void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
+                                   const Tensor& targets, const Tensor& lse,
+                                   const CrossEntropyOptions& options, Tensor& dx, Tensor& dw);
+
+}  // namespace amber::cuda

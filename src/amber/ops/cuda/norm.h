@@ -1,0 +1,17 @@
+// CUDA implementations behind ops/norm.h: contiguous f32/bf16/f16 rows, fp32 statistics,
+// weight gradients reduced deterministically through per-block partial sums.
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber::cuda {
+
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd);
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                      Tensor& dx, Tensor& dweight);
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                       Tensor& y, Tensor& mean, Tensor& rstd);
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+
+}  // namespace amber::cuda

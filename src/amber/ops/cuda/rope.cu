@@ -1,0 +1,101 @@
+// CUDA RoPE (rotate-half, partial rotary pass-through). Each block forms its token's
+// cos/sin row in double from integer positions, exactly as the CPU does, rounds it
+// to float in shared memory, and rotates every head of the token; y may alias x.
+#include <cstdio>
+
+#include "amber/ops/cuda/common.cuh"
+#include "amber/ops/cuda/rope.h"
+
+namespace amber::cuda {
+namespace {
+
+constexpr int kMaxHalf = 256;  // rotary_dim up to 512
+
+// Passed by value (about 2 KB of kernel parameters): no device copy of the table,
+// so the op neither allocates nor synchronises.
+struct RopeParams {
+  double inv_freq[kMaxHalf];
+  double cos_scale;  // attention_scale
+  double sin_scale;  // attention_scale, negated for the backward
+  int half, rotary_dim, dim;
+};
+
+template <class T>
+__global__ void rope_kernel(const T* x, const int32_t* positions, const RopeParams p, T* y,
+                            int64_t heads) {
+  __shared__ float cos_row[kMaxHalf], sin_row[kMaxHalf];
+  const int64_t t = blockIdx.x;
+  const int32_t pos = positions[t];
+  if (pos < 0) {
+    if (threadIdx.x == 0)
+      printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(t));
+    __trap();
+  }
+  for (int i = threadIdx.x; i < p.half; i += blockDim.x) {
+    const double angle = pos * p.inv_freq[i];
+    cos_row[i] = static_cast<float>(cos(angle) * p.cos_scale);
+    sin_row[i] = static_cast<float>(sin(angle) * p.sin_scale);
+  }
+  __syncthreads();
+  const int pass = p.dim - p.rotary_dim;
+  const int per_head = p.half + pass;
+  const T* in = x + t * heads * p.dim;
+  T* out = y + t * heads * p.dim;
+  for (int64_t k = threadIdx.x; k < heads * per_head; k += blockDim.x) {
+    const int64_t h = k / per_head;
+    const int r = static_cast<int>(k % per_head);
+    const T* hi = in + h * p.dim;
+    T* ho = out + h * p.dim;
+    if (r < p.half) {
+      const float a = to_f32(hi[r]), b = to_f32(hi[r + p.half]);
+      const float c = cos_row[r], s = sin_row[r];
+      ho[r] = from_f32<T>(a * c - b * s);
+      ho[r + p.half] = from_f32<T>(b * c + a * s);
+    } else {
+      const int j = p.rotary_dim + (r - p.half);
+      ho[j] = hi[j];
+    }
+  }
+}
+
+void rope_apply(const Tensor& x, const Tensor& positions, const RopeTable& table, Tensor& y, double sign,
+                const char* op) {
+  require_contiguous(x, op);
+  require_contiguous(y, op);
+  require_contiguous(positions, op);
+  AMBER_CHECK(x.dtype() == y.dtype(), op, ": on the GPU input and output need one dtype, got ",
+              dtype_name(x.dtype()), " and ", dtype_name(y.dtype()));
+  const int half = table.rotary_dim / 2;
+  AMBER_CHECK(half <= kMaxHalf && static_cast<int>(table.inv_freq.size()) == half, op,
+              ": rotary dimension ", table.rotary_dim, " exceeds the GPU kernel's limit of ",
+              2 * kMaxHalf);
+  const int64_t tokens = x.size(0), heads = x.size(1);
+  if (tokens == 0 || heads == 0) return;
+  RopeParams p{};
+  for (int i = 0; i < half; ++i) p.inv_freq[i] = table.inv_freq[i];
+  p.cos_scale = table.attention_scale;
+  p.sin_scale = sign * table.attention_scale;
+  p.half = half;
+  p.rotary_dim = table.rotary_dim;
+  p.dim = table.head_dim;
+  with_element_type(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    rope_kernel<T><<<static_cast<unsigned>(tokens), 128, 0, cudaStreamPerThread>>>(
+        static_cast<const T*>(x.raw()), static_cast<const int32_t*>(positions.raw()), p,
+        static_cast<T*>(y.raw()), heads);
+  });
+  check_launch(op, x.shape());
+}
+
+}  // namespace
+
+void rope_forward(const Tensor& x, const Tensor& positions, const RopeTable& table, Tensor& y) {
+  rope_apply(x, positions, table, y, 1.0, "rope_forward");
+}
+
+void rope_backward(const Tensor& dy, const Tensor& positions, const RopeTable& table, Tensor& dx) {
+  // The transpose of the rotation: the same scale, the negated angle.
+  rope_apply(dy, positions, table, dx, -1.0, "rope_backward");
+}
+
+}  // namespace amber::cuda

@@ -1,0 +1,23 @@
+// Entry points of ops/elementwise.h: shared validation, then the device switch.
+#include "amber/ops/elementwise.h"
+
+#include "amber/ops/cpu/elementwise.h"
+#include "amber/ops/cuda/elementwise.h"
+#include "amber/ops/device_switch.h"
+
+namespace amber {
+
+void add_scaled(Tensor& x, const Tensor& y, double alpha) {
+  require_same_shape(x, y, "add_scaled");
+  const Device device = ops::common_device("add_scaled", {&x, &y});
+  AMBER_ON_DEVICE(device, "add_scaled", cuda::add_scaled(x, y, alpha), cpu::add_scaled(x, y, alpha));
+}
+
+void scale_into(Tensor& out, const Tensor& in, double alpha) {
+  require_same_shape(out, in, "scale_into");
+  const Device device = ops::common_device("scale_into", {&out, &in});
+  AMBER_ON_DEVICE(device, "scale_into", cuda::scale_into(out, in, alpha),
+                  cpu::scale_into(out, in, alpha));
+}
+
+}  // namespace amber

@@ -1,0 +1,47 @@
+// Entry points of ops/gemm.h: shared validation, then the device switch. The linear
+// layer is composed here from gemm and the bias helpers of each device.
+#include "amber/ops/gemm.h"
+
+#include "amber/ops/cpu/gemm.h"
+#include "amber/ops/cuda/gemm.h"
+#include "amber/ops/device_switch.h"
+
+namespace amber {
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+  AMBER_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "gemm takes 2-D tensors, got ",
+              a.shape(), " ", b.shape(), " ", c.shape());
+  const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
+  const int64_t kb = tb ? b.size(1) : b.size(0), n = tb ? b.size(0) : b.size(1);
+  AMBER_CHECK(k == kb && c.size(0) == m && c.size(1) == n, "gemm shapes do not agree: op(a) ", m,
+              "x", k, ", op(b) ", kb, "x", n, ", c ", c.shape());
+  AMBER_ON_DEVICE(ops::common_device("gemm", {&a, &b, &c}), "gemm",
+                  cuda::gemm(a, ta, b, tb, c, alpha, beta), cpu::gemm(a, ta, b, tb, c, alpha, beta));
+}
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  AMBER_CHECK(x.ndim() == 2 && w.ndim() == 2 && x.size(1) == w.size(1), "linear: input ",
+              x.shape(), " does not match weight ", w.shape(), " ([out, in])");
+  gemm(x, false, w, true, y);
+  if (!bias.defined()) return;
+  AMBER_CHECK(bias.ndim() == 1 && bias.size(0) == w.size(0), "linear: bias ", bias.shape(),
+              " does not match weight ", w.shape());
+  AMBER_ON_DEVICE(ops::common_device("linear_forward", {&y, &bias}), "linear_forward",
+                  cuda::add_bias(y, bias), cpu::add_bias(y, bias));
+}
+
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                     Tensor& dbias) {
+  AMBER_CHECK(dy.ndim() == 2 && dy.size(0) == x.size(0) && dy.size(1) == w.size(0),
+              "linear backward: grad ", dy.shape(), " does not match input ", x.shape(),
+              " and weight ", w.shape());
+  if (dx.defined()) gemm(dy, false, w, false, dx);
+  gemm(dy, true, x, false, dw, 1.0, 1.0);
+  if (!dbias.defined()) return;
+  AMBER_CHECK(dbias.numel() == dy.size(1), "linear backward: bias grad ", dbias.shape(),
+              " does not match grad ", dy.shape());
+  AMBER_ON_DEVICE(ops::common_device("linear_backward", {&dy, &dbias}), "linear_backward",
+                  cuda::bias_grad(dy, dbias), cpu::bias_grad(dy, dbias));
+}
+
+}  // namespace amber

@@ -1,0 +1,77 @@
+// Entry points of ops/norm.h: shared validation, then the device switch.
+#include "amber/ops/norm.h"
+
+#include "amber/ops/cpu/norm.h"
+#include "amber/ops/cuda/norm.h"
+#include "amber/ops/device_switch.h"
+
+namespace amber {
+namespace {
+
+void check_rows(const Tensor& x, const Tensor& weight, const char* op) {
+  AMBER_CHECK(x.ndim() >= 1, op, ": input must have at least one dimension");
+  if (weight.defined())
+    AMBER_CHECK(weight.ndim() == 1 && weight.size(0) == x.size(-1), op, ": weight ", weight.shape(),
+                " does not match the last dimension of input ", x.shape());
+}
+
+void check_stat(const Tensor& x, const Tensor& stat, const char* what, const char* op) {
+  const int64_t rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
+  AMBER_CHECK(stat.numel() == rows, op, ": ", what, " needs ", rows, " elements, has ", stat.numel());
+}
+
+}  // namespace
+
+DType norm_stat_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
+  const char* op = "rmsnorm_forward";
+  check_rows(x, weight, op);
+  require_same_shape(x, y, "rmsnorm_forward output");
+  check_stat(x, rstd, "rstd", op);
+  AMBER_ON_DEVICE(ops::common_device(op, {&x, &weight, &y, &rstd}), op,
+                  cuda::rmsnorm_forward(x, weight, eps, y, rstd),
+                  cpu::rmsnorm_forward(x, weight, eps, y, rstd));
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                      Tensor& dx, Tensor& dweight) {
+  const char* op = "rmsnorm_backward";
+  check_rows(x, weight, op);
+  require_same_shape(x, dy, "rmsnorm_backward grad");
+  require_same_shape(x, dx, "rmsnorm_backward input grad");
+  check_stat(x, rstd, "rstd", op);
+  AMBER_ON_DEVICE(ops::common_device(op, {&dy, &x, &weight, &rstd, &dx, &dweight}), op,
+                  cuda::rmsnorm_backward(dy, x, weight, rstd, dx, dweight),
+                  cpu::rmsnorm_backward(dy, x, weight, rstd, dx, dweight));
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                       Tensor& y, Tensor& mean, Tensor& rstd) {
+  const char* op = "layernorm_forward";
+  check_rows(x, weight, op);
+  require_same_shape(x, y, "layernorm_forward output");
+  if (bias.defined())
+    AMBER_CHECK(bias.ndim() == 1 && bias.size(0) == x.size(-1), "layernorm_forward: bias ",
+                bias.shape(), " does not match input ", x.shape());
+  check_stat(x, mean, "mean", op);
+  check_stat(x, rstd, "rstd", op);
+  AMBER_ON_DEVICE(ops::common_device(op, {&x, &weight, &bias, &y, &mean, &rstd}), op,
+                  cuda::layernorm_forward(x, weight, bias, eps, y, mean, rstd),
+                  cpu::layernorm_forward(x, weight, bias, eps, y, mean, rstd));
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const char* op = "layernorm_backward";
+  check_rows(x, weight, op);
+  require_same_shape(x, dy, "layernorm_backward grad");
+  require_same_shape(x, dx, "layernorm_backward input grad");
+  check_stat(x, mean, "mean", op);
+  check_stat(x, rstd, "rstd", op);
+  AMBER_ON_DEVICE(ops::common_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}), op,
+                  cuda::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias),
+                  cpu::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias));
+}
+
+}  // namespace amber

@@ -1,0 +1,335 @@
+// GPU ops against the CPU oracle: every CUDA op runs on fresh Philox inputs next to
+// its CPU path, prints the relative error and checks it (f32 < 1e-5, bf16/f16 < 1e-2),
+// with odd sizes, parameter-gradient accumulation, run-to-run determinism of the
+// backward reductions and outputs poisoned with NaN before the op.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "amber/ops/activation.h"
+#include "amber/ops/elementwise.h"
+#include "amber/ops/embedding.h"
+#include "amber/ops/gemm.h"
+#include "amber/ops/loss.h"
+#include "amber/ops/norm.h"
+#include "amber/ops/rope.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+
+#define REQUIRE_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+double limit(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-2; }
+
+// Compares a GPU result with the CPU reference; NaN anywhere fails.
+void expect_close(const std::string& what, const Tensor& on_gpu, const Tensor& on_cpu, DType dt) {
+  const double err = testing::relative_error(on_gpu.to(Device::cpu()), on_cpu);
+  std::cout << what << " " << dtype_name(dt) << " rel err " << err << "\n";
+  ASSERT_TRUE(std::isfinite(err)) << what << ": NaN or infinity in the GPU result";
+  EXPECT_LT(err, limit(dt)) << what;
+}
+
+// Both results as doubles, asserted equal bit for bit.
+void expect_identical(const std::string& what, const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to(Device::cpu()).to_doubles(), y = b.to(Device::cpu()).to_doubles();
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], y[i]) << what << " differs at " << i;
+}
+
+Tensor nan_tensor(Shape shape, DType dt) { return gpu(Tensor::full(shape, NAN, dt)); }
+
+// Token ids (or positions) in [0, range) with repeats, drawn from the Philox stream.
+Tensor random_ids(int64_t n, int64_t range, uint64_t seed) {
+  const std::vector<double> r = random_tensor({n}, DType::f64, seed).to_doubles();
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[i] = static_cast<int32_t>(static_cast<int64_t>(std::floor(std::fabs(r[i]) * 997.0)) % range);
+  return Tensor::from_vector(ids, {n});
+}
+
+TEST(ElementwiseGpu, AddScaledAndScaleIntoMatchCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (int64_t cols : {1000, 1003}) {
+      const Tensor x = random_tensor({7, cols}, dt, 1), y = random_tensor({7, cols}, dt, 2);
+      Tensor cx = x.clone(), gx = gpu(x);
+      add_scaled(cx, y, -0.75);
+      add_scaled(gx, gpu(y), -0.75);
+      expect_close("add_scaled " + std::to_string(cols), gx, cx, dt);
+      Tensor cout_ = Tensor::empty(x.shape(), dt), gout = nan_tensor(x.shape(), dt);
+      scale_into(cout_, y, 1.5);
+      scale_into(gout, gpu(y), 1.5);
+      expect_close("scale_into (poisoned) " + std::to_string(cols), gout, cout_, dt);
+    }
+    // A view one element in: misaligned for 16-byte packs, so the scalar path runs.
+    const Tensor base = random_tensor({1025}, dt, 3), y = random_tensor({1024}, dt, 4);
+    Tensor c = base.slice(0, 1, 1025).clone(), g = gpu(base).slice(0, 1, 1025);
+    add_scaled(c, y, 2.0);
+    add_scaled(g, gpu(y), 2.0);
+    expect_close("add_scaled misaligned", g, c, dt);
+  }
+}
+
+TEST(ActivationGpu, GatedAndPlainMatchCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (int64_t width : {1000, 37}) {
+      const Tensor gu = random_tensor({5, 2 * width}, dt, 10), dh = random_tensor({5, width}, dt, 11);
+      for (int form = 0; form < 2; ++form) {
+        const std::string name = std::string(form == 0 ? "swiglu" : "geglu") + " " + std::to_string(width);
+        auto fwd = form == 0 ? swiglu_forward : geglu_forward;
+        auto bwd = form == 0 ? swiglu_backward : geglu_backward;
+        Tensor ch = Tensor::empty({5, width}, dt), gh = nan_tensor({5, width}, dt);
+        fwd(gu, ch);
+        fwd(gpu(gu), gh);
+        expect_close(name + " forward", gh, ch, dt);
+        Tensor cd = Tensor::empty(gu.shape(), dt), gd = nan_tensor(gu.shape(), dt);
+        bwd(dh, gu, cd);
+        bwd(gpu(dh), gpu(gu), gd);
+        expect_close(name + " backward", gd, cd, dt);
+      }
+    }
+    const Tensor x = random_tensor({9, 1001}, dt, 12, 2.0f), dy = random_tensor({9, 1001}, dt, 13);
+    Tensor cy = Tensor::empty(x.shape(), dt), gy = nan_tensor(x.shape(), dt);
+    gelu_forward(x, cy);
+    gelu_forward(gpu(x), gy);
+    expect_close("gelu forward", gy, cy, dt);
+    Tensor cdx = Tensor::empty(x.shape(), dt), gdx = nan_tensor(x.shape(), dt);
+    gelu_backward(dy, x, cdx);
+    gelu_backward(gpu(dy), gpu(x), gdx);
+    expect_close("gelu backward", gdx, cdx, dt);
+  }
+}
+
+struct NormShape {
+  int64_t rows, cols;
+};
+
+TEST(NormGpu, RmsNormMatchesCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}}) {
+      const std::string tag = "rmsnorm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+      const Tensor x = random_tensor({s.rows, s.cols}, dt, 20, 2.0f);
+      const Tensor w = random_tensor({s.cols}, dt, 21, 0.2f, 1.0f), dy = random_tensor(x.shape(), dt, 22);
+      for (bool affine : {true, false}) {
+        const Tensor weight = affine ? w : Tensor();
+        Tensor cy = Tensor::empty(x.shape(), dt), cr = Tensor::empty({s.rows}, DType::f32);
+        Tensor gy = nan_tensor(x.shape(), dt), gr = nan_tensor({s.rows}, DType::f32);
+        rmsnorm_forward(x, weight, 1e-6, cy, cr);
+        rmsnorm_forward(gpu(x), affine ? gpu(w) : Tensor(), 1e-6, gy, gr);
+        expect_close(tag + " forward", gy, cy, dt);
+        expect_close(tag + " rstd", gr, cr, DType::f32);
+        // Parameter gradients accumulate: start from a nonzero f32 gradient.
+        const Tensor dw0 = random_tensor({s.cols}, DType::f32, 23);
+        Tensor cdx = Tensor::empty(x.shape(), dt), cdw = affine ? dw0.clone() : Tensor();
+        Tensor gdx = nan_tensor(x.shape(), dt), gdw = affine ? gpu(dw0) : Tensor();
+        rmsnorm_backward(dy, x, weight, cr, cdx, cdw);
+        rmsnorm_backward(gpu(dy), gpu(x), affine ? gpu(w) : Tensor(), gr, gdx, gdw);
+        expect_close(tag + " dx", gdx, cdx, dt);
+        if (affine) expect_close(tag + " dweight (+=)", gdw, cdw, dt);
+      }
+    }
+  }
+}
+
+TEST(NormGpu, LayerNormMatchesCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}}) {
+      const std::string tag = "layernorm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+      const Tensor x = random_tensor({s.rows, s.cols}, dt, 30, 2.0f, 3.0f);
+      const Tensor w = random_tensor({s.cols}, dt, 31, 0.2f, 1.0f), b = random_tensor({s.cols}, dt, 32);
+      const Tensor dy = random_tensor(x.shape(), dt, 33);
+      Tensor cy = Tensor::empty(x.shape(), dt), cm = Tensor::empty({s.rows}, DType::f32);
+      Tensor cr = Tensor::empty({s.rows}, DType::f32);
+      Tensor gy = nan_tensor(x.shape(), dt), gm = nan_tensor({s.rows}, DType::f32);
+      Tensor gr = nan_tensor({s.rows}, DType::f32);
+      layernorm_forward(x, w, b, 1e-5, cy, cm, cr);
+      layernorm_forward(gpu(x), gpu(w), gpu(b), 1e-5, gy, gm, gr);
+      expect_close(tag + " forward", gy, cy, dt);
+      expect_close(tag + " mean", gm, cm, DType::f32);
+      expect_close(tag + " rstd", gr, cr, DType::f32);
+      const Tensor dw0 = random_tensor({s.cols}, DType::f32, 34), db0 = random_tensor({s.cols}, DType::f32, 35);
+      Tensor cdx = Tensor::empty(x.shape(), dt), cdw = dw0.clone(), cdb = db0.clone();
+      Tensor gdx = nan_tensor(x.shape(), dt), gdw = gpu(dw0), gdb = gpu(db0);
+      layernorm_backward(dy, x, w, cm, cr, cdx, cdw, cdb);
+      layernorm_backward(gpu(dy), gpu(x), gpu(w), gm, gr, gdx, gdw, gdb);
+      expect_close(tag + " dx", gdx, cdx, dt);
+      expect_close(tag + " dweight (+=)", gdw, cdw, dt);
+      expect_close(tag + " dbias (+=)", gdb, cdb, dt);
+    }
+  }
+}
+
+TEST(NormGpu, WeightGradientsAreBitIdenticalAcrossRuns) {
+  REQUIRE_GPU();
+  const DType dt = DType::bf16;
+  const Tensor x = gpu(random_tensor({2000, 512}, dt, 40)), dy = gpu(random_tensor({2000, 512}, dt, 41));
+  const Tensor w = gpu(random_tensor({512}, dt, 42, 0.2f, 1.0f)), b = gpu(random_tensor({512}, dt, 43));
+  Tensor y = Tensor::empty(x.shape(), dt, Device::cuda()), dx = Tensor::empty(x.shape(), dt, Device::cuda());
+  Tensor mean = Tensor::empty({2000}, DType::f32, Device::cuda()), rstd = Tensor::empty({2000}, DType::f32, Device::cuda());
+  std::vector<Tensor> dws, dbs;
+  for (int run = 0; run < 2; ++run) {
+    Tensor dw = Tensor::zeros({512}, DType::f32, Device::cuda()), db = Tensor::zeros({512}, DType::f32, Device::cuda());
+    layernorm_forward(x, w, b, 1e-5, y, mean, rstd);
+    layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+    Tensor rw = Tensor::zeros({512}, DType::f32, Device::cuda());
+    rmsnorm_forward(x, w, 1e-6, y, rstd);
+    rmsnorm_backward(dy, x, w, rstd, dx, rw);
+    dws.push_back(dw);
+    dbs.push_back(db);
+    dws.push_back(rw);
+  }
+  expect_identical("layernorm dweight", dws[0], dws[2]);
+  expect_identical("layernorm dbias", dbs[0], dbs[1]);
+  expect_identical("rmsnorm dweight", dws[1], dws[3]);
+}
+
+TEST(EmbeddingGpu, GatherAndScatterAddMatchCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (int64_t dim : {1000, 37}) {
+      const std::string tag = "embedding dim " + std::to_string(dim);
+      const int64_t vocab = 50, tokens = 300;
+      const Tensor table = random_tensor({vocab, dim}, dt, 50), ids = random_ids(tokens, vocab, 51);
+      Tensor cout_ = Tensor::empty({tokens, dim}, dt), gout = nan_tensor({tokens, dim}, dt);
+      embedding_forward(table, ids, cout_);
+      embedding_forward(gpu(table), gpu(ids), gout);
+      expect_close(tag + " forward", gout, cout_, dt);
+      // dtable is an f32 master gradient that accumulates.
+      const Tensor dout = random_tensor({tokens, dim}, dt, 52), dt0 = random_tensor({vocab, dim}, DType::f32, 53);
+      Tensor cdt = dt0.clone();
+      embedding_backward(dout, ids, cdt);
+      std::vector<Tensor> runs;
+      for (int run = 0; run < 2; ++run) {
+        Tensor gdt = gpu(dt0);
+        embedding_backward(gpu(dout), gpu(ids), gdt);
+        runs.push_back(gdt);
+      }
+      expect_close(tag + " backward (+=)", runs[0], cdt, DType::f32);
+      expect_identical(tag + " backward run to run", runs[0], runs[1]);
+    }
+  }
+}
+
+TEST(RopeGpu, ForwardAndBackwardMatchCpu) {
+  REQUIRE_GPU();
+  RopeConfig plain;
+  plain.head_dim = 64;
+  RopeConfig yarn;
+  yarn.head_dim = 80;
+  yarn.partial = 0.5;
+  yarn.scaling = RopeScaling::yarn;
+  yarn.factor = 4.0;
+  yarn.original_context = 2048;
+  for (const RopeConfig& config : {plain, yarn}) {
+    const RopeTable table(config);
+    const std::string tag = "rope head_dim " + std::to_string(config.head_dim) + " rotary " +
+                            std::to_string(table.rotary_dim);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const int64_t tokens = 77, heads = 3;
+      const Tensor x = random_tensor({tokens, heads, config.head_dim}, dt, 60);
+      const Tensor pos = random_ids(tokens, 8192, 61);
+      Tensor cy = Tensor::empty(x.shape(), dt), gy = nan_tensor(x.shape(), dt);
+      rope_forward(x, pos, table, cy);
+      rope_forward(gpu(x), gpu(pos), table, gy);
+      expect_close(tag + " forward", gy, cy, dt);
+      Tensor cdx = Tensor::empty(x.shape(), dt);
+      rope_backward(x, pos, table, cdx);
+      Tensor gdx = gpu(x);  // in place: dx aliases dy
+      rope_backward(gdx, gpu(pos), table, gdx);
+      expect_close(tag + " backward in place", gdx, cdx, dt);
+    }
+  }
+}
+
+TEST(GemmGpu, EveryTransposeMatchesCpu) {
+  REQUIRE_GPU();
+  const int64_t m = 33, n = 65, k = 47;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const std::string tag = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N");
+      const Tensor a = ta ? random_tensor({k, m}, dt, 70) : random_tensor({m, k}, dt, 70);
+      const Tensor b = tb ? random_tensor({n, k}, dt, 71) : random_tensor({k, n}, dt, 71);
+      const Tensor c0 = random_tensor({m, n}, dt, 72);
+      Tensor cc = c0.clone(), gc = gpu(c0);
+      gemm(a, ta, b, tb, cc, 0.5, 0.25);
+      gemm(gpu(a), ta, gpu(b), tb, gc, 0.5, 0.25);
+      expect_close(tag + " alpha/beta", gc, cc, dt);
+      // Narrow operands into an f32 output, the parameter-gradient case.
+      Tensor cf = Tensor::empty({m, n}, DType::f32), gf = nan_tensor({m, n}, DType::f32);
+      gemm(a, ta, b, tb, cf);
+      gemm(gpu(a), ta, gpu(b), tb, gf);
+      expect_close(tag + " into f32", gf, cf, dt);
+    }
+  }
+}
+
+TEST(GemmGpu, LinearForwardAndBackwardMatchCpu) {
+  REQUIRE_GPU();
+  const int64_t rows = 37, in = 96, out = 80;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = random_tensor({rows, in}, dt, 80), w = random_tensor({out, in}, dt, 81, 0.1f);
+    const Tensor bias = random_tensor({out}, dt, 82), dy = random_tensor({rows, out}, dt, 83);
+    Tensor cy = Tensor::empty({rows, out}, dt), gy = nan_tensor({rows, out}, dt);
+    linear_forward(x, w, bias, cy);
+    linear_forward(gpu(x), gpu(w), gpu(bias), gy);
+    expect_close("linear forward", gy, cy, dt);
+    const Tensor dw0 = random_tensor({out, in}, DType::f32, 84), db0 = random_tensor({out}, DType::f32, 85);
+    Tensor cdx = Tensor::empty(x.shape(), dt), cdw = dw0.clone(), cdb = db0.clone();
+    linear_backward(dy, x, w, cdx, cdw, cdb);
+    std::vector<Tensor> dbs;
+    for (int run = 0; run < 2; ++run) {
+      Tensor gdx = nan_tensor(x.shape(), dt), gdw = gpu(dw0), gdb = gpu(db0);
+      linear_backward(gpu(dy), gpu(x), gpu(w), gdx, gdw, gdb);
+      if (run == 0) {
+        expect_close("linear dx", gdx, cdx, dt);
+        expect_close("linear dw (+=, f32)", gdw, cdw, dt);
+        expect_close("linear dbias (+=, f32)", gdb, cdb, dt);
+      }
+      dbs.push_back(gdb);
+    }
+    expect_identical("linear dbias run to run", dbs[0], dbs[1]);
+  }
+}
+
+TEST(LossGpu, ChunkedLinearCrossEntropyMatchesCpu) {
+  REQUIRE_GPU();
+  const int64_t tokens = 77, dim = 64, vocab = 1000;
+  CrossEntropyOptions o;
+  o.z_loss_weight = 1e-3;
+  o.chunk_tokens = 32;  // three chunks, the last one partial
+  Tensor targets = random_ids(tokens, vocab, 90);
+  for (int64_t t = 0; t < tokens; t += 7) targets.data<int32_t>()[t] = o.ignore_index;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = random_tensor({tokens, dim}, dt, 91), w = random_tensor({vocab, dim}, dt, 92, 0.2f);
+    Tensor cl = Tensor::empty({tokens}, DType::f32), cs = Tensor::empty({tokens}, DType::f32);
+    Tensor gl = nan_tensor({tokens}, DType::f32), gs = nan_tensor({tokens}, DType::f32);
+    linear_cross_entropy_forward(x, w, targets, o, cl, cs);
+    linear_cross_entropy_forward(gpu(x), gpu(w), gpu(targets), o, gl, gs);
+    expect_close("cross-entropy losses", gl, cl, dt);
+    expect_close("cross-entropy lse", gs, cs, dt);
+    const Tensor dl = random_tensor({tokens}, DType::f32, 93);
+    const Tensor dw0 = random_tensor({vocab, dim}, DType::f32, 94);
+    Tensor cdx = Tensor::empty(x.shape(), dt), cdw = dw0.clone();
+    linear_cross_entropy_backward(dl, x, w, targets, cs, o, cdx, cdw);
+    Tensor gdx = nan_tensor(x.shape(), dt), gdw = gpu(dw0);
+    linear_cross_entropy_backward(gpu(dl), gpu(x), gpu(w), gpu(targets), gs, o, gdx, gdw);
+    expect_close("cross-entropy dx", gdx, cdx, dt);
+    expect_close("cross-entropy dw (+=, f32)", gdw, cdw, dt);
+  }
+}
+
+}  // namespace
+}  // namespace amber
