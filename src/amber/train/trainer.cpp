@@ -1,6 +1,9 @@
 #include "amber/train/trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <cmath>
@@ -96,6 +99,9 @@ struct Trainer::State {
   int64_t skipped_steps = 0;
   double last_val_loss = NAN;
   std::ofstream metrics;
+  // A terminal gets one self-overwriting progress line; a log file gets plain lines.
+  bool terminal = isatty(fileno(stdout)) != 0;
+  const char* line_start = terminal ? "\r\033[K" : "";
 
   void log_json(const nlohmann::json& record) {
     metrics << record.dump() << "\n";
@@ -235,7 +241,7 @@ double Trainer::run() {
     if (s.eval_batches.empty()) return;
     const EvalResult e = evaluate(*s.model, s.eval_batches, s.unigram_log_prob);
     s.last_val_loss = e.loss;
-    std::cout << "\r\033[K" << "eval @ step " << s.step << ": val loss " << std::fixed << std::setprecision(4)
+    std::cout << s.line_start << "eval @ step " << s.step << ": val loss " << std::fixed << std::setprecision(4)
               << e.loss << " (ppl " << std::setprecision(1) << std::exp(e.loss) << ")  unigram baseline "
               << std::setprecision(4) << e.unigram << "  gap " << e.unigram - e.loss << " nats\n";
     s.log_json({{"type", "eval"}, {"step", s.step}, {"val_loss", e.loss}, {"unigram_loss", e.unigram},
@@ -258,7 +264,7 @@ double Trainer::run() {
     g.sampling.top_p = 0.95;
     g.sampling.seed = t.seed + static_cast<uint64_t>(s.step);
     const auto out = generate(*s.model, prompts, g);
-    std::cout << "\r\033[K" << "samples @ step " << s.step << ":\n";
+    std::cout << s.line_start << "samples @ step " << s.step << ":\n";
     for (size_t i = 0; i < out.size(); ++i) {
       std::vector<int32_t> ids = out[i];
       if (!ids.empty() && s.eos && ids.back() == *s.eos) ids.pop_back();
@@ -271,7 +277,7 @@ double Trainer::run() {
                             {"loader", s.loader->state_json()},
                             {"config", run_config_to_toml(c)}};
     const std::string path = save_checkpoint(t.out_dir, s.step, *s.model, *s.optimizer, state, t.keep_checkpoints);
-    std::cout << "\r\033[K" << "checkpoint: " << path << "\n";
+    std::cout << s.line_start << "checkpoint: " << path << "\n";
   };
 
   const auto run_start = std::chrono::steady_clock::now();
@@ -293,7 +299,7 @@ double Trainer::run() {
     const bool skip = !finite || acc.trained_tokens == 0;
     if (skip) {
       ++s.skipped_steps;
-      std::cout << "\r\033[K" << "step " << s.step + 1 << ": "
+      std::cout << s.line_start << "step " << s.step + 1 << ": "
                 << (acc.trained_tokens == 0 ? "no trained tokens" : "non-finite loss or gradient norm")
                 << ", update skipped (" << s.skipped_steps << " skipped so far)\n";
     } else {
@@ -328,14 +334,14 @@ double Trainer::run() {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       const double eta = elapsed / static_cast<double>(s.step - first_step) * static_cast<double>(t.steps - s.step);
       const int width = 24, filled = static_cast<int>(width * s.step / t.steps);
-      std::cout << "\r\033[K" << "step " << std::setw(6) << s.step << "/" << t.steps << " ["
+      std::cout << s.line_start << "step " << std::setw(6) << s.step << "/" << t.steps << " ["
                 << std::string(static_cast<size_t>(filled), '=') << std::string(static_cast<size_t>(width - filled), ' ')
                 << "] loss " << std::fixed << std::setprecision(4) << loss << " | lr " << std::scientific
                 << std::setprecision(2) << c.optimizer.lr * multiplier << " | gnorm " << std::fixed
                 << std::setprecision(3) << norm << " | " << format_count(tokens_per_s) << " tok/s";
       if (record.contains("mfu")) std::cout << " | MFU " << std::setprecision(1) << 100 * record["mfu"].get<double>() << "%";
       std::cout << " | ETA " << format_duration(eta) << std::flush;
-      if (s.step % (t.log_every * 10) == 0 || s.step == t.steps) std::cout << "\n";
+      if (!s.terminal || s.step % (t.log_every * 10) == 0 || s.step == t.steps) std::cout << "\n";
     }
     const bool last = s.step == t.steps;
     if ((t.eval_every > 0 && s.step % t.eval_every == 0) || last) do_eval();
