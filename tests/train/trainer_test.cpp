@@ -64,14 +64,26 @@ data::Batch batch_of(const std::vector<std::vector<int32_t>>& docs) {
 }
 
 TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
-  const auto docs = make_documents(16, 1);
+  // 8192 tokens in documents of uneven length, once as one micro-batch and once as
+  // four micro-batches of 2048 tokens: trained tokens per micro-batch differ, so a
+  // mean of per-micro-batch means would not match.
+  std::vector<std::vector<int32_t>> docs;
+  const std::vector<int> lengths = {7, 100, 33, 64, 1, 251, 20, 36};  // 512 tokens, 8 documents
+  for (int copy = 0; copy < 16; ++copy)
+    for (int length : lengths) {
+      std::vector<int32_t> doc;
+      for (int i = 0; i < length; ++i) doc.push_back((copy * 13 + i * 7 + length) % 61);
+      docs.push_back(doc);
+    }
   LanguageModel one(tiny_model()), four(tiny_model());
   one.init_weights(3);
   four.init_weights(3);
   const std::vector<data::Batch> whole = {batch_of(docs)};
+  ASSERT_EQ(whole[0].tokens.numel(), 8192);
   std::vector<data::Batch> parts;
   for (int p = 0; p < 4; ++p)
-    parts.push_back(batch_of(std::vector<std::vector<int32_t>>(docs.begin() + 4 * p, docs.begin() + 4 * p + 4)));
+    parts.push_back(batch_of(std::vector<std::vector<int32_t>>(docs.begin() + 32 * p, docs.begin() + 32 * p + 32)));
+  for (const data::Batch& b : parts) ASSERT_EQ(b.tokens.numel(), 2048);
   const AccumulatedStep a = accumulate_gradients(one, whole), b = accumulate_gradients(four, parts);
   EXPECT_EQ(a.trained_tokens, b.trained_tokens);
   EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-9 * a.loss_sum);

@@ -1,0 +1,35 @@
+#include <gtest/gtest.h>
+
+#include "amber/ops/elementwise.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+
+// The residual add (x += alpha * y) and the branch scaling (out = alpha * in).
+TEST(Elementwise, ResidualAddAndScaleMatchFloat64) {
+  const Tensor x = random_tensor({37, 70}, DType::f64, 1), y = random_tensor({37, 70}, DType::f64, 2);
+  const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles();
+  Tensor sum_ref = Tensor::empty(x.shape(), DType::f64), scaled_ref = Tensor::empty(x.shape(), DType::f64);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    sum_ref.data<double>()[i] = xs[i] + 0.7 * ys[i];
+    scaled_ref.data<double>()[i] = -1.3 * ys[i];
+  }
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor acc = x.to(dt);
+    add_scaled(acc, y.to(dt), 0.7);
+    Tensor out = Tensor::empty(x.shape(), dt);
+    scale_into(out, y.to(dt), -1.3);
+    const double e1 = testing::relative_error(acc, sum_ref), e2 = testing::relative_error(out, scaled_ref);
+    std::cout << "residual add " << dtype_name(dt) << " rel err " << e1 << ", scale " << e2 << "\n";
+    EXPECT_LT(e1, dt == DType::f32 ? 1e-6 : 1e-2);
+    EXPECT_LT(e2, dt == DType::f32 ? 1e-6 : 1e-2);
+  }
+  Tensor wrong = Tensor::empty({37, 71}, DType::f32);
+  EXPECT_THROW(add_scaled(wrong, y.to(DType::f32)), Error);
+}
+
+}  // namespace
+}  // namespace amber
