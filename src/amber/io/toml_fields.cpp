@@ -92,6 +92,26 @@ void apply_override(toml::table& root, const std::string& assignment) {
   table->insert_or_assign(key, *parsed.get("v"));
 }
 
+toml::table read_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  toml::table root = read_toml_with_extends(path);
+  for (const std::string& o : overrides) apply_override(root, o);
+  return root;
+}
+
+toml::table parse_toml_text(const std::string& text, const std::string& origin) {
+  try {
+    return toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    fail(origin, ":", e.source().begin.line, ": TOML syntax error: ", e.description());
+  }
+}
+
+std::string toml_to_string(const toml::table& root) {
+  std::ostringstream out;
+  out << root;
+  return out.str();
+}
+
 void check_sections(const toml::table& root, const std::vector<std::string>& sections, const std::string& where) {
   for (const auto& [key_view, node] : root) {
     const std::string key(key_view.str());

@@ -24,6 +24,14 @@ toml::table read_toml_with_extends(const std::string& path);
 // bare word as a string.
 void apply_override(toml::table& root, const std::string& assignment);
 
+// read_toml_with_extends, then every override in order.
+toml::table read_config_file(const std::string& path, const std::vector<std::string>& overrides);
+// Parses TOML text (e.g. a config stored in a checkpoint); errors name `origin`.
+toml::table parse_toml_text(const std::string& text, const std::string& origin);
+
+// A table as TOML text.
+std::string toml_to_string(const toml::table& root);
+
 // Errors on top-level keys that are not one of `sections` (or `extends`).
 void check_sections(const toml::table& root, const std::vector<std::string>& sections, const std::string& where);
 

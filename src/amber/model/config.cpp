@@ -81,28 +81,18 @@ ModelConfig bind_model(const toml::table& root, const std::string& where) {
 }  // namespace
 
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
-  toml::table root = read_toml_with_extends(path);
-  for (const std::string& o : overrides) apply_override(root, o);
-  return bind_model(root, path);
+  return bind_model(read_config_file(path, overrides), path);
 }
 
 ModelConfig model_config_from_toml_string(const std::string& text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    fail(origin, ":", e.source().begin.line, ": TOML syntax error: ", e.description());
-  }
-  return bind_model(root, origin);
+  return bind_model(parse_toml_text(text, origin), origin);
 }
 
 std::string model_config_to_toml(const ModelConfig& config) {
   ModelConfig c = config;
   toml::table root;
   root.insert("model", dump_section([&](auto&& fn) { c.fields(fn); }));
-  std::ostringstream out;
-  out << root;
-  return out.str();
+  return toml_to_string(root);
 }
 
 }  // namespace amber

@@ -39,19 +39,11 @@ void RunConfig::validate() const {
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  toml::table root = read_toml_with_extends(path);
-  for (const std::string& o : overrides) apply_override(root, o);
-  return bind_run_config(root, path);
+  return bind_run_config(read_config_file(path, overrides), path);
 }
 
 RunConfig run_config_from_toml(const std::string& text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    fail(origin, ":", e.source().begin.line, ": TOML syntax error: ", e.description());
-  }
-  return bind_run_config(root, origin);
+  return bind_run_config(parse_toml_text(text, origin), origin);
 }
 
 std::string run_config_to_toml(const RunConfig& config) {
@@ -62,9 +54,7 @@ std::string run_config_to_toml(const RunConfig& config) {
   root.insert("optimizer", dump_section([&](auto&& fn) { c.optimizer.fields(fn); }));
   root.insert("schedule", dump_section([&](auto&& fn) { c.schedule.fields(fn); }));
   root.insert("data", dump_section([&](auto&& fn) { c.data.fields(fn); }));
-  std::ostringstream out;
-  out << root;
-  return out.str();
+  return toml_to_string(root);
 }
 
 }  // namespace amber
