@@ -200,7 +200,12 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(double value) {
-  AMBER_CHECK(device().is_cpu(), "fill runs on CPU tensors; fill on the host and copy");
+  if (device().is_cuda()) {  // not a hot path: stage on the host
+    Tensor host = empty(shape_, dtype_);
+    host.fill(value);
+    copy_from(host);
+    return;
+  }
   void* base = raw();
   if (is_contiguous()) {
     for (int64_t i = 0; i < numel(); ++i) store_from_double(base, dtype_, static_cast<size_t>(i), value);

@@ -19,22 +19,22 @@ class CausalAttention final : public AttentionLayer {
         position_(s.position) {
     const ModelConfig& c = *s.config;
     const int64_t q_dim = int64_t{heads_} * head_dim_, kv_dim = int64_t{kv_heads_} * head_dim_;
-    q_ = make_param(s.name + ".q_proj.weight", {q_dim, c.dim}, s.dtype);
-    k_ = make_param(s.name + ".k_proj.weight", {kv_dim, c.dim}, s.dtype);
-    v_ = make_param(s.name + ".v_proj.weight", {kv_dim, c.dim}, s.dtype);
-    o_ = make_param(s.name + ".o_proj.weight", {c.dim, q_dim}, s.dtype);
+    q_ = make_param(s.name + ".q_proj.weight", {q_dim, c.dim}, s.dtype, s.device);
+    k_ = make_param(s.name + ".k_proj.weight", {kv_dim, c.dim}, s.dtype, s.device);
+    v_ = make_param(s.name + ".v_proj.weight", {kv_dim, c.dim}, s.dtype, s.device);
+    o_ = make_param(s.name + ".o_proj.weight", {c.dim, q_dim}, s.dtype, s.device);
     if (c.attn_bias) {
-      q_bias_ = make_param(s.name + ".q_proj.bias", {q_dim}, s.dtype);
-      k_bias_ = make_param(s.name + ".k_proj.bias", {kv_dim}, s.dtype);
-      v_bias_ = make_param(s.name + ".v_proj.bias", {kv_dim}, s.dtype);
-      o_bias_ = make_param(s.name + ".o_proj.bias", {c.dim}, s.dtype);
+      q_bias_ = make_param(s.name + ".q_proj.bias", {q_dim}, s.dtype, s.device);
+      k_bias_ = make_param(s.name + ".k_proj.bias", {kv_dim}, s.dtype, s.device);
+      v_bias_ = make_param(s.name + ".v_proj.bias", {kv_dim}, s.dtype, s.device);
+      o_bias_ = make_param(s.name + ".o_proj.bias", {c.dim}, s.dtype, s.device);
     }
     if (c.qk_norm) {
-      q_norm_ = norm_registry().build("rmsnorm", {s.name + ".q_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.dtype});
-      k_norm_ = norm_registry().build("rmsnorm", {s.name + ".k_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.dtype});
+      q_norm_ = norm_registry().build("rmsnorm", {s.name + ".q_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.dtype, s.device});
+      k_norm_ = norm_registry().build("rmsnorm", {s.name + ".k_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.dtype, s.device});
     }
     if (c.attn_sink) {
-      sinks_ = make_param(s.name + ".sinks", {heads_}, s.dtype);
+      sinks_ = make_param(s.name + ".sinks", {heads_}, s.dtype, s.device);
       sinks_->weight_decay = false;
       sinks_->muon = false;
     }

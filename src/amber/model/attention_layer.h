@@ -22,6 +22,7 @@ struct AttentionSpec {
   const ModelConfig* config = nullptr;
   int window = 0;  // this layer's window; 0 = global
   DType dtype = DType::f32;
+  Device device;
   std::shared_ptr<const PositionEncoding> position;
 };
 

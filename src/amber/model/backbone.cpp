@@ -7,15 +7,15 @@
 
 namespace amber {
 
-Backbone::Backbone(const ModelConfig& c, DType dtype)
+Backbone::Backbone(const ModelConfig& c, DType dtype, Device device)
     : embedding_scale_(c.embedding_scale ? std::sqrt(static_cast<double>(c.dim)) : 1.0),
       position_(position_registry().build(c.posenc, c)),
       recompute_(make_recompute_policy(c.recompute)) {
-  embed_ = make_param("embed_tokens.weight", {c.vocab_size, c.dim}, dtype);
+  embed_ = make_param("embed_tokens.weight", {c.vocab_size, c.dim}, dtype, device);
   embed_->weight_decay = false;  // the predecessor's default: no decay on the input embedding
   embed_->muon = false;
-  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, dtype, position_));
-  final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, dtype});
+  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, dtype, device, position_));
+  final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, dtype, device});
 }
 
 void Backbone::collect(std::vector<std::shared_ptr<Param>>& out) const {

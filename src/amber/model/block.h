@@ -26,7 +26,8 @@ class Block {
     Mlp::Saved mlp;
   };
 
-  Block(const ModelConfig& config, int index, DType dtype, std::shared_ptr<const PositionEncoding> position);
+  Block(const ModelConfig& config, int index, DType dtype, Device device,
+        std::shared_ptr<const PositionEncoding> position);
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const;
   // Intermediate tensors come from `saves`; the output from `outputs`.

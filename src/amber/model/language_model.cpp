@@ -13,13 +13,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-LanguageModel::LanguageModel(const ModelConfig& config, DType dtype)
+LanguageModel::LanguageModel(const ModelConfig& config, DType dtype, Device device)
     : config_((config.validate(), config)),
       dtype_(dtype),
-      backbone_(config_, dtype),
-      head_(config_, dtype, config_.tie_embeddings ? backbone_.embedding() : nullptr) {
-  AMBER_CHECK(dtype == DType::f32 || dtype == DType::f64, "model parameters are f32 (or f64 for "
-              "gradient checks), got ", dtype_name(dtype));
+      device_(device),
+      backbone_(config_, dtype, device),
+      head_(config_, dtype, device, config_.tie_embeddings ? backbone_.embedding() : nullptr),
+      activations_(device),
+      scratch_(device) {
+  AMBER_CHECK(dtype == DType::f32 || (dtype == DType::f64 && device.is_cpu()),
+              "model parameters are f32 (or f64 on the CPU, for gradient checks), got ", dtype_name(dtype));
   backbone_.collect(params_);
   head_.collect(params_);
 }
@@ -71,16 +74,19 @@ void LanguageModel::zero_grad() {
   for (const auto& p : params_) p->zero_grad();
 }
 
+// Batches may arrive on the host; they move to the model's device here (a no-op
+// when they are there already).
 LMHead::Loss LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
                                              double loss_scale) {
   activations_.reset();
   scratch_.reset();
+  const SeqInfo layout = seq.to(device_);
   Backbone::Saved saved;
   LMHead::Saved head_saved;
-  const Tensor hidden = backbone_.forward(tokens, seq, saved, activations_, scratch_);
-  const LMHead::Loss loss = head_.forward(hidden, targets, head_saved, activations_);
+  const Tensor hidden = backbone_.forward(tokens.to(device_), layout, saved, activations_, scratch_);
+  const LMHead::Loss loss = head_.forward(hidden, targets.to(device_), head_saved, activations_);
   const Tensor dhidden = head_.backward(loss_scale, head_saved, activations_);
-  backbone_.backward(dhidden, seq, saved, activations_, scratch_);
+  backbone_.backward(dhidden, layout, saved, activations_, scratch_);
   return loss;
 }
 
@@ -89,15 +95,15 @@ LMHead::Loss LanguageModel::evaluate(const Tensor& tokens, const Tensor& targets
   scratch_.reset();
   Backbone::Saved saved;
   LMHead::Saved head_saved;
-  const Tensor hidden = backbone_.forward(tokens, seq, saved, activations_, scratch_);
-  return head_.forward(hidden, targets, head_saved, activations_);
+  const Tensor hidden = backbone_.forward(tokens.to(device_), seq.to(device_), saved, activations_, scratch_);
+  return head_.forward(hidden, targets.to(device_), head_saved, activations_);
 }
 
 Tensor LanguageModel::logits(const Tensor& tokens, const SeqInfo& seq) {
   activations_.reset();
   scratch_.reset();
   Backbone::Saved saved;
-  return head_.logits(backbone_.forward(tokens, seq, saved, activations_, scratch_));
+  return head_.logits(backbone_.forward(tokens.to(device_), seq.to(device_), saved, activations_, scratch_));
 }
 
 }  // namespace amber

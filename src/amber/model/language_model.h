@@ -13,10 +13,11 @@ namespace amber {
 
 class LanguageModel {
  public:
-  explicit LanguageModel(const ModelConfig& config, DType dtype = DType::f32);
+  explicit LanguageModel(const ModelConfig& config, DType dtype = DType::f32, Device device = Device::cpu());
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   const std::vector<std::shared_ptr<Param>>& params() const { return params_; }
   Param& param(const std::string& name) const;  // error names the nearest valid name
   int64_t parameter_count() const;
@@ -44,6 +45,7 @@ class LanguageModel {
  private:
   ModelConfig config_;
   DType dtype_;
+  Device device_;
   Backbone backbone_;
   LMHead head_;
   std::vector<std::shared_ptr<Param>> params_;

@@ -4,13 +4,13 @@
 
 namespace amber {
 
-LMHead::LMHead(const ModelConfig& c, DType dtype, std::shared_ptr<Param> tied)
+LMHead::LMHead(const ModelConfig& c, DType dtype, Device device, std::shared_ptr<Param> tied)
     : owns_weight_(tied == nullptr) {
   if (tied) {
     weight_ = std::move(tied);
     weight_->shared = true;
   } else {
-    weight_ = make_param("lm_head.weight", {c.vocab_size, c.dim}, dtype);
+    weight_ = make_param("lm_head.weight", {c.vocab_size, c.dim}, dtype, device);
     weight_->muon = false;  // the head trains with AdamW, like the embedding
   }
   options_.z_loss_weight = c.z_loss_weight;
@@ -29,12 +29,16 @@ LMHead::Loss LMHead::forward(const Tensor& hidden, const Tensor& targets, Saved&
   s.targets = targets;
   s.lse = arena.alloc({tokens}, stat);
   linear_cross_entropy_forward(hidden, weight_->value, targets, options_, losses, s.lse);
+  // Per-token losses are reduced on the host in double (a device reduction that keeps
+  // the step free of host synchronisation comes with the CUDA graph step).
   Loss loss;
-  const int32_t* tg = targets.data<int32_t>();
+  const Tensor host_targets = targets.to(Device::cpu());
+  const std::vector<double> loss_values = losses.to_doubles(), lse_values = s.lse.to_doubles();
+  const int32_t* tg = host_targets.data<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
     if (tg[t] == options_.ignore_index) continue;
-    const double lse = s.lse.item(t);
-    loss.sum += losses.item(t);
+    const double lse = lse_values[static_cast<size_t>(t)];
+    loss.sum += loss_values[static_cast<size_t>(t)];
     loss.z_loss_sum += options_.z_loss_weight * lse * lse;
     ++loss.tokens;
   }

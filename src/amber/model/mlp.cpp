@@ -16,11 +16,11 @@ class TwoLayerMlp final : public Mlp {
   TwoLayerMlp(const MlpSpec& s, const char* up_name, int64_t up_width, ActivationForward fwd,
               ActivationBackward bwd)
       : hidden_(s.hidden), forward_(fwd), backward_(bwd) {
-    up_ = make_param(s.name + "." + up_name + ".weight", {up_width, s.dim}, s.dtype);
-    down_ = make_param(s.name + ".down_proj.weight", {s.dim, s.hidden}, s.dtype);
+    up_ = make_param(s.name + "." + up_name + ".weight", {up_width, s.dim}, s.dtype, s.device);
+    down_ = make_param(s.name + ".down_proj.weight", {s.dim, s.hidden}, s.dtype, s.device);
     if (s.bias) {
-      up_bias_ = make_param(s.name + "." + up_name + ".bias", {up_width}, s.dtype);
-      down_bias_ = make_param(s.name + ".down_proj.bias", {s.dim}, s.dtype);
+      up_bias_ = make_param(s.name + "." + up_name + ".bias", {up_width}, s.dtype, s.device);
+      down_bias_ = make_param(s.name + ".down_proj.bias", {s.dim}, s.dtype, s.device);
     }
   }
 

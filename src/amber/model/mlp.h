@@ -19,6 +19,7 @@ struct MlpSpec {
   int hidden = 0;
   bool bias = false;
   DType dtype = DType::f32;
+  Device device;
 };
 
 class Mlp {

@@ -11,7 +11,7 @@ class RmsNorm final : public Norm {
  public:
   explicit RmsNorm(const NormSpec& s) : eps_(s.eps) {
     if (s.affine) {
-      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype);
+      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype, s.device);
       weight_->value.fill(1.0);
     }
   }
@@ -42,9 +42,9 @@ class LayerNorm final : public Norm {
  public:
   explicit LayerNorm(const NormSpec& s) : eps_(s.eps) {
     if (s.affine) {
-      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype);
+      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype, s.device);
       weight_->value.fill(1.0);
-      bias_ = make_param(s.name + ".bias", {s.dim}, s.dtype);
+      bias_ = make_param(s.name + ".bias", {s.dim}, s.dtype, s.device);
     }
   }
   void collect(std::vector<std::shared_ptr<Param>>& out) const override {

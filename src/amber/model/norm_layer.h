@@ -18,6 +18,7 @@ struct NormSpec {
   double eps = 1e-6;
   bool affine = true;
   DType dtype = DType::f32;
+  Device device;
 };
 
 class Norm {

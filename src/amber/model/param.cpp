@@ -2,11 +2,11 @@
 
 namespace amber {
 
-std::shared_ptr<Param> make_param(std::string name, Shape shape, DType dtype) {
+std::shared_ptr<Param> make_param(std::string name, Shape shape, DType dtype, Device device) {
   auto p = std::make_shared<Param>();
   p->name = std::move(name);
-  p->value = Tensor::zeros(shape, dtype);
-  p->grad = Tensor::zeros(shape, dtype);
+  p->value = Tensor::zeros(shape, dtype, device);
+  p->grad = Tensor::zeros(shape, dtype, device);
   p->weight_decay = shape.ndim() >= 2;  // no decay on gains and biases
   p->muon = shape.ndim() == 2;
   return p;

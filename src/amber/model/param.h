@@ -22,7 +22,7 @@ struct Param {
   void zero_grad() { grad.zero(); }
 };
 
-// Creates a parameter with a zeroed gradient on the CPU.
-std::shared_ptr<Param> make_param(std::string name, Shape shape, DType dtype);
+// Creates a parameter with a zeroed gradient.
+std::shared_ptr<Param> make_param(std::string name, Shape shape, DType dtype, Device device = Device::cpu());
 
 }  // namespace amber

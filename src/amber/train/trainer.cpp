@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "amber/core/device.h"
 #include "amber/data/loader.h"
 #include "amber/data/tokenize_corpus.h"
 #include "amber/data/tokenizer_json.h"
@@ -89,6 +90,7 @@ struct Trainer::State {
   std::optional<data::Tokenizer> tokenizer;
   std::optional<int32_t> bos, eos;
   std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<LanguageModel> preview_model;  // a CPU copy for sample previews of a GPU run
   std::unique_ptr<Optimizer> optimizer;
   Schedule schedule;
   std::unique_ptr<data::Loader> loader;
@@ -114,9 +116,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   s.config = std::move(config);
   s.options = std::move(options);
   const RunConfig& c = s.config;
-  AMBER_CHECK(c.train.device == "cpu", "train.device = '", c.train.device,
-              "': this amber trains on the CPU only so far (the CUDA training step is not built yet); use "
-              "train.device = \"cpu\"");
+  const Device device = device_from_name(c.train.device);
+  AMBER_CHECK(device.is_cpu() || cuda_available(), "train.device = '", c.train.device,
+              "' but no CUDA device is visible to this amber; use train.device = \"cpu\"");
   AMBER_CHECK(!c.data.dir.empty(), "data.dir is not set: point it at the output folder of `amber tokenize`");
   if (!c.data.tokenizer.empty()) s.tokenizer = data::load_tokenizer_json(c.data.tokenizer);
   s.bos = special_id(s.tokenizer, c.data.bos, "bos");
@@ -171,7 +173,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   s.unigram_log_prob.resize(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) s.unigram_log_prob[i] = std::log(counts[i] / total);
 
-  s.model = std::make_unique<LanguageModel>(c.model);
+  s.model = std::make_unique<LanguageModel>(c.model, DType::f32, device);
   s.model->init_weights(c.train.seed);
   s.optimizer = build_optimizer(c.optimizer, s.model->params());
   s.schedule = make_schedule(c.schedule, c.train.steps);
@@ -263,7 +265,16 @@ double Trainer::run() {
     g.sampling.temperature = 0.8;
     g.sampling.top_p = 0.95;
     g.sampling.seed = t.seed + static_cast<uint64_t>(s.step);
-    const auto out = generate(*s.model, prompts, g);
+    // Generation runs on the CPU (its cached attention has no CUDA kernel yet): a GPU
+    // run samples from a CPU copy of the current weights.
+    LanguageModel* sampler = s.model.get();
+    if (s.model->device().is_cuda()) {
+      if (!s.preview_model) s.preview_model = std::make_unique<LanguageModel>(c.model);
+      for (size_t i = 0; i < s.model->params().size(); ++i)
+        s.preview_model->params()[i]->value.copy_from(s.model->params()[i]->value);
+      sampler = s.preview_model.get();
+    }
+    const auto out = generate(*sampler, prompts, g);
     std::cout << s.line_start << "samples @ step " << s.step << ":\n";
     for (size_t i = 0; i < out.size(); ++i) {
       std::vector<int32_t> ids = out[i];

@@ -1,0 +1,12 @@
+// CPU implementations behind ops/optim.h (inputs validated by the entry points).
+#pragma once
+
+#include "amber/ops/optim.h"
+
+namespace amber::cpu {
+
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
+double squared_norm(const Tensor& t);
+bool all_finite(const Tensor& t);
+
+}  // namespace amber::cpu

@@ -1,0 +1,110 @@
+// CUDA optimizer math: the AdamW update (fp32 master weights and state) and
+// deterministic reductions: every block owns a fixed chunk of elements, and the
+// chunk sums are added in chunk order, so results never depend on scheduling.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "amber/ops/cuda/common.cuh"
+#include "amber/ops/cuda/optim.h"
+
+namespace amber::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kChunk = 8192;  // elements per reduction block
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2, float c1,
+                             float c2, float lr, float decay, float eps) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const float update = (mi * c1) / (sqrtf(vi * c2) + eps);
+    p[i] = p[i] - decay * p[i] - lr * update;
+  }
+}
+
+template <class T>
+__global__ void chunk_square_sums(const T* x, int64_t n, double* partial) {
+  __shared__ float scratch[32];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int64_t end = begin + kChunk < n ? begin + kChunk : n;
+  float s = 0.0f;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float value = to_f32(x[i]);
+    s += value * value;
+  }
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sum_in_order(const double* partial, int64_t count, double* out) {
+  double s = 0.0;
+  for (int64_t i = 0; i < count; ++i) s += partial[i];
+  *out = s;
+}
+
+template <class T>
+__global__ void non_finite_kernel(const T* x, int64_t n, int* flag) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (!isfinite(to_f32(x[i]))) *flag = 1;  // every writer stores the same value
+}
+
+}  // namespace
+
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
+  const char* op = "adamw_step";
+  for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)})
+    AMBER_CHECK(t->dtype() == DType::f32, op, ": GPU AdamW keeps fp32 weights, gradients and state; got ",
+                dtype_name(t->dtype()));
+  const int64_t n = value.numel();
+  if (n == 0) return;
+  const double c1 = 1.0 / (1.0 - std::pow(h.beta1, static_cast<double>(h.step)));
+  const double c2 = 1.0 / (1.0 - std::pow(h.beta2, static_cast<double>(h.step)));
+  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+      static_cast<float*>(value.raw()), static_cast<const float*>(grad.raw()), static_cast<float*>(m.raw()),
+      static_cast<float*>(v.raw()), n, static_cast<float>(h.beta1), static_cast<float>(h.beta2),
+      static_cast<float>(c1), static_cast<float>(c2), static_cast<float>(h.lr),
+      static_cast<float>(h.lr * h.weight_decay), static_cast<float>(h.eps));
+  check_launch(op, value.shape());
+}
+
+double squared_norm(const Tensor& t) {
+  const char* op = "squared_norm";
+  const int64_t n = t.numel();
+  if (n == 0) return 0.0;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  Tensor partial = Tensor::empty({chunks}, DType::f64, t.device());
+  Tensor total = Tensor::empty({1}, DType::f64, t.device());
+  with_element_type(t.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    chunk_square_sums<T><<<static_cast<unsigned>(chunks), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<const T*>(t.raw()), n, static_cast<double*>(partial.raw()));
+  });
+  check_launch(op, t.shape());
+  sum_in_order<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks,
+                                                  static_cast<double*>(total.raw()));
+  check_launch(op, t.shape());
+  return total.to(Device::cpu()).item(0);
+}
+
+bool all_finite(const Tensor& t) {
+  const char* op = "all_finite";
+  const int64_t n = t.numel();
+  if (n == 0) return true;
+  Tensor flag = Tensor::zeros({1}, DType::i32, t.device());
+  with_element_type(t.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    non_finite_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<const T*>(t.raw()), n, static_cast<int*>(flag.raw()));
+  });
+  check_launch(op, t.shape());
+  return flag.to(Device::cpu()).item(0) == 0;
+}
+
+}  // namespace amber::cuda

@@ -1,0 +1,86 @@
+// Entry points of ops/optim.h. Newton-Schulz is written once over the GEMM and
+// element-wise entry points, so it runs on whichever device holds the matrix.
+#include "amber/ops/optim.h"
+
+#include <cmath>
+
+#include "amber/ops/cpu/optim.h"
+#include "amber/ops/cuda/optim.h"
+#include "amber/ops/device_switch.h"
+#include "amber/ops/elementwise.h"
+#include "amber/ops/gemm.h"
+
+namespace amber {
+
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
+  const char* op = "adamw_step";
+  require_same_shape(value, grad, "adamw_step grad");
+  require_same_shape(value, m, "adamw_step first moment");
+  require_same_shape(value, v, "adamw_step second moment");
+  AMBER_CHECK(h.step >= 1, "adamw_step: step must be >= 1, got ", h.step);
+  for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)}) require_contiguous(*t, op);
+  AMBER_ON_DEVICE(ops::common_device(op, {&value, &grad, &m, &v}), op, cuda::adamw_step(value, grad, m, v, h),
+                  cpu::adamw_step(value, grad, m, v, h));
+}
+
+NewtonSchulz newton_schulz_from_name(const std::string& name) {
+  if (name == "cubic5") return NewtonSchulz::cubic5;
+  if (name == "quintic5") return NewtonSchulz::quintic5;
+  fail("unknown Newton-Schulz variant '", name, "'; valid: cubic5, quintic5");
+}
+
+void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute) {
+  AMBER_CHECK(g.ndim() == 2, "newton_schulz_orthogonalize takes a matrix, got ", g.shape());
+  // Iterate on the short side s = min(rows, cols): a wide X uses the Gram X X^T and
+  // multiplies from the left, a tall one X^T X from the right. No transposed copies.
+  const int64_t rows = g.size(0), cols = g.size(1);
+  const bool wide = rows <= cols;
+  const int64_t side = wide ? rows : cols;
+  const Device device = g.device();
+  Tensor x = Tensor::empty({rows, cols}, compute, device);
+  x.copy_from(g);
+  const double norm = std::sqrt(squared_norm(x));
+  scale_(x, 1.0 / (std::max(norm, 1e-7) * 1.01));
+  Tensor gram = Tensor::empty({side, side}, compute, device), poly = Tensor::empty({side, side}, compute, device);
+  Tensor next = Tensor::empty({rows, cols}, compute, device);
+  for (int step = 0; step < 5; ++step) {
+    if (wide) gemm(x, false, x, true, gram);
+    else gemm(x, true, x, false, gram);
+    double a, b, c = 0.0;
+    if (variant == NewtonSchulz::quintic5) {
+      a = 3.4445, b = -4.7750, c = 2.0315;  // X <- aX + (bG + cG^2) X
+    } else {
+      // The cubic per-step schedule: X <- (aI + bG) X, landing singular values in
+      // roughly [0.77, 1.30] at two thirds of the quintic's FLOPs.
+      static constexpr double kCubic[5][2] = {{3.3656576, -3.3420992}, {2.5744352, -1.4957376},
+                                              {2.5368962, -1.4312570}, {2.4418906, -1.2764040},
+                                              {2.2230472, -0.9630650}};
+      a = kCubic[step][0], b = kCubic[step][1];
+    }
+    if (c != 0.0) {
+      gemm(gram, false, gram, false, poly, c, 0.0);
+      add_scaled(poly, gram, b);
+    } else {
+      scale_into(poly, gram, b);
+    }
+    next.copy_from(x);
+    if (wide) gemm(poly, false, x, false, next, 1.0, a);
+    else gemm(x, false, poly, false, next, 1.0, a);
+    std::swap(x, next);
+  }
+  g.copy_from(x);
+}
+
+double squared_norm(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  AMBER_ON_DEVICE(c.device(), "squared_norm", return cuda::squared_norm(c), return cpu::squared_norm(c));
+}
+
+void scale_(Tensor& t, double alpha) { scale_into(t, t, alpha); }
+
+bool all_finite(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  AMBER_ON_DEVICE(c.device(), "all_finite", return cuda::all_finite(c), return cpu::all_finite(c));
+}
+
+}  // namespace amber
