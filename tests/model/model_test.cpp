@@ -234,6 +234,28 @@ TEST(LanguageModel, PresetsMatchThePredecessorLadder) {
   EXPECT_EQ(count_parameters(t), LanguageModel(t).parameter_count());
 }
 
+// bf16 compute (working copies and activations in bf16, fp32 master weights and
+// gradients) tracks the f32 model within bf16 rounding.
+TEST(LanguageModel, Bf16ComputeTracksFloat32) {
+  ModelConfig c = tiny();
+  c.attn_sink = true;
+  c.init_std = 0.05;
+  LanguageModel f32(c), bf16(c, DType::f32, Device::cpu(), DType::bf16);
+  f32.init_weights(6);
+  bf16.init_weights(6);
+  EXPECT_EQ(bf16.param("layers.0.attn.q_proj.weight").work.dtype(), DType::bf16);
+  EXPECT_EQ(bf16.param("layers.0.attn.q_proj.weight").grad.dtype(), DType::f32);
+  const Batch b = make_batch({12, 30, 5}, c.vocab_size, 7);
+  const double l32 = f32.forward_backward(b.tokens, b.targets, b.seq, 1.0).sum;
+  const double l16 = bf16.forward_backward(b.tokens, b.targets, b.seq, 1.0).sum;
+  std::cout << "loss f32 " << l32 << " bf16 " << l16 << "\n";
+  EXPECT_NEAR(l16 / l32, 1.0, 1e-2);
+  for (size_t i = 0; i < f32.params().size(); ++i) {
+    const double err = testing::relative_error(bf16.params()[i]->grad, f32.params()[i]->grad);
+    EXPECT_LT(err, 5e-2) << f32.params()[i]->name;
+  }
+}
+
 TEST(LanguageModel, InitialisationIsDeterministicAndScaled) {
   ModelConfig c = tiny();
   c.init_std = 0.02;

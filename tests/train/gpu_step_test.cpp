@@ -82,6 +82,25 @@ TEST(TrainStepGpu, StepMatchesCpu) {
   }
 }
 
+// bf16 compute on the GPU (fp32 master weights and gradients) against the f32 CPU step.
+TEST(TrainStepGpu, Bf16StepTracksCpuFloat32) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  LanguageModel cpu(small_model()), gpu(small_model(), DType::f32, Device::cuda(), DType::bf16);
+  cpu.init_weights(5);
+  gpu.init_weights(5);
+  const std::vector<data::Batch> batches = {random_batch({1, 127, 128, 129, 50}, 300, 1)};
+  const AccumulatedStep a = accumulate_gradients(cpu, batches), b = accumulate_gradients(gpu, batches);
+  std::cout << "loss cpu f32 " << a.loss_sum / a.trained_tokens << " gpu bf16 " << b.loss_sum / b.trained_tokens << "\n";
+  EXPECT_NEAR(b.loss_sum / a.loss_sum, 1.0, 1e-2);
+  double worst = 0;
+  for (size_t i = 0; i < cpu.params().size(); ++i) {
+    const double err = testing::relative_error(gpu.params()[i]->grad, cpu.params()[i]->grad);
+    worst = std::max(worst, err);
+    EXPECT_LT(err, 5e-2) << cpu.params()[i]->name;
+  }
+  std::cout << "  worst gradient rel err " << worst << "\n";
+}
+
 TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Tensor p = testing::random_tensor({70, 33}, DType::f32, 1), g = testing::random_tensor({70, 33}, DType::f32, 2);

@@ -106,10 +106,10 @@ TEST(Muon, NewtonSchulzBringsSingularValuesIntoTheBand) {
 }
 
 TEST(Muon, OptimizerGroupsFollowThePredecessorRules) {
-  std::vector<std::shared_ptr<Param>> params = {make_param("embed_tokens.weight", {10, 4}, DType::f32),
-                                                make_param("layers.0.attn.q_proj.weight", {4, 4}, DType::f32),
-                                                make_param("layers.0.attn_norm.weight", {4}, DType::f32),
-                                                make_param("lm_head.weight", {10, 4}, DType::f32)};
+  std::vector<std::shared_ptr<Param>> params = {make_param("embed_tokens.weight", {10, 4}, Placement{}),
+                                                make_param("layers.0.attn.q_proj.weight", {4, 4}, Placement{}),
+                                                make_param("layers.0.attn_norm.weight", {4}, Placement{}),
+                                                make_param("lm_head.weight", {10, 4}, Placement{})};
   params[0]->weight_decay = false;
   params[0]->muon = false;
   params[3]->muon = false;
@@ -127,7 +127,7 @@ TEST(Muon, OptimizerGroupsFollowThePredecessorRules) {
 }
 
 TEST(Muon, StepAppliesOrthogonalisedScaledUpdate) {
-  auto p = make_param("layers.0.mlp.down_proj.weight", {32, 64}, DType::f32);
+  auto p = make_param("layers.0.mlp.down_proj.weight", {32, 64}, Placement{});
   p->value.copy_from(random_tensor({32, 64}, DType::f32, 5, 0.02f));
   p->grad.copy_from(random_tensor({32, 64}, DType::f32, 6));
   const Tensor before = p->value.clone();

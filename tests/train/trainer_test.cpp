@@ -167,6 +167,13 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   const std::vector<double> tail = train_losses(resumed);
   ASSERT_EQ(tail.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(tail[i], full[3 + i]) << "step " << 4 + i;
+  // Starting afresh in a folder that holds checkpoints would mix two runs: refused.
+  try {
+    Trainer(small_run(corpus, straight), {false, "", false});
+    FAIL() << "a fresh run into a used out_dir must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
+  }
   const SafetensorsFile a = load_safetensors(straight + "/checkpoints/step-00000006/model.safetensors");
   const SafetensorsFile b = load_safetensors(resumed + "/checkpoints/step-00000006/model.safetensors");
   for (const auto& [name, tensor] : a.tensors) EXPECT_EQ(tensor.to_doubles(), b.tensors.at(name).to_doubles()) << name;
@@ -188,6 +195,7 @@ TEST(Checkpoint, KillDuringWriteLeavesThePreviousCheckpointLoadable) {
   model.init_weights(1);
   auto opt = build_optimizer({}, model.params());
   for (int round = 0; round < 4; ++round) {
+    fs::remove_all(out);
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {

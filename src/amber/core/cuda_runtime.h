@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "amber/core/dtype.h"
+
 namespace amber::cuda {
 
 int device_count();
@@ -12,5 +14,8 @@ void pool_free(void* data, int device);
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);
 void zero(void* dst, size_t bytes);
 void synchronize();
+// Element conversion on the device between f32, bf16 and f16 (round to nearest even);
+// returns false for other pairs, which the caller converts through the host.
+bool convert(void* dst, DType dst_type, const void* src, DType src_type, size_t n);
 
 }  // namespace amber::cuda

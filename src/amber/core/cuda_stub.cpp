@@ -17,6 +17,7 @@ void pool_free(void*, int) {}
 void copy(void*, bool, const void*, bool, size_t) { no_cuda(); }
 void zero(void*, size_t) { no_cuda(); }
 void synchronize() {}
+bool convert(void*, DType, const void*, DType, size_t) { no_cuda(); }
 
 }  // namespace amber::cuda
 #endif

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "amber/core/cuda_runtime.h"
+
 namespace amber {
 namespace {
 
@@ -195,6 +197,9 @@ void Tensor::copy_from(const Tensor& src) {
     copy_bytes(raw(), device(), src.raw(), src.device(), bytes());
     return;
   }
+  if (src.device() == device() &&
+      cuda::convert(raw(), dtype_, src.raw(), src.dtype(), static_cast<size_t>(numel())))
+    return;
   Tensor host_src = src.to(Device::cpu()).to(dtype_);
   copy_bytes(raw(), device(), host_src.raw(), Device::cpu(), bytes());
 }

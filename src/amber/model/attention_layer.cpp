@@ -19,22 +19,22 @@ class CausalAttention final : public AttentionLayer {
         position_(s.position) {
     const ModelConfig& c = *s.config;
     const int64_t q_dim = int64_t{heads_} * head_dim_, kv_dim = int64_t{kv_heads_} * head_dim_;
-    q_ = make_param(s.name + ".q_proj.weight", {q_dim, c.dim}, s.dtype, s.device);
-    k_ = make_param(s.name + ".k_proj.weight", {kv_dim, c.dim}, s.dtype, s.device);
-    v_ = make_param(s.name + ".v_proj.weight", {kv_dim, c.dim}, s.dtype, s.device);
-    o_ = make_param(s.name + ".o_proj.weight", {c.dim, q_dim}, s.dtype, s.device);
+    q_ = make_param(s.name + ".q_proj.weight", {q_dim, c.dim}, s.placement);
+    k_ = make_param(s.name + ".k_proj.weight", {kv_dim, c.dim}, s.placement);
+    v_ = make_param(s.name + ".v_proj.weight", {kv_dim, c.dim}, s.placement);
+    o_ = make_param(s.name + ".o_proj.weight", {c.dim, q_dim}, s.placement);
     if (c.attn_bias) {
-      q_bias_ = make_param(s.name + ".q_proj.bias", {q_dim}, s.dtype, s.device);
-      k_bias_ = make_param(s.name + ".k_proj.bias", {kv_dim}, s.dtype, s.device);
-      v_bias_ = make_param(s.name + ".v_proj.bias", {kv_dim}, s.dtype, s.device);
-      o_bias_ = make_param(s.name + ".o_proj.bias", {c.dim}, s.dtype, s.device);
+      q_bias_ = make_param(s.name + ".q_proj.bias", {q_dim}, s.placement);
+      k_bias_ = make_param(s.name + ".k_proj.bias", {kv_dim}, s.placement);
+      v_bias_ = make_param(s.name + ".v_proj.bias", {kv_dim}, s.placement);
+      o_bias_ = make_param(s.name + ".o_proj.bias", {c.dim}, s.placement);
     }
     if (c.qk_norm) {
-      q_norm_ = norm_registry().build("rmsnorm", {s.name + ".q_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.dtype, s.device});
-      k_norm_ = norm_registry().build("rmsnorm", {s.name + ".k_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.dtype, s.device});
+      q_norm_ = norm_registry().build("rmsnorm", {s.name + ".q_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.placement});
+      k_norm_ = norm_registry().build("rmsnorm", {s.name + ".k_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.placement});
     }
     if (c.attn_sink) {
-      sinks_ = make_param(s.name + ".sinks", {heads_}, s.dtype, s.device);
+      sinks_ = make_param(s.name + ".sinks", {heads_}, s.placement);
       sinks_->weight_decay = false;
       sinks_->muon = false;
     }
@@ -95,7 +95,7 @@ class CausalAttention final : public AttentionLayer {
     Tensor o_flat = s.o.view({tokens, int64_t{heads_} * head_dim_});
     Tensor d_o = arena.alloc(o_flat.shape(), dt);
     Tensor dqb = grad_of(q_bias_), dkb = grad_of(k_bias_), dvb = grad_of(v_bias_), dob = grad_of(o_bias_);
-    linear_backward(dout, o_flat, o_->value, d_o, o_->grad, dob);
+    linear_backward(dout, o_flat, o_->work, d_o, o_->grad, dob);
     Tensor dq = arena.alloc(s.q.shape(), dt), dk = arena.alloc(s.k.shape(), dt);
     Tensor dv = arena.alloc(s.v.shape(), dt);
     Tensor dsinks = grad_of(sinks_);
@@ -106,10 +106,10 @@ class CausalAttention final : public AttentionLayer {
     if (k_norm_) dk = k_norm_->backward(dk, s.k_norm, arena);
     // dh = dq Wq + dk Wk + dv Wv
     Tensor dh = arena.alloc(s.h.shape(), dt), part = arena.alloc(s.h.shape(), dt);
-    linear_backward(dq.view({tokens, dq.numel() / tokens}), s.h, q_->value, dh, q_->grad, dqb);
-    linear_backward(dk.view({tokens, dk.numel() / tokens}), s.h, k_->value, part, k_->grad, dkb);
+    linear_backward(dq.view({tokens, dq.numel() / tokens}), s.h, q_->work, dh, q_->grad, dqb);
+    linear_backward(dk.view({tokens, dk.numel() / tokens}), s.h, k_->work, part, k_->grad, dkb);
     add_scaled(dh, part);
-    linear_backward(dv.view({tokens, dv.numel() / tokens}), s.h, v_->value, part, v_->grad, dvb);
+    linear_backward(dv.view({tokens, dv.numel() / tokens}), s.h, v_->work, part, v_->grad, dvb);
     add_scaled(dh, part);
     return dh;
   }
@@ -117,8 +117,8 @@ class CausalAttention final : public AttentionLayer {
  private:
   static Tensor project(const Tensor& x, const std::shared_ptr<Param>& w, const std::shared_ptr<Param>& b,
                         Arena& arena) {
-    Tensor y = arena.alloc({x.size(0), w->value.size(0)}, x.dtype());
-    linear_forward(x, w->value, b ? b->value : Tensor(), y);
+    Tensor y = arena.alloc({x.size(0), w->work.size(0)}, x.dtype());
+    linear_forward(x, w->work, b ? b->work : Tensor(), y);
     return y;
   }
   static Tensor copy(const Tensor& x, Arena& arena) {
@@ -127,7 +127,7 @@ class CausalAttention final : public AttentionLayer {
     return y;
   }
   static Tensor grad_of(const std::shared_ptr<Param>& p) { return p ? p->grad : Tensor(); }
-  Tensor sinks() const { return sinks_ ? sinks_->value : Tensor(); }
+  Tensor sinks() const { return sinks_ ? sinks_->work : Tensor(); }
 
   int heads_, kv_heads_, head_dim_;
   std::shared_ptr<const PositionEncoding> position_;

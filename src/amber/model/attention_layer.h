@@ -21,8 +21,7 @@ struct AttentionSpec {
   std::string name;  // e.g. "layers.3.attn"
   const ModelConfig* config = nullptr;
   int window = 0;  // this layer's window; 0 = global
-  DType dtype = DType::f32;
-  Device device;
+  Placement placement;
   std::shared_ptr<const PositionEncoding> position;
 };
 

@@ -7,15 +7,15 @@
 
 namespace amber {
 
-Backbone::Backbone(const ModelConfig& c, DType dtype, Device device)
+Backbone::Backbone(const ModelConfig& c, const Placement& placement)
     : embedding_scale_(c.embedding_scale ? std::sqrt(static_cast<double>(c.dim)) : 1.0),
       position_(position_registry().build(c.posenc, c)),
       recompute_(make_recompute_policy(c.recompute)) {
-  embed_ = make_param("embed_tokens.weight", {c.vocab_size, c.dim}, dtype, device);
+  embed_ = make_param("embed_tokens.weight", {c.vocab_size, c.dim}, placement);
   embed_->weight_decay = false;  // the predecessor's default: no decay on the input embedding
   embed_->muon = false;
-  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, dtype, device, position_));
-  final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, dtype, device});
+  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, placement, position_));
+  final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, placement});
 }
 
 void Backbone::collect(std::vector<std::shared_ptr<Param>>& out) const {
@@ -29,9 +29,9 @@ Tensor Backbone::forward(const Tensor& tokens, const SeqInfo& seq, Saved& s, Are
   AMBER_CHECK(tokens.numel() == seq.total_tokens, "backbone: ", tokens.numel(),
               " tokens but the sequence layout covers ", seq.total_tokens);
   s.tokens = tokens;
-  const DType dt = embed_->value.dtype();
-  Tensor x = activations.alloc({tokens.numel(), embed_->value.size(1)}, dt);
-  embedding_forward(embed_->value, tokens, x);
+  const DType dt = embed_->work.dtype();
+  Tensor x = activations.alloc({tokens.numel(), embed_->work.size(1)}, dt);
+  embedding_forward(embed_->work, tokens, x);
   if (embedding_scale_ != 1.0) scale_into(x, x, embedding_scale_);
   s.blocks.assign(blocks_.size(), Block::Saved{});
   for (size_t i = 0; i < blocks_.size(); ++i)
@@ -43,8 +43,8 @@ Tensor Backbone::infer(const Tensor& tokens, const CachedStep& step, std::vector
                        Arena& arena) const {
   AMBER_CHECK(caches.size() == blocks_.size(), "generation: ", caches.size(), " cache layers for ",
               blocks_.size(), " blocks");
-  Tensor x = arena.alloc({tokens.numel(), embed_->value.size(1)}, embed_->value.dtype());
-  embedding_forward(embed_->value, tokens, x);
+  Tensor x = arena.alloc({tokens.numel(), embed_->work.size(1)}, embed_->work.dtype());
+  embedding_forward(embed_->work, tokens, x);
   if (embedding_scale_ != 1.0) scale_into(x, x, embedding_scale_);
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->infer(x, step, caches[i], arena);
   Norm::Saved unused;

@@ -18,7 +18,7 @@ class Backbone {
     Norm::Saved final_norm;
   };
 
-  Backbone(const ModelConfig& config, DType dtype, Device device);
+  Backbone(const ModelConfig& config, const Placement& placement);
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const;
   const std::shared_ptr<Param>& embedding() const { return embed_; }

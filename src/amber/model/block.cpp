@@ -5,12 +5,12 @@
 
 namespace amber {
 
-Block::Block(const ModelConfig& c, int index, DType dtype, Device device,
+Block::Block(const ModelConfig& c, int index, const Placement& placement,
              std::shared_ptr<const PositionEncoding> position)
     : residual_scale_(c.residual_scale()) {
   const std::string prefix = concat("layers.", index);
   auto norm = [&](const std::string& name) {
-    return norm_registry().build(c.norm, {prefix + "." + name, c.dim, c.norm_eps, true, dtype, device});
+    return norm_registry().build(c.norm, {prefix + "." + name, c.dim, c.norm_eps, true, placement});
   };
   attn_norm_ = norm("attn_norm");
   mlp_norm_ = norm("mlp_norm");
@@ -19,8 +19,8 @@ Block::Block(const ModelConfig& c, int index, DType dtype, Device device,
     post_mlp_norm_ = norm("post_mlp_norm");
   }
   attn_ = attention_registry().build(
-      c.attention, {prefix + ".attn", &c, c.layer_windows()[static_cast<size_t>(index)], dtype, device, std::move(position)});
-  mlp_ = mlp_registry().build(c.mlp, {prefix + ".mlp", c.dim, c.resolved_mlp_hidden(), c.attn_bias, dtype, device});
+      c.attention, {prefix + ".attn", &c, c.layer_windows()[static_cast<size_t>(index)], placement, std::move(position)});
+  mlp_ = mlp_registry().build(c.mlp, {prefix + ".mlp", c.dim, c.resolved_mlp_hidden(), c.attn_bias, placement});
 }
 
 void Block::collect(std::vector<std::shared_ptr<Param>>& out) const {

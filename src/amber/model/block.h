@@ -26,7 +26,7 @@ class Block {
     Mlp::Saved mlp;
   };
 
-  Block(const ModelConfig& config, int index, DType dtype, Device device,
+  Block(const ModelConfig& config, int index, const Placement& placement,
         std::shared_ptr<const PositionEncoding> position);
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const;

@@ -13,16 +13,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-LanguageModel::LanguageModel(const ModelConfig& config, DType dtype, Device device)
+LanguageModel::LanguageModel(const ModelConfig& config, DType dtype, Device device, std::optional<DType> compute)
     : config_((config.validate(), config)),
       dtype_(dtype),
       device_(device),
-      backbone_(config_, dtype, device),
-      head_(config_, dtype, device, config_.tie_embeddings ? backbone_.embedding() : nullptr),
+      compute_(compute.value_or(dtype)),
+      backbone_(config_, {dtype, device, compute_}),
+      head_(config_, {dtype, device, compute_}, config_.tie_embeddings ? backbone_.embedding() : nullptr),
       activations_(device),
       scratch_(device) {
   AMBER_CHECK(dtype == DType::f32 || (dtype == DType::f64 && device.is_cpu()),
               "model parameters are f32 (or f64 on the CPU, for gradient checks), got ", dtype_name(dtype));
+  AMBER_CHECK(compute_ == dtype || compute_ == DType::bf16 || compute_ == DType::f16, "compute dtype ",
+              dtype_name(compute_), " must be the master dtype, bf16 or f16");
   backbone_.collect(params_);
   head_.collect(params_);
 }
@@ -68,6 +71,11 @@ void LanguageModel::init_weights(uint64_t seed) {
     }
     offset += static_cast<uint64_t>(v.numel());
   }
+  refresh_working_copies();
+}
+
+void LanguageModel::refresh_working_copies() {
+  for (const auto& p : params_) p->refresh_work();
 }
 
 void LanguageModel::zero_grad() {
@@ -114,8 +122,8 @@ std::vector<LayerCache> LanguageModel::make_kv_cache(int sequences, int capacity
   const int64_t kv = config_.resolved_kv_heads(), dim = config_.resolved_head_dim();
   std::vector<LayerCache> caches(static_cast<size_t>(config_.depth));
   for (LayerCache& c : caches) {
-    c.k = Tensor::zeros({sequences, capacity, kv, dim}, dtype_);
-    c.v = Tensor::zeros({sequences, capacity, kv, dim}, dtype_);
+    c.k = Tensor::zeros({sequences, capacity, kv, dim}, compute_, device_);
+    c.v = Tensor::zeros({sequences, capacity, kv, dim}, compute_, device_);
   }
   return caches;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,16 @@ namespace amber {
 
 class LanguageModel {
  public:
-  explicit LanguageModel(const ModelConfig& config, DType dtype = DType::f32, Device device = Device::cpu());
+  // Master weights in `dtype` on `device`; activations in `compute` (default: dtype).
+  explicit LanguageModel(const ModelConfig& config, DType dtype = DType::f32, Device device = Device::cpu(),
+                         std::optional<DType> compute = std::nullopt);
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
+  DType compute_dtype() const { return compute_; }
+  // Re-derives every working copy from the master weights (after they were written).
+  void refresh_working_copies();
   const std::vector<std::shared_ptr<Param>>& params() const { return params_; }
   Param& param(const std::string& name) const;  // error names the nearest valid name
   int64_t parameter_count() const;
@@ -46,6 +52,7 @@ class LanguageModel {
   ModelConfig config_;
   DType dtype_;
   Device device_;
+  DType compute_;
   Backbone backbone_;
   LMHead head_;
   std::vector<std::shared_ptr<Param>> params_;

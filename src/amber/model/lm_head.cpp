@@ -1,16 +1,17 @@
 #include "amber/model/lm_head.h"
 
 #include "amber/ops/gemm.h"
+#include "amber/ops/norm.h"
 
 namespace amber {
 
-LMHead::LMHead(const ModelConfig& c, DType dtype, Device device, std::shared_ptr<Param> tied)
+LMHead::LMHead(const ModelConfig& c, const Placement& placement, std::shared_ptr<Param> tied)
     : owns_weight_(tied == nullptr) {
   if (tied) {
     weight_ = std::move(tied);
     weight_->shared = true;
   } else {
-    weight_ = make_param("lm_head.weight", {c.vocab_size, c.dim}, dtype, device);
+    weight_ = make_param("lm_head.weight", {c.vocab_size, c.dim}, placement);
     weight_->muon = false;  // the head trains with AdamW, like the embedding
   }
   options_.z_loss_weight = c.z_loss_weight;
@@ -23,12 +24,12 @@ void LMHead::collect(std::vector<std::shared_ptr<Param>>& out) const {
 
 LMHead::Loss LMHead::forward(const Tensor& hidden, const Tensor& targets, Saved& s, Arena& arena) const {
   const int64_t tokens = hidden.size(0);
-  const DType stat = hidden.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const DType stat = norm_stat_dtype(hidden.dtype());
   Tensor losses = arena.alloc({tokens}, stat);
   s.hidden = hidden;
   s.targets = targets;
   s.lse = arena.alloc({tokens}, stat);
-  linear_cross_entropy_forward(hidden, weight_->value, targets, options_, losses, s.lse);
+  linear_cross_entropy_forward(hidden, weight_->work, targets, options_, losses, s.lse);
   // Per-token losses are reduced on the host in double (a device reduction that keeps
   // the step free of host synchronisation comes with the CUDA graph step).
   Loss loss;
@@ -50,14 +51,14 @@ Tensor LMHead::backward(double loss_scale, const Saved& s, Arena& arena) const {
   Tensor dlosses = arena.alloc({tokens}, s.lse.dtype());
   dlosses.fill(loss_scale);
   Tensor dhidden = arena.alloc(s.hidden.shape(), s.hidden.dtype());
-  linear_cross_entropy_backward(dlosses, s.hidden, weight_->value, s.targets, s.lse, options_, dhidden,
+  linear_cross_entropy_backward(dlosses, s.hidden, weight_->work, s.targets, s.lse, options_, dhidden,
                                 weight_->grad);
   return dhidden;
 }
 
 Tensor LMHead::logits(const Tensor& hidden) const {
-  Tensor out = Tensor::empty({hidden.size(0), weight_->value.size(0)}, hidden.dtype());
-  linear_forward(hidden, weight_->value, Tensor(), out);
+  Tensor out = Tensor::empty({hidden.size(0), weight_->work.size(0)}, hidden.dtype());
+  linear_forward(hidden, weight_->work, Tensor(), out);
   return out;
 }
 

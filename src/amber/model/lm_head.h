@@ -24,7 +24,7 @@ class LMHead {
   };
 
   // With `tied`, the head reads the embedding matrix instead of its own weight.
-  LMHead(const ModelConfig& config, DType dtype, Device device, std::shared_ptr<Param> tied);
+  LMHead(const ModelConfig& config, const Placement& placement, std::shared_ptr<Param> tied);
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const;
   const Tensor& weight() const { return weight_->value; }

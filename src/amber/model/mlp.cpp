@@ -16,11 +16,11 @@ class TwoLayerMlp final : public Mlp {
   TwoLayerMlp(const MlpSpec& s, const char* up_name, int64_t up_width, ActivationForward fwd,
               ActivationBackward bwd)
       : hidden_(s.hidden), forward_(fwd), backward_(bwd) {
-    up_ = make_param(s.name + "." + up_name + ".weight", {up_width, s.dim}, s.dtype, s.device);
-    down_ = make_param(s.name + ".down_proj.weight", {s.dim, s.hidden}, s.dtype, s.device);
+    up_ = make_param(s.name + "." + up_name + ".weight", {up_width, s.dim}, s.placement);
+    down_ = make_param(s.name + ".down_proj.weight", {s.dim, s.hidden}, s.placement);
     if (s.bias) {
-      up_bias_ = make_param(s.name + "." + up_name + ".bias", {up_width}, s.dtype, s.device);
-      down_bias_ = make_param(s.name + ".down_proj.bias", {s.dim}, s.dtype, s.device);
+      up_bias_ = make_param(s.name + "." + up_name + ".bias", {up_width}, s.placement);
+      down_bias_ = make_param(s.name + ".down_proj.bias", {s.dim}, s.placement);
     }
   }
 
@@ -32,28 +32,28 @@ class TwoLayerMlp final : public Mlp {
   Tensor forward(const Tensor& h, Saved& s, Arena& arena) const override {
     const int64_t tokens = h.size(0);
     s.h = h;
-    s.up = arena.alloc({tokens, up_->value.size(0)}, h.dtype());
-    linear_forward(h, up_->value, bias(up_bias_), s.up);
+    s.up = arena.alloc({tokens, up_->work.size(0)}, h.dtype());
+    linear_forward(h, up_->work, bias(up_bias_), s.up);
     s.act = arena.alloc({tokens, hidden_}, h.dtype());
     forward_(s.up, s.act);
-    Tensor out = arena.alloc({tokens, down_->value.size(0)}, h.dtype());
-    linear_forward(s.act, down_->value, bias(down_bias_), out);
+    Tensor out = arena.alloc({tokens, down_->work.size(0)}, h.dtype());
+    linear_forward(s.act, down_->work, bias(down_bias_), out);
     return out;
   }
 
   Tensor backward(const Tensor& dout, const Saved& s, Arena& arena) const override {
     Tensor dact = arena.alloc(s.act.shape(), dout.dtype());
     Tensor down_bias_grad = grad(down_bias_), up_bias_grad = grad(up_bias_);
-    linear_backward(dout, s.act, down_->value, dact, down_->grad, down_bias_grad);
+    linear_backward(dout, s.act, down_->work, dact, down_->grad, down_bias_grad);
     Tensor dup = arena.alloc(s.up.shape(), dout.dtype());
     backward_(dact, s.up, dup);
     Tensor dh = arena.alloc(s.h.shape(), dout.dtype());
-    linear_backward(dup, s.h, up_->value, dh, up_->grad, up_bias_grad);
+    linear_backward(dup, s.h, up_->work, dh, up_->grad, up_bias_grad);
     return dh;
   }
 
  private:
-  static Tensor bias(const std::shared_ptr<Param>& p) { return p ? p->value : Tensor(); }
+  static Tensor bias(const std::shared_ptr<Param>& p) { return p ? p->work : Tensor(); }
   static Tensor grad(const std::shared_ptr<Param>& p) { return p ? p->grad : Tensor(); }
   int64_t hidden_;
   ActivationForward forward_;

@@ -18,8 +18,7 @@ struct MlpSpec {
   int dim = 0;
   int hidden = 0;
   bool bias = false;
-  DType dtype = DType::f32;
-  Device device;
+  Placement placement;
 };
 
 class Mlp {

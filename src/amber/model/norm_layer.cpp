@@ -11,8 +11,9 @@ class RmsNorm final : public Norm {
  public:
   explicit RmsNorm(const NormSpec& s) : eps_(s.eps) {
     if (s.affine) {
-      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype, s.device);
+      weight_ = make_param(s.name + ".weight", {s.dim}, s.placement);
       weight_->value.fill(1.0);
+      weight_->refresh_work();
     }
   }
   void collect(std::vector<std::shared_ptr<Param>>& out) const override {
@@ -33,7 +34,7 @@ class RmsNorm final : public Norm {
   }
 
  private:
-  Tensor weight() const { return weight_ ? weight_->value : Tensor(); }
+  Tensor weight() const { return weight_ ? weight_->work : Tensor(); }
   double eps_;
   std::shared_ptr<Param> weight_;
 };
@@ -42,9 +43,10 @@ class LayerNorm final : public Norm {
  public:
   explicit LayerNorm(const NormSpec& s) : eps_(s.eps) {
     if (s.affine) {
-      weight_ = make_param(s.name + ".weight", {s.dim}, s.dtype, s.device);
+      weight_ = make_param(s.name + ".weight", {s.dim}, s.placement);
       weight_->value.fill(1.0);
-      bias_ = make_param(s.name + ".bias", {s.dim}, s.dtype, s.device);
+      weight_->refresh_work();
+      bias_ = make_param(s.name + ".bias", {s.dim}, s.placement);
     }
   }
   void collect(std::vector<std::shared_ptr<Param>>& out) const override {
@@ -58,14 +60,14 @@ class LayerNorm final : public Norm {
     s.x = x;
     s.mean = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
     s.rstd = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
-    layernorm_forward(x, weight_ ? weight_->value : Tensor(), bias_ ? bias_->value : Tensor(), eps_, y,
+    layernorm_forward(x, weight_ ? weight_->work : Tensor(), bias_ ? bias_->work : Tensor(), eps_, y,
                       s.mean, s.rstd);
     return y;
   }
   Tensor backward(const Tensor& dy, const Saved& s, Arena& arena) const override {
     Tensor dx = arena.alloc(dy.shape(), dy.dtype());
     Tensor dw = weight_ ? weight_->grad : Tensor(), db = bias_ ? bias_->grad : Tensor();
-    layernorm_backward(dy, s.x, weight_ ? weight_->value : Tensor(), s.mean, s.rstd, dx, dw, db);
+    layernorm_backward(dy, s.x, weight_ ? weight_->work : Tensor(), s.mean, s.rstd, dx, dw, db);
     return dx;
   }
 

@@ -17,8 +17,7 @@ struct NormSpec {
   int dim = 0;
   double eps = 1e-6;
   bool affine = true;
-  DType dtype = DType::f32;
-  Device device;
+  Placement placement;
 };
 
 class Norm {

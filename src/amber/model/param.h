@@ -13,16 +13,30 @@ namespace amber {
 struct Param {
   std::string name;  // e.g. "layers.3.attn.q_proj.weight"
   Tensor value;      // master weights (f32; f64 in gradient checks)
-  Tensor grad;       // same shape and dtype; accumulated over micro-batches
+  Tensor grad;       // same shape and dtype as value; accumulated over micro-batches
+  Tensor work;       // what forward and backward read: value itself, or its copy in the
+                     // compute dtype (bf16) refreshed after every change to value
   bool weight_decay = true;
   bool muon = false;    // a hidden 2-D matrix Muon may orthogonalise
   bool expert = false;  // belongs to a routed expert (MoE)
   bool shared = false;  // used in more than one place (tied embeddings)
 
   void zero_grad() { grad.zero(); }
+  // Re-derives the working copy after value changed (init, optimizer step, load).
+  void refresh_work() {
+    if (!work.shares_storage_with(value)) work.copy_from(value);
+  }
+};
+
+// Where parameters live and what the model computes in: master weights and
+// gradients in `master`, activations and working copies in `compute`.
+struct Placement {
+  DType master = DType::f32;
+  Device device;
+  DType compute = DType::f32;
 };
 
 // Creates a parameter with a zeroed gradient.
-std::shared_ptr<Param> make_param(std::string name, Shape shape, DType dtype, Device device = Device::cpu());
+std::shared_ptr<Param> make_param(std::string name, Shape shape, const Placement& placement);
 
 }  // namespace amber

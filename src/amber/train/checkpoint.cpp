@@ -86,9 +86,11 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
   fs::rename(temporary, final_dir);
   write_text_atomically(root / "latest", name.str());
 
-  // Prune: completed checkpoints beyond keep_last, and temporaries of dead writers.
+  // Prune: the oldest completed checkpoints beyond keep_last (never the one just
+  // written, which `latest` names), and temporaries of dead writers.
   std::vector<fs::path> done = completed_checkpoints(root);
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < done.size(); ++i) fs::remove_all(done[i]);
+  std::erase(done, final_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < done.size() + 1; ++i) fs::remove_all(done[i]);
   for (const auto& entry : fs::directory_iterator(root))
     if (entry.is_directory() && entry.path().filename().string().find(".tmp-") != std::string::npos &&
         entry.path() != temporary)
@@ -124,6 +126,7 @@ nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Opt
   std::vector<std::pair<std::string, Tensor*>> weights;
   for (const auto& p : model.params()) weights.emplace_back(p->name, &p->value);
   load_tensors((fs::path(dir) / "model.safetensors").string(), weights, "model");
+  model.refresh_working_copies();
   if (optimizer) {
     std::vector<std::pair<std::string, Tensor*>> tensors;
     for (const StateTensor& s : optimizer->state()) tensors.emplace_back(s.name, s.tensor);

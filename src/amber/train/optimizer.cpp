@@ -56,6 +56,7 @@ class GroupedOptimizer final : public Optimizer {
     for (AdamWSlot& s : adamw_) {
       AdamWHyper h{s.lr * multiplier, config_.beta1, config_.beta2, config_.eps, s.weight_decay, steps_};
       adamw_step(s.param->value, s.param->grad, s.m, s.v, h);
+      s.param->refresh_work();
     }
     // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
     const double lr = config_.muon_lr * multiplier;
@@ -69,6 +70,7 @@ class GroupedOptimizer final : public Optimizer {
       newton_schulz_orthogonalize(s.update, variant_, s.update.dtype());
       scale_(s.param->value, 1.0 - lr * decay);
       add_scaled(s.param->value, s.update, -lr * s.scale);
+      s.param->refresh_work();
     }
   }
 

@@ -26,6 +26,8 @@ void RunConfig::validate() const {
   AMBER_CHECK(train.steps > 0, "train.steps must be positive, got ", train.steps);
   AMBER_CHECK(train.micro_batch_tokens > 0, "train.micro_batch_tokens must be positive");
   AMBER_CHECK(train.grad_accum > 0, "train.grad_accum must be positive, got ", train.grad_accum);
+  AMBER_CHECK(train.compute_dtype == "f32" || train.compute_dtype == "bf16" || train.compute_dtype == "f16",
+              "train.compute_dtype '", train.compute_dtype, "' is not one of: f32, bf16, f16");
   AMBER_CHECK(train.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)");
   AMBER_CHECK(train.log_every > 0, "train.log_every must be positive");
   AMBER_CHECK(train.eval_every >= 0 && train.checkpoint_every >= 0 && train.sample_every >= 0,

@@ -17,7 +17,8 @@ struct TrainConfig {
   int64_t micro_batch_tokens = 8192;  // token budget of one micro-batch
   int grad_accum = 1;                 // micro-batches per optimizer step
   uint64_t seed = 1234;               // weights and data order
-  std::string device = "cpu";
+  std::string device = "cpu";          // cpu | cuda | cuda:N
+  std::string compute_dtype = "f32";  // f32 | bf16 | f16: activations and working copies
   double grad_clip = 1.0;  // global-norm clip; 0 = off
   int log_every = 10;
   int eval_every = 100;  // 0 = at the end only
@@ -37,6 +38,7 @@ struct TrainConfig {
     v("grad_accum", grad_accum);
     v("seed", seed);
     v("device", device);
+    v("compute_dtype", compute_dtype);
     v("grad_clip", grad_clip);
     v("log_every", log_every);
     v("eval_every", eval_every);

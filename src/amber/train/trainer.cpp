@@ -173,13 +173,16 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   s.unigram_log_prob.resize(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) s.unigram_log_prob[i] = std::log(counts[i] / total);
 
-  s.model = std::make_unique<LanguageModel>(c.model, DType::f32, device);
+  s.model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
   s.model->init_weights(c.train.seed);
   s.optimizer = build_optimizer(c.optimizer, s.model->params());
   s.schedule = make_schedule(c.schedule, c.train.steps);
 
   std::string resume_dir = s.options.resume_from;
   if (resume_dir.empty() && s.options.resume) resume_dir = latest_checkpoint(c.train.out_dir);
+  AMBER_CHECK(!resume_dir.empty() || latest_checkpoint(c.train.out_dir).empty(), c.train.out_dir,
+              " already holds checkpoints of an earlier run; continue it with --resume, or choose another "
+              "train.out_dir (or remove the folder) to start afresh");
   fs::create_directories(c.train.out_dir);
   if (!resume_dir.empty()) {
     const nlohmann::json state = load_checkpoint(resume_dir, *s.model, s.optimizer.get());
