@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   amber::cli::add_tokenize_command(app);
   amber::cli::add_train_command(app);
   amber::cli::add_sample_command(app);
+  amber::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

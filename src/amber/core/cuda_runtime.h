@@ -14,6 +14,9 @@ void pool_free(void* data, int device);
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);
 void zero(void* dst, size_t bytes);
 void synchronize();
+// Bytes the device's memory pool has held at most since the last reset.
+size_t pool_peak_bytes(int device);
+void reset_pool_peak(int device);
 // Element conversion on the device between f32, bf16 and f16 (round to nearest even);
 // returns false for other pairs, which the caller converts through the host.
 bool convert(void* dst, DType dst_type, const void* src, DType src_type, size_t n);

@@ -17,6 +17,8 @@ void pool_free(void*, int) {}
 void copy(void*, bool, const void*, bool, size_t) { no_cuda(); }
 void zero(void*, size_t) { no_cuda(); }
 void synchronize() {}
+size_t pool_peak_bytes(int) { return 0; }
+void reset_pool_peak(int) {}
 bool convert(void*, DType, const void*, DType, size_t) { no_cuda(); }
 
 }  // namespace amber::cuda

@@ -64,6 +64,21 @@ void zero(void* dst, size_t bytes) {
   check(cudaMemsetAsync(dst, 0, bytes, cudaStreamPerThread), "cudaMemsetAsync");
 }
 
+size_t pool_peak_bytes(int device) {
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  uint64_t bytes = 0;
+  check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &bytes), "cudaMemPoolGetAttribute");
+  return static_cast<size_t>(bytes);
+}
+
+void reset_pool_peak(int device) {
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  uint64_t zero = 0;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero), "cudaMemPoolSetAttribute");
+}
+
 void synchronize() { check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize"); }
 
 }  // namespace amber::cuda

@@ -1,0 +1,114 @@
+#include "amber/train/step_bench.h"
+
+#include <chrono>
+
+#include "amber/core/cuda_runtime.h"
+#include "amber/core/random.h"
+#include "amber/model/flops.h"
+#include "amber/model/language_model.h"
+#include "amber/ops/gemm.h"
+#include "amber/train/trainer.h"
+
+namespace amber {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void wait_for(Device device) {
+  if (device.is_cuda()) cuda::synchronize();
+}
+
+// The dense-GEMM ceiling of this device in `dtype`: median-free best of a few runs
+// of an 8192^3 product on random operands (zeros would run faster than real data).
+double measure_gemm_tflops(Device device, DType dtype) {
+  const int64_t n = 8192;
+  Tensor a = Tensor::empty({n, n}, dtype, device), b = Tensor::empty({n, n}, dtype, device);
+  Tensor c = Tensor::empty({n, n}, dtype, device);
+  fill_normal(a, 11, 0);
+  fill_normal(b, 12, 0);
+  gemm(a, false, b, true, c);
+  wait_for(device);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) gemm(a, false, b, true, c);
+    wait_for(device);
+    best = std::min(best, seconds_since(start) / 4);
+  }
+  return 2.0 * n * n * n / best / 1e12;
+}
+
+data::Batch synthetic_batch(const StepBenchOptions& o) {
+  Tensor u = Tensor::empty({o.tokens * 2}, DType::f64);
+  fill_uniform(u, o.seed, 0);
+  std::vector<int32_t> lengths;
+  int64_t used = 0, draw = 0;
+  while (used < o.tokens) {
+    int32_t l = o.doc_min + static_cast<int32_t>(u.item(draw++) * (o.doc_max - o.doc_min + 1));
+    l = static_cast<int32_t>(std::min<int64_t>(l, o.tokens - used));
+    lengths.push_back(l);
+    used += l;
+  }
+  data::Batch b;
+  b.seq = SeqInfo::from_lengths(lengths);
+  std::vector<int32_t> tokens(static_cast<size_t>(o.tokens)), targets(static_cast<size_t>(o.tokens), -100);
+  for (int64_t t = 0; t < o.tokens; ++t)
+    tokens[t] = static_cast<int32_t>(u.item(o.tokens + t) * o.model.vocab_size) % o.model.vocab_size;
+  for (int d = 0; d < b.seq.num_docs; ++d)
+    for (int32_t t = b.seq.doc_start(d); t + 1 < b.seq.doc_start(d) + b.seq.doc_length(d); ++t) {
+      targets[t] = tokens[t + 1];
+      ++b.trained_tokens;
+    }
+  b.tokens = Tensor::from_vector(tokens, {o.tokens});
+  b.targets = Tensor::from_vector(targets, {o.tokens});
+  return b;
+}
+
+}  // namespace
+
+StepBenchResult run_step_bench(const StepBenchOptions& o) {
+  AMBER_CHECK(o.tokens > 0 && o.doc_min > 0 && o.doc_min <= o.doc_max && o.steps > 0 && o.warmup >= 0,
+              "bench step: tokens, document lengths (min <= max) and steps must be positive");
+  const Device device = device_from_name(o.device);
+  LanguageModel model(o.model, DType::f32, device, dtype_from_name(o.compute_dtype));
+  model.init_weights(o.seed);
+  auto optimizer = build_optimizer(o.optimizer, model.params());
+  const data::Batch batch = synthetic_batch(o);
+  // The batch lives on the device once, as a loader with prefetch would leave it.
+  data::Batch on_device = batch;
+  on_device.tokens = batch.tokens.to(device);
+  on_device.targets = batch.targets.to(device);
+  on_device.seq = batch.seq.to(device);
+  const std::vector<data::Batch> micro = {on_device};
+  StepBenchResult r;
+  r.lengths = batch.seq.lengths();
+  for (int i = 0; i < o.warmup; ++i) {
+    accumulate_gradients(model, micro);
+    optimizer->step(1.0);
+  }
+  wait_for(device);
+  if (device.is_cuda()) cuda::reset_pool_peak(device.index);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.steps; ++i) {
+    const AccumulatedStep a = accumulate_gradients(model, micro);
+    optimizer->step(1.0);
+    r.loss = a.loss_sum / static_cast<double>(a.trained_tokens);
+  }
+  wait_for(device);
+  const double seconds = seconds_since(start) / o.steps;
+  const FlopCount f = count_flops(o.model, r.lengths);
+  r.step_ms = seconds * 1e3;
+  r.tokens_per_s = static_cast<double>(o.tokens) / seconds;
+  r.mfu = f.model / seconds / (o.peak_tflops * 1e12);
+  r.hfu = f.hardware / seconds / (o.peak_tflops * 1e12);
+  if (device.is_cuda()) {
+    r.peak_memory_gib = static_cast<double>(cuda::pool_peak_bytes(device.index)) / (1u << 30);
+    r.gemm_tflops = measure_gemm_tflops(device, dtype_from_name(o.compute_dtype));
+    r.mfu_vs_gemm = f.model / seconds / (r.gemm_tflops * 1e12);
+  }
+  return r;
+}
+
+}  // namespace amber

@@ -1,0 +1,37 @@
+// The whole-step benchmark behind `amber bench step`: one model, one synthetic packed
+// batch, warm-up then timed optimizer steps; reports tokens/s, MFU and HFU against
+// the stated peak and against the measured dense GEMM rate, step time and peak memory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "amber/model/config.h"
+#include "amber/train/optimizer.h"
+
+namespace amber {
+
+struct StepBenchOptions {
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  std::string device = "cuda";
+  std::string compute_dtype = "bf16";
+  int64_t tokens = 16384;
+  int doc_min = 2048, doc_max = 2048;  // document lengths uniform in [min, max]
+  int warmup = 3, steps = 10;
+  double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
+  uint64_t seed = 1;
+};
+
+struct StepBenchResult {
+  double step_ms = 0, tokens_per_s = 0, mfu = 0, hfu = 0;
+  double gemm_tflops = 0;  // measured 8192^3 GEMM in the compute dtype (0 on the CPU)
+  double mfu_vs_gemm = 0;
+  double peak_memory_gib = 0;
+  double loss = 0;
+  std::vector<int32_t> lengths;
+};
+
+StepBenchResult run_step_bench(const StepBenchOptions& options);
+
+}  // namespace amber

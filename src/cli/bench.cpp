@@ -1,0 +1,63 @@
+// `amber bench step`: times the whole training step of a config on one device.
+#include <iomanip>
+#include <iostream>
+
+#include "amber/train/run_config.h"
+#include "amber/train/step_bench.h"
+#include "cli/commands.h"
+
+namespace amber::cli {
+namespace {
+
+struct BenchArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  StepBenchOptions options;
+  std::string doc_lengths = "2048";
+};
+
+void run(BenchArgs& a) {
+  const RunConfig config = load_run_config(a.config, a.overrides);
+  a.options.model = config.model;
+  a.options.optimizer = config.optimizer;
+  const size_t dash = a.doc_lengths.find('-');
+  a.options.doc_min = std::stoi(a.doc_lengths.substr(0, dash));
+  a.options.doc_max = dash == std::string::npos ? a.options.doc_min : std::stoi(a.doc_lengths.substr(dash + 1));
+  const StepBenchResult r = run_step_bench(a.options);
+  std::cout << std::fixed << std::setprecision(2) << "config " << a.config << " | " << a.options.tokens
+            << " tokens in " << r.lengths.size() << " documents (" << a.doc_lengths << ") | " << a.options.device
+            << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name << "\n"
+            << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | MFU "
+            << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of " << std::setprecision(0)
+            << a.options.peak_tflops << " TFLOP/s";
+  if (r.gemm_tflops > 0)
+    std::cout << " | measured GEMM peak " << r.gemm_tflops << " TFLOP/s (MFU " << std::setprecision(1)
+              << 100 * r.mfu_vs_gemm << "% of it) | peak memory " << std::setprecision(2) << r.peak_memory_gib
+              << " GiB";
+  std::cout << " | loss " << std::setprecision(4) << r.loss << "\n";
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto* step = bench->add_subcommand("step", "Time the whole training step (forward, backward, optimizer)");
+  step->add_option("--config", a->config, "Config with a [model] table (e.g. configs/presets/kohaku-500m.toml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  step->add_option("--set", a->overrides, "Override a config value (repeatable)");
+  step->add_option("--device", a->options.device, "cpu, cuda or cuda:N")->capture_default_str();
+  step->add_option("--dtype", a->options.compute_dtype, "Compute dtype: f32, bf16")->capture_default_str();
+  step->add_option("--tokens", a->options.tokens, "Tokens per micro-batch")->capture_default_str();
+  step->add_option("--doc-len", a->doc_lengths, "Document length, or a range MIN-MAX drawn uniformly")
+      ->capture_default_str();
+  step->add_option("--steps", a->options.steps, "Timed steps")->capture_default_str();
+  step->add_option("--warmup", a->options.warmup, "Untimed steps first")->capture_default_str();
+  step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU (H100/H200 SXM: 989)")
+      ->capture_default_str();
+  step->callback([a] { run(*a); });
+}
+
+}  // namespace amber::cli
