@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole-step comparison of issue 5: amber's `bench step` and the PyTorch
+# reference (bench/compare/step_torch.py) on the same rungs and batch shapes, run one
+# after the other by this one script; prints a markdown table (hardware first).
+# Usage: bench/compare/step_compare.sh [AMBER_BINARY]   (on a GPU machine)
+set -euo pipefail
+amber=${1:-build/amber}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+#        preset       dim  depth heads kv hidden  documents
+rungs=("kohaku-500m  1280 22    20    4  3456    2048"
+       "kohaku-200m  768  17    12    2  2048    50-600")
+echo "| $(nvidia-smi --query-gpu=name --format=csv,noheader) | $(date -u +%F) |"
+echo "| rung | documents | arm | result |"
+echo "|---|---|---|---|"
+for rung in "${rungs[@]}"; do
+  read -r name dim depth heads kv hidden docs <<<"$rung"
+  a=$("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs" \
+      --steps 10 --warmup 3 --dtype bf16 2>&1 | tail -1)
+  t=$(python3 "$here/step_torch.py" --dim "$dim" --depth "$depth" --heads "$heads" --kv-heads "$kv" \
+      --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps 10 --warmup 5 2>&1 | tail -1)
+  echo "| $name | $docs | amber | $a |"
+  echo "| $name | $docs | torch.compile | $t |"
+done

@@ -1,0 +1,165 @@
+"""PyTorch reference of amber's dense model for the whole-step comparison.
+
+Same shapes as `amber bench step`: pre-norm blocks with RMSNorm, q/k/v/o projections,
+QK-norm, rotate-half RoPE with per-document positions, packed varlen causal
+attention (torch.nn.attention.varlen), SwiGLU with one fused gate/up projection, an
+untied head with cross-entropy; fp32 master weights under bf16 autocast, fused
+AdamW, torch.compile on. FLOPs are counted exactly as amber counts them
+(docs/flops.md), so the MFU columns compare like with like.
+"""
+
+import argparse
+import inspect
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention.varlen import varlen_attn
+
+VARLEN_PARAMS = inspect.signature(varlen_attn).parameters
+
+
+def causal_varlen(q, k, v, cu, max_len):
+    kwargs = {}
+    if "enable_gqa" in VARLEN_PARAMS:
+        kwargs["enable_gqa"] = True
+    elif k.shape[1] != q.shape[1]:
+        repeat = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+    if "is_causal" in VARLEN_PARAMS:
+        kwargs["is_causal"] = True
+    else:
+        kwargs["window_size"] = (-1, 0)
+    return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kwargs)
+
+
+def rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, kv_heads, head_dim, hidden):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.attn_norm = nn.RMSNorm(dim, eps=1e-6)
+        self.q_proj = nn.Linear(dim, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(dim, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(dim, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, dim, bias=False)
+        self.q_norm = nn.RMSNorm(head_dim, eps=1e-6)
+        self.k_norm = nn.RMSNorm(head_dim, eps=1e-6)
+        self.mlp_norm = nn.RMSNorm(dim, eps=1e-6)
+        self.gate_up_proj = nn.Linear(dim, 2 * hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, cos, sin, cu, max_len):
+        t = x.shape[0]
+        h = self.attn_norm(x)
+        q = self.q_norm(self.q_proj(h).view(t, self.heads, self.head_dim))
+        k = self.k_norm(self.k_proj(h).view(t, self.kv_heads, self.head_dim))
+        v = self.v_proj(h).view(t, self.kv_heads, self.head_dim)
+        q, k = rope(q, cos, sin).to(v.dtype), rope(k, cos, sin).to(v.dtype)
+        o = causal_varlen(q, k, v, cu, max_len)
+        x = x + self.o_proj(o.reshape(t, -1))
+        gate, up = self.gate_up_proj(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.down_proj(F.silu(gate) * up)
+
+
+class Model(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(a.vocab, a.dim)
+        self.layers = nn.ModuleList(Block(a.dim, a.heads, a.kv_heads, a.head_dim, a.mlp_hidden) for _ in range(a.depth))
+        self.norm = nn.RMSNorm(a.dim, eps=1e-6)
+        self.lm_head = nn.Linear(a.dim, a.vocab, bias=False)
+
+    def forward(self, tokens, targets, cos, sin, cu, max_len, n_targets):
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin, cu, max_len)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="sum") / n_targets
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dim", type=int, required=True)
+    p.add_argument("--depth", type=int, required=True)
+    p.add_argument("--heads", type=int, required=True)
+    p.add_argument("--kv-heads", type=int, required=True)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--mlp-hidden", type=int, required=True)
+    p.add_argument("--vocab", type=int, default=65536)
+    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--doc-len", default="2048", help="length or MIN-MAX (uniform, seeded)")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--peak-tflops", type=float, default=989.0)
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+
+    torch.manual_seed(a.seed)
+    g = torch.Generator().manual_seed(a.seed)
+    lo, _, hi = a.doc_len.partition("-")
+    lo, hi = int(lo), int(hi or lo)
+    lengths, used = [], 0
+    while used < a.tokens:
+        n = min(int(torch.randint(lo, hi + 1, (1,), generator=g)), a.tokens - used)
+        lengths.append(n)
+        used += n
+    dev = "cuda"
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device=dev)
+    positions = torch.cat([torch.arange(n) for n in lengths]).to(dev)
+    tokens = torch.randint(0, a.vocab, (a.tokens,), generator=g).to(dev)
+    targets = torch.full((a.tokens,), -100, dtype=torch.long)
+    start = 0
+    for n in lengths:
+        targets[start:start + n - 1] = tokens[start + 1:start + n].cpu()
+        start += n
+    targets = targets.to(dev)
+    n_targets = int((targets != -100).sum())
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, a.head_dim, 2, device=dev).float() / a.head_dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
+    max_len = max(lengths)
+
+    model = Model(a).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    fwd = model if a.no_compile else torch.compile(model)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(tokens, targets, cos, sin, cu, max_len, n_targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        loss = step()
+    torch.cuda.synchronize()
+    seconds = (time.perf_counter() - t0) / a.steps
+
+    q_dim = a.heads * a.head_dim
+    kv_dim = a.kv_heads * a.head_dim
+    block_params = a.depth * (a.dim * q_dim + 2 * a.dim * kv_dim + q_dim * a.dim + 3 * a.dim * a.mlp_hidden)
+    pairs = sum(n * (n + 1) / 2 for n in lengths)
+    flops = 3 * (2 * block_params * a.tokens + a.depth * 4 * q_dim * pairs + 2 * a.dim * a.vocab * a.tokens)
+    print(f"torch {torch.__version__} {'compiled' if not a.no_compile else 'eager'} | {a.tokens} tokens in "
+          f"{len(lengths)} documents ({a.doc_len}) | step {seconds * 1e3:.2f} ms | {a.tokens / seconds:.0f} tokens/s | "
+          f"MFU {100 * flops / seconds / (a.peak_tflops * 1e12):.1f}% of {a.peak_tflops:.0f} TFLOP/s | "
+          f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB | loss {float(loss):.4f}")
+
+
+if __name__ == "__main__":
+    main()
