@@ -1,18 +1,17 @@
 // CPU attention over packed documents: a flash-style forward (query tiles walk key
 // tiles with an online softmax, never a T x T matrix) and a deterministic backward
 // that recomputes the probabilities from the saved log-sum-exp. The oracle for GPU kernels.
-#include "amber/ops/attention.h"
+#include "amber/ops/cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include "amber/ops/cpu/dispatch.h"
 
-namespace amber {
+namespace amber::cpu {
 namespace {
 
 // Rows per query tile and keys per key tile. A 32 x 64 float key tile is 8 KiB, so it
@@ -246,59 +245,9 @@ void backward_kernel(const Geometry<T>& g, const SeqInfo& seq, BackwardInputs<T>
   }
 }
 
-DType lse_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
-
-// Checks shared by forward and backward; returns the softmax scale to use.
-double check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const SeqInfo& seq, const AttentionOptions& options, const Tensor& sinks) {
-  for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v}}) {
-    cpu::require_cpu(*t, op);
-    AMBER_CHECK(t->is_contiguous(), op, ": ", name, " ", t->shape(),
-                " must be contiguous; call contiguous() first");
-  }
-  AMBER_CHECK(q.ndim() == 3 && k.ndim() == 3, op, ": q must be [tokens, heads, head_dim] and k, v ",
-              "[tokens, kv_heads, head_dim]; got q ", q.shape(), ", k ", k.shape());
-  AMBER_CHECK(k.shape() == v.shape(), op, ": k ", k.shape(), " and v ", v.shape(),
-              " must have the same shape");
-  AMBER_CHECK(q.size(0) == seq.total_tokens && k.size(0) == seq.total_tokens, op, ": q ", q.shape(),
-              " and k ", k.shape(), " must have one row per token of the batch (", seq.total_tokens,
-              " tokens in cu_seqlens)");
-  AMBER_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, op, ": q ", q.shape(), " has ",
-              q.size(1), " heads, not a multiple of the ", k.size(1), " KV heads of k ", k.shape());
-  AMBER_CHECK(q.size(2) == k.size(2), op, ": head_dim differs between q ", q.shape(), " and k ",
-              k.shape());
-  AMBER_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), op,
-              ": q, k and v must share one dtype; got ", dtype_name(q.dtype()), ", ",
-              dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
-  AMBER_CHECK(options.window >= 0, op, ": window must be >= 0 (0 = unlimited), got ",
-              options.window);
-  AMBER_CHECK(std::isfinite(options.softmax_scale) && options.softmax_scale >= 0, op,
-              ": softmax_scale must be finite and >= 0 (0 = head_dim^-0.5), got ",
-              options.softmax_scale);
-  if (sinks.defined()) {
-    cpu::require_cpu(sinks, op);
-    AMBER_CHECK(sinks.ndim() == 1 && sinks.size(0) == q.size(1), op, ": sinks must be [", q.size(1),
-                "] (one logit per query head of q ", q.shape(), "), got ", sinks.shape());
-    AMBER_CHECK(is_floating(sinks.dtype()), op, ": sinks must be floating point, got ",
-                dtype_name(sinks.dtype()));
-  }
-  return options.softmax_scale > 0 ? options.softmax_scale
-                                   : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
-}
-
-void check_output(const char* op, const char* name, const Tensor& t, const Shape& shape,
-                  DType dtype) {
-  cpu::require_cpu(t, op);
-  AMBER_CHECK(t.shape() == shape && t.dtype() == dtype, op, ": ", name, " must be ",
-              dtype_name(dtype), " ", shape, ", got ", dtype_name(t.dtype()), " ", t.shape());
-  AMBER_CHECK(t.is_contiguous(), op, ": ", name, " ", t.shape(),
-              " must be contiguous; call contiguous() first");
-}
-
 template <class T>
-Geometry<T> geometry_of(const Tensor& q, const Tensor& k, const AttentionOptions& options,
-                        double scale) {
-  return {q.size(1), k.size(1), q.size(2), options.window, static_cast<T>(scale)};
+Geometry<T> geometry_of(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
+  return {q.size(1), k.size(1), q.size(2), options.window, static_cast<T>(options.softmax_scale)};
 }
 
 }  // namespace
@@ -306,15 +255,11 @@ Geometry<T> geometry_of(const Tensor& q, const Tensor& k, const AttentionOptions
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SeqInfo& seq,
                        const AttentionOptions& options, const Tensor& sinks, Tensor& out,
                        Tensor& lse) {
-  const char* op = "attention_forward";
-  const double scale = check_inputs(op, q, k, v, seq, options, sinks);
-  check_output(op, "out", out, q.shape(), q.dtype());
-  check_output(op, "lse", lse, Shape{q.size(0), q.size(1)}, lse_dtype(q.dtype()));
-  cpu::with_compute_type(q.dtype(), [&]<class T>() {
-    const Tensor q_t = cpu::widened<T>(q), k_t = cpu::widened<T>(k), v_t = cpu::widened<T>(v);
-    const Tensor sinks_t = sinks.defined() ? cpu::widened<T>(sinks) : Tensor();
-    cpu::Output<T> out_t(out), lse_t(lse);
-    forward_kernel(geometry_of<T>(q, k, options, scale), tiles_of(seq), q_t.template data<T>(),
+  with_compute_type(q.dtype(), [&]<class T>() {
+    const Tensor q_t = widened<T>(q), k_t = widened<T>(k), v_t = widened<T>(v);
+    const Tensor sinks_t = sinks.defined() ? widened<T>(sinks) : Tensor();
+    Output<T> out_t(out), lse_t(lse);
+    forward_kernel(geometry_of<T>(q, k, options), tiles_of(seq), q_t.template data<T>(),
                    k_t.template data<T>(), v_t.template data<T>(),
                    sinks_t.defined() ? sinks_t.template data<T>() : nullptr, out_t.data(),
                    lse_t.data());
@@ -327,30 +272,16 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& out, const Tensor& lse, const SeqInfo& seq,
                         const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
                         Tensor& dk, Tensor& dv, Tensor& dsinks) {
-  const char* op = "attention_backward";
-  const double scale = check_inputs(op, q, k, v, seq, options, sinks);
-  check_output(op, "dout", dout, q.shape(), q.dtype());
-  check_output(op, "out", out, q.shape(), q.dtype());
-  check_output(op, "lse", lse, Shape{q.size(0), q.size(1)}, lse_dtype(q.dtype()));
-  check_output(op, "dq", dq, q.shape(), q.dtype());
-  check_output(op, "dk", dk, k.shape(), k.dtype());
-  check_output(op, "dv", dv, v.shape(), v.dtype());
-  if (sinks.defined()) {
-    cpu::require_cpu(dsinks, op);
-    AMBER_CHECK(dsinks.defined() && dsinks.shape() == sinks.shape() && is_floating(dsinks.dtype()),
-                op, ": dsinks must be a floating tensor of the sinks' shape ", sinks.shape(),
-                ", got ", dsinks.defined() ? dsinks.shape() : Shape{});
-  }
-  cpu::with_compute_type(q.dtype(), [&]<class T>() {
-    const Tensor q_t = cpu::widened<T>(q), k_t = cpu::widened<T>(k), v_t = cpu::widened<T>(v);
-    const Tensor dout_t = cpu::widened<T>(dout), out_t = cpu::widened<T>(out);
-    const Tensor lse_t = cpu::widened<T>(lse);
-    const Tensor sinks_t = sinks.defined() ? cpu::widened<T>(sinks) : Tensor();
-    cpu::Output<T> dq_t(dq), dk_t(dk), dv_t(dv);
-    std::optional<cpu::Output<T>> dsinks_t;
+  with_compute_type(q.dtype(), [&]<class T>() {
+    const Tensor q_t = widened<T>(q), k_t = widened<T>(k), v_t = widened<T>(v);
+    const Tensor dout_t = widened<T>(dout), out_t = widened<T>(out);
+    const Tensor lse_t = widened<T>(lse);
+    const Tensor sinks_t = sinks.defined() ? widened<T>(sinks) : Tensor();
+    Output<T> dq_t(dq), dk_t(dk), dv_t(dv);
+    std::optional<Output<T>> dsinks_t;
     if (sinks.defined()) dsinks_t.emplace(dsinks, /*accumulate=*/true);
     backward_kernel(
-        geometry_of<T>(q, k, options, scale), seq,
+        geometry_of<T>(q, k, options), seq,
         BackwardInputs<T>{q_t.template data<T>(), k_t.template data<T>(), v_t.template data<T>(),
                           dout_t.template data<T>(), lse_t.template data<T>(), nullptr},
         out_t.template data<T>(), sinks_t.defined() ? sinks_t.template data<T>() : nullptr,
@@ -362,4 +293,4 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   });
 }
 
-}  // namespace amber
+}  // namespace amber::cpu

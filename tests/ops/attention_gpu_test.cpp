@@ -1,0 +1,269 @@
+// CUDA attention against the CPU oracle: forward and every gradient on fresh Philox
+// inputs, each compared with the CPU op on the same rounded inputs and with a float64
+// CPU run, over document edges, GQA/MQA, windows, sinks, NaN-poisoned outputs and repeats.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "amber/ops/attention.h"
+#include "ops/testing.h"
+
+namespace amber {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+struct Case {
+  const char* name;
+  std::vector<int32_t> lengths;
+  int64_t heads, kv_heads, dim;
+  int window;
+  bool sinks;
+};
+
+// Lengths on both sides of the kernels' 64-row tiles and 32-key steps.
+const std::vector<int32_t> kEdges = {1, 127, 128, 129};
+
+// Random lengths from the Philox stream (1 .. 200) plus one document of many tiles.
+std::vector<int32_t> mixed_lengths(uint64_t seed) {
+  const std::vector<double> r = testing::random_tensor({6}, DType::f64, seed).to_doubles();
+  std::vector<int32_t> lengths;
+  for (double x : r) lengths.push_back(1 + static_cast<int32_t>(std::fabs(x) * 997.0) % 200);
+  lengths.insert(lengths.begin() + 2, 700);
+  return lengths;
+}
+
+// One problem in one dtype, on the CPU. sinks (f32 beside narrow activations, as a
+// master copy) and dsinks0 (the gradient dsinks accumulates into) undefined without sinks.
+struct Inputs {
+  SeqInfo seq;
+  AttentionOptions options;
+  Tensor q, k, v, dout, sinks, dsinks0;
+};
+
+Inputs make_inputs(const Case& c, uint64_t seed) {
+  Inputs in;
+  in.seq = SeqInfo::from_lengths(c.lengths);
+  const int64_t t = in.seq.total_tokens;
+  in.options.window = c.window;  // scale 0: head_dim^-0.5, resolved by the entry point
+  // A wider q makes the softmax peaked, so the online rescaling matters.
+  in.q = testing::random_tensor({t, c.heads, c.dim}, DType::f64, seed, 1.5f);
+  in.k = testing::random_tensor({t, c.kv_heads, c.dim}, DType::f64, seed + 1);
+  in.v = testing::random_tensor({t, c.kv_heads, c.dim}, DType::f64, seed + 2);
+  in.dout = testing::random_tensor({t, c.heads, c.dim}, DType::f64, seed + 3);
+  if (c.sinks) {
+    in.sinks = testing::random_tensor({c.heads}, DType::f64, seed + 4);
+    in.dsinks0 = testing::random_tensor({c.heads}, DType::f64, seed + 5);
+  }
+  return in;
+}
+
+Inputs cast(const Inputs& in, DType dtype) {
+  Inputs out = in;
+  out.q = in.q.to(dtype);
+  out.k = in.k.to(dtype);
+  out.v = in.v.to(dtype);
+  out.dout = in.dout.to(dtype);
+  const DType side = dtype == DType::f64 ? DType::f64 : DType::f32;
+  if (in.sinks.defined()) {
+    out.sinks = in.sinks.to(side);
+    out.dsinks0 = in.dsinks0.to(side);
+  }
+  return out;
+}
+
+// Every result of one forward + backward, copied back to the CPU; dsinks holds the
+// increment over dsinks0.
+struct Results {
+  Tensor out, lse, dq, dk, dv, dsinks;
+};
+
+Results run(const Inputs& cpu_in, Device device) {
+  const auto on = [&](const Tensor& t) { return t.defined() ? t.to(device) : Tensor(); };
+  // GPU outputs start as NaN, so an element the kernels skip cannot pass.
+  const auto output = [&](const Shape& shape, DType dtype) {
+    return device.is_cuda() ? Tensor::full(shape, NAN, dtype).to(device) : Tensor::empty(shape, dtype);
+  };
+  const SeqInfo seq = cpu_in.seq.to(device);
+  const Tensor q = on(cpu_in.q), k = on(cpu_in.k), v = on(cpu_in.v), dout = on(cpu_in.dout);
+  const Tensor sinks = on(cpu_in.sinks);
+  const DType dt = q.dtype(), stat = dt == DType::f64 ? DType::f64 : DType::f32;
+  const int64_t tokens = q.size(0), heads = q.size(1);
+  Tensor out = output(q.shape(), dt), lse = output({tokens, heads}, stat);
+  attention_forward(q, k, v, seq, cpu_in.options, sinks, out, lse);
+  Tensor dq = output(q.shape(), dt), dk = output(k.shape(), dt), dv = output(v.shape(), dt);
+  Tensor dsinks = sinks.defined() ? cpu_in.dsinks0.clone().to(device) : Tensor();
+  attention_backward(dout, q, k, v, out, lse, seq, cpu_in.options, sinks, dq, dk, dv, dsinks);
+  Results r{out.to(Device::cpu()), lse.to(Device::cpu()), dq.to(Device::cpu()),
+            dk.to(Device::cpu()), dv.to(Device::cpu()), Tensor()};
+  if (sinks.defined()) {
+    const std::vector<double> after = dsinks.to(Device::cpu()).to_doubles();
+    const std::vector<double> before = cpu_in.dsinks0.to_doubles();
+    std::vector<double> inc(after.size());
+    for (size_t i = 0; i < after.size(); ++i) inc[i] = after[i] - before[i];
+    r.dsinks = Tensor::from_vector(inc, {heads});
+  }
+  return r;
+}
+
+void expect_identical(const std::string& what, const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return;
+  const std::vector<double> x = a.to_doubles(), y = b.to_doubles();
+  ASSERT_EQ(x.size(), y.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i) differ += !(x[i] == y[i]) && !(std::isnan(x[i]) && std::isnan(y[i]));
+  EXPECT_EQ(differ, 0) << what << ": two GPU runs differ in " << differ << " elements";
+}
+
+// Judges one result. Outputs rounded to the narrow dtype must stay under 1e-2 from
+// float64 and within 1.5x of the CPU op's own error (both round once; the GPU may not add
+// more). f32 outputs (every f32 run, lse and dsinks always) must stay under 1e-5 / 1e-2.
+void judge(const std::string& what, DType dt, bool narrow_output, const Tensor& gpu,
+           const Tensor& cpu, const Tensor& ref) {
+  const double gpu_cpu = testing::relative_error(gpu, cpu);
+  const double gpu_ref = testing::relative_error(gpu, ref);
+  const double cpu_ref = testing::relative_error(cpu, ref);
+  std::printf("attention gpu %-34s %-4s vs cpu %.2e  vs f64 %.2e  (cpu vs f64 %.2e)\n",
+              what.c_str(), std::string(dtype_name(dt)).c_str(), gpu_cpu, gpu_ref, cpu_ref);
+  ASSERT_TRUE(std::isfinite(gpu_ref)) << what << ": NaN or infinity in the GPU result";
+  if (dt == DType::f32) {
+    EXPECT_LT(gpu_ref, 1e-5) << what;
+    EXPECT_LT(gpu_cpu, 1e-5) << what;
+  } else if (narrow_output) {
+    EXPECT_LT(gpu_ref, 1e-2) << what;
+    EXPECT_LE(gpu_ref, 1.5 * cpu_ref) << what;
+  } else {
+    // lse keeps f32 accuracy; dsinks sums over the narrow out through delta.
+    EXPECT_LT(gpu_ref, what.find("lse") != std::string::npos ? 1e-5 : 1e-2) << what;
+  }
+}
+
+void check_case(const Case& c, uint64_t seed) {
+  const Inputs wide = make_inputs(c, seed);
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
+    const Inputs in = cast(wide, dt);
+    const Results ref = run(cast(in, DType::f64), Device::cpu());  // the rounded inputs, in f64
+    const Results cpu = run(in, Device::cpu());
+    const Results gpu = run(in, Device::cuda());
+    const bool narrow = dt != DType::f32;
+    judge(std::string(c.name) + " out", dt, narrow, gpu.out, cpu.out, ref.out);
+    judge(std::string(c.name) + " lse", dt, false, gpu.lse, cpu.lse, ref.lse);
+    judge(std::string(c.name) + " dq", dt, narrow, gpu.dq, cpu.dq, ref.dq);
+    judge(std::string(c.name) + " dk", dt, narrow, gpu.dk, cpu.dk, ref.dk);
+    judge(std::string(c.name) + " dv", dt, narrow, gpu.dv, cpu.dv, ref.dv);
+    if (c.sinks) judge(std::string(c.name) + " dsinks", dt, false, gpu.dsinks, cpu.dsinks, ref.dsinks);
+    // No atomics anywhere: a second run gives the same bits.
+    const Results again = run(in, Device::cuda());
+    expect_identical("out", gpu.out, again.out);
+    expect_identical("lse", gpu.lse, again.lse);
+    expect_identical("dq", gpu.dq, again.dq);
+    expect_identical("dk", gpu.dk, again.dk);
+    expect_identical("dv", gpu.dv, again.dv);
+    expect_identical("dsinks", gpu.dsinks, again.dsinks);
+  }
+}
+
+TEST(AttentionGpu, MhaHeadDim64DocumentEdges) {
+  REQUIRE_GPU();
+  check_case({"mha 4/4 d64 edges", kEdges, 4, 4, 64, 0, false}, 1000);
+}
+
+TEST(AttentionGpu, GqaHeadDim128SinksDocumentEdges) {
+  REQUIRE_GPU();
+  check_case({"gqa 8/2 d128 sinks edges", kEdges, 8, 2, 128, 0, true}, 1100);
+}
+
+TEST(AttentionGpu, MqaWindowSinksDocumentEdges) {
+  REQUIRE_GPU();
+  check_case({"mqa 4/1 d64 w100 sinks edges", kEdges, 4, 1, 64, 100, true}, 1200);
+}
+
+TEST(AttentionGpu, GqaHeadDim128WindowMixedLengths) {
+  REQUIRE_GPU();
+  check_case({"gqa 8/2 d128 w37 mixed", mixed_lengths(1300), 8, 2, 128, 37, false}, 1310);
+}
+
+TEST(AttentionGpu, GqaHeadDim64WindowSinksMixedLengths) {
+  REQUIRE_GPU();
+  check_case({"gqa 4/2 d64 w200 sinks mixed", mixed_lengths(1400), 4, 2, 64, 200, true}, 1410);
+}
+
+// head_dim 32 is what the small model presets (dim 128, 4 heads) run on the GPU.
+TEST(AttentionGpu, MhaHeadDim32SinksMixedLengths) {
+  REQUIRE_GPU();
+  check_case({"mha 4/4 d32 sinks mixed", mixed_lengths(1500), 4, 4, 32, 0, true}, 1510);
+}
+
+TEST(AttentionGpu, UnsupportedShapesNameTheShape) {
+  REQUIRE_GPU();
+  const Inputs in = cast(make_inputs({"d16", {5, 3}, 2, 2, 16, 0, false}, 1600), DType::bf16);
+  const SeqInfo seq = in.seq.to(Device::cuda());
+  Tensor out = Tensor::empty(in.q.shape(), DType::bf16, Device::cuda());
+  Tensor lse = Tensor::empty({8, 2}, DType::f32, Device::cuda());
+  const Tensor q = in.q.to(Device::cuda()), k = in.k.to(Device::cuda()), v = in.v.to(Device::cuda());
+  try {
+    attention_forward(q, k, v, seq, in.options, Tensor(), out, lse);
+    ADD_FAILURE() << "head_dim 16 ran on the GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[8, 2, 16]"), std::string::npos) << e.what();
+  }
+  try {
+    attention_forward(q, k, v, in.seq, in.options, Tensor(), out, lse);  // host cu_seqlens
+    ADD_FAILURE() << "a CPU SeqInfo was accepted for GPU tensors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cu_seqlens"), std::string::npos) << e.what();
+  }
+}
+
+// Throughput of the forward and backward at a training-like shape (4 x 2048 tokens,
+// 16/4 heads, d128, bf16), printed for docs/kernels.md; it also pins that the backward of a
+// large batch repeats bit for bit.
+TEST(AttentionGpu, ThroughputAndRepeatAtTrainingShape) {
+  REQUIRE_GPU();
+  const Case c{"bench", std::vector<int32_t>(4, 2048), 16, 4, 128, 0, false};
+  const Inputs in = cast(make_inputs(c, 1700), DType::bf16);
+  const SeqInfo seq = in.seq.to(Device::cuda());
+  const Tensor q = in.q.to(Device::cuda()), k = in.k.to(Device::cuda()), v = in.v.to(Device::cuda());
+  const Tensor dout = in.dout.to(Device::cuda());
+  Tensor out = Tensor::empty(q.shape(), DType::bf16, Device::cuda());
+  Tensor lse = Tensor::empty({q.size(0), 16}, DType::f32, Device::cuda());
+  Tensor dq = Tensor::empty(q.shape(), DType::bf16, Device::cuda());
+  Tensor dk = Tensor::empty(k.shape(), DType::bf16, Device::cuda());
+  Tensor dv = Tensor::empty(v.shape(), DType::bf16, Device::cuda());
+  Tensor none;
+  const auto forward = [&] { attention_forward(q, k, v, seq, in.options, none, out, lse); };
+  const auto backward = [&] {
+    attention_backward(dout, q, k, v, out, lse, seq, in.options, none, dq, dk, dv, none);
+  };
+  // Seconds per call: warm-up, then `reps` calls closed by a copy that waits for them.
+  const auto seconds = [&](const auto& fn, const Tensor& result) {
+    fn();
+    (void)result.to(Device::cpu());
+    const int reps = 5;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) fn();
+    (void)result.to(Device::cpu());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
+  };
+  const double fwd_s = seconds(forward, out);
+  const Tensor dq1 = dq.to(Device::cpu()), dk1 = dk.to(Device::cpu());
+  const double bwd_s = seconds(backward, dq);
+  // Causal: half of the 2048 x 2048 scores per document; 2 matmuls forward, 5 backward.
+  const double pairs = 4.0 * 2048 * 2049 / 2 * 16, flop = 2.0 * pairs * 128;
+  std::printf("attention gpu bf16 4x2048 h16/4 d128 causal: forward %.3f ms (%.1f TFLOP/s), "
+              "backward %.3f ms (%.1f TFLOP/s)\n",
+              fwd_s * 1e3, 2 * flop / fwd_s / 1e12, bwd_s * 1e3, 5 * flop / bwd_s / 1e12);
+  expect_identical("dq (large)", dq1, dq.to(Device::cpu()));
+  expect_identical("dk (large)", dk1, dk.to(Device::cpu()));
+  // relative_error is +inf when any element is NaN.
+  EXPECT_TRUE(std::isfinite(testing::relative_error(dq1, dq1))) << "NaN in dq";
+}
+
+}  // namespace
+}  // namespace amber
