@@ -28,20 +28,18 @@ ModelConfig small_model() {
 }
 
 data::Batch random_batch(const std::vector<int32_t>& lengths, int vocab, uint64_t seed) {
-  data::Batch b;
-  b.seq = SeqInfo::from_lengths(lengths);
-  Tensor u = Tensor::empty({b.seq.total_tokens}, DType::f64);
+  int64_t total = 0;
+  for (int32_t l : lengths) total += l;
+  Tensor u = Tensor::empty({total}, DType::f64);
   fill_uniform(u, seed, 0);
-  std::vector<int32_t> tokens(b.seq.total_tokens), targets(b.seq.total_tokens, -100);
-  for (int64_t t = 0; t < b.seq.total_tokens; ++t) tokens[t] = static_cast<int32_t>(u.item(t) * vocab);
-  for (int d = 0; d < b.seq.num_docs; ++d)
-    for (int32_t t = b.seq.doc_start(d); t + 1 < b.seq.doc_start(d) + b.seq.doc_length(d); ++t) {
-      targets[t] = tokens[t + 1];
-      ++b.trained_tokens;
-    }
-  b.tokens = Tensor::from_vector(tokens, {b.seq.total_tokens});
-  b.targets = Tensor::from_vector(targets, {b.seq.total_tokens});
-  return b;
+  std::vector<std::vector<int32_t>> docs;
+  int64_t t = 0;
+  for (int32_t l : lengths) {
+    std::vector<int32_t> doc;
+    for (int32_t i = 0; i < l; ++i) doc.push_back(static_cast<int32_t>(u.item(t++) * vocab));
+    docs.push_back(doc);
+  }
+  return data::pack_documents(docs);
 }
 
 // The whole f32 training step on the GPU against the CPU step: same Philox

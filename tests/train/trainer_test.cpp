@@ -46,23 +46,6 @@ std::vector<std::vector<int32_t>> make_documents(int count, uint64_t seed) {
   return docs;
 }
 
-data::Batch batch_of(const std::vector<std::vector<int32_t>>& docs) {
-  data::Batch b;
-  std::vector<int32_t> tokens, targets, lengths;
-  for (const auto& d : docs) {
-    lengths.push_back(static_cast<int32_t>(d.size()));
-    for (size_t i = 0; i < d.size(); ++i) {
-      tokens.push_back(d[i]);
-      targets.push_back(i + 1 < d.size() ? d[i + 1] : data::kNoTarget);
-      b.trained_tokens += i + 1 < d.size();
-    }
-  }
-  b.tokens = Tensor::from_vector(tokens, {static_cast<int64_t>(tokens.size())});
-  b.targets = Tensor::from_vector(targets, {static_cast<int64_t>(targets.size())});
-  b.seq = SeqInfo::from_lengths(lengths);
-  return b;
-}
-
 TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
   // 8192 tokens in documents of uneven length, once as one micro-batch and once as
   // four micro-batches of 2048 tokens: trained tokens per micro-batch differ, so a
@@ -78,11 +61,11 @@ TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
   LanguageModel one(tiny_model()), four(tiny_model());
   one.init_weights(3);
   four.init_weights(3);
-  const std::vector<data::Batch> whole = {batch_of(docs)};
+  const std::vector<data::Batch> whole = {data::pack_documents(docs)};
   ASSERT_EQ(whole[0].tokens.numel(), 8192);
   std::vector<data::Batch> parts;
   for (int p = 0; p < 4; ++p)
-    parts.push_back(batch_of(std::vector<std::vector<int32_t>>(docs.begin() + 32 * p, docs.begin() + 32 * p + 32)));
+    parts.push_back(data::pack_documents(std::vector<std::vector<int32_t>>(docs.begin() + 32 * p, docs.begin() + 32 * p + 32)));
   for (const data::Batch& b : parts) ASSERT_EQ(b.tokens.numel(), 2048);
   const AccumulatedStep a = accumulate_gradients(one, whole), b = accumulate_gradients(four, parts);
   EXPECT_EQ(a.trained_tokens, b.trained_tokens);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "amber/core/seq_info.h"
 #include "amber/core/tensor.h"
@@ -17,5 +18,10 @@ struct Batch {
   SeqInfo seq;                 // document boundaries and per-document positions
   int64_t trained_tokens = 0;  // targets that are not kNoTarget
 };
+
+// Packs whole documents (each at least one token) into one batch: next-token
+// targets inside each document, kNoTarget on its last token. Tests and benchmarks
+// build batches with it; the loader packs its own chunks.
+Batch pack_documents(const std::vector<std::vector<int32_t>>& documents);
 
 }  // namespace amber::data

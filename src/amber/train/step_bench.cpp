@@ -51,19 +51,15 @@ data::Batch synthetic_batch(const StepBenchOptions& o) {
     lengths.push_back(l);
     used += l;
   }
-  data::Batch b;
-  b.seq = SeqInfo::from_lengths(lengths);
-  std::vector<int32_t> tokens(static_cast<size_t>(o.tokens)), targets(static_cast<size_t>(o.tokens), -100);
-  for (int64_t t = 0; t < o.tokens; ++t)
-    tokens[t] = static_cast<int32_t>(u.item(o.tokens + t) * o.model.vocab_size) % o.model.vocab_size;
-  for (int d = 0; d < b.seq.num_docs; ++d)
-    for (int32_t t = b.seq.doc_start(d); t + 1 < b.seq.doc_start(d) + b.seq.doc_length(d); ++t) {
-      targets[t] = tokens[t + 1];
-      ++b.trained_tokens;
-    }
-  b.tokens = Tensor::from_vector(tokens, {o.tokens});
-  b.targets = Tensor::from_vector(targets, {o.tokens});
-  return b;
+  std::vector<std::vector<int32_t>> docs;
+  int64_t t = 0;
+  for (int32_t l : lengths) {
+    std::vector<int32_t> doc;
+    for (int32_t i = 0; i < l; ++i, ++t)
+      doc.push_back(static_cast<int32_t>(u.item(o.tokens + t) * o.model.vocab_size) % o.model.vocab_size);
+    docs.push_back(doc);
+  }
+  return data::pack_documents(docs);
 }
 
 }  // namespace
