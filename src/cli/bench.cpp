@@ -1,7 +1,9 @@
-// `amber bench step`: times the whole training step of a config on one device.
+// `amber bench step` (the whole training step) and `amber bench kernel` (memory-bound
+// kernels against the measured copy bandwidth).
 #include <iomanip>
 #include <iostream>
 
+#include "amber/ops/kernel_bench.h"
 #include "amber/train/run_config.h"
 #include "amber/train/step_bench.h"
 #include "cli/commands.h"
@@ -58,6 +60,28 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU (H100/H200 SXM: 989)")
       ->capture_default_str();
   step->callback([a] { run(*a); });
+
+  struct KernelArgs {
+    std::string name = "all";
+    std::string device = "cuda";
+    int64_t tokens = 65536, width = 2048;
+    int repeats = 20;
+  };
+  auto k = std::make_shared<KernelArgs>();
+  auto* kernel = bench->add_subcommand("kernel", "Time memory-bound kernels (TB/s beside the measured copy bandwidth)");
+  kernel->add_option("name", k->name, "rmsnorm, swiglu, rope or all")->capture_default_str();
+  kernel->add_option("--device", k->device, "cuda, cuda:N or cpu")->capture_default_str();
+  kernel->add_option("--tokens", k->tokens, "Rows of the activation")->capture_default_str();
+  kernel->add_option("--width", k->width, "Columns of the activation")->capture_default_str();
+  kernel->add_option("--repeats", k->repeats, "Timed calls (best is kept)")->capture_default_str();
+  kernel->callback([k] {
+    const KernelBenchResult r = run_kernel_bench(k->name, device_from_name(k->device), k->tokens, k->width, k->repeats);
+    std::cout << std::fixed << std::setprecision(3) << "device copy bandwidth (read + write): " << r.copy_tb_per_s
+              << " TB/s\n| kernel | shape | ms | TB/s | of copy |\n|---|---|---|---|---|\n";
+    for (const KernelBenchRow& row : r.rows)
+      std::cout << "| " << row.name << " | " << row.shape << " | " << row.ms << " | " << row.tb_per_s << " | "
+                << std::setprecision(1) << 100 * row.of_copy << "% |\n" << std::setprecision(3);
+  });
 }
 
 }  // namespace amber::cli

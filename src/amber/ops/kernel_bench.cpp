@@ -1,0 +1,92 @@
+#include "amber/ops/kernel_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <sstream>
+
+#include "amber/core/cuda_runtime.h"
+#include "amber/core/random.h"
+#include "amber/core/seq_info.h"
+#include "amber/ops/activation.h"
+#include "amber/ops/norm.h"
+#include "amber/ops/rope.h"
+
+namespace amber {
+namespace {
+
+void wait_for(Device device) {
+  if (device.is_cuda()) cuda::synchronize();
+}
+
+// Best of `repeats` timings of fn (after one warm-up call), in milliseconds.
+double best_ms(Device device, int repeats, const std::function<void()>& fn) {
+  fn();
+  wait_for(device);
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    wait_for(device);
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+Tensor random(Shape shape, Device device, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::bf16, device);
+  fill_normal(t, seed, 0);
+  return t;
+}
+
+}  // namespace
+
+KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64_t tokens, int64_t width,
+                                   int repeats) {
+  AMBER_CHECK(name == "all" || name == "rmsnorm" || name == "swiglu" || name == "rope", "unknown kernel '", name,
+              "'; valid: rmsnorm, swiglu, rope, all");
+  AMBER_CHECK(tokens > 0 && width > 0 && width % 128 == 0, "bench kernel: width must be a positive multiple of 128");
+  KernelBenchResult result;
+  {
+    Tensor a = random({tokens, width}, device, 1), b = Tensor::empty({tokens, width}, DType::bf16, device);
+    const double ms = best_ms(device, repeats, [&] { b.copy_from(a); });
+    result.copy_tb_per_s = 2.0 * static_cast<double>(a.bytes()) / (ms * 1e-3) / 1e12;
+  }
+  std::ostringstream shape_text;
+  shape_text << tokens << " x " << width << " bf16";
+  auto add = [&](const std::string& row, double bytes, double ms) {
+    const double tbs = bytes / (ms * 1e-3) / 1e12;
+    result.rows.push_back({row, shape_text.str(), ms, bytes, tbs, tbs / result.copy_tb_per_s});
+  };
+  const double act = static_cast<double>(tokens * width) * 2.0;  // one bf16 activation
+  if (name == "all" || name == "rmsnorm") {
+    Tensor x = random({tokens, width}, device, 2), dy = random({tokens, width}, device, 3);
+    Tensor w = Tensor::full({width}, 1.0, DType::bf16).to(device);
+    Tensor y = Tensor::empty(x.shape(), DType::bf16, device), dx = Tensor::empty(x.shape(), DType::bf16, device);
+    Tensor rstd = Tensor::empty({tokens}, DType::f32, device), dw = Tensor::zeros({width}, DType::f32, device);
+    add("rmsnorm forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, [&] { rmsnorm_forward(x, w, 1e-6, y, rstd); }));
+    add("rmsnorm backward", 3 * act + 4.0 * tokens,
+        best_ms(device, repeats, [&] { rmsnorm_backward(dy, x, w, rstd, dx, dw); }));
+  }
+  if (name == "all" || name == "swiglu") {
+    Tensor gu = random({tokens, 2 * width}, device, 4), dh = random({tokens, width}, device, 5);
+    Tensor h = Tensor::empty({tokens, width}, DType::bf16, device), dgu = Tensor::empty(gu.shape(), DType::bf16, device);
+    add("swiglu forward", 3 * act, best_ms(device, repeats, [&] { swiglu_forward(gu, h); }));
+    add("swiglu backward", 5 * act, best_ms(device, repeats, [&] { swiglu_backward(dh, gu, dgu); }));
+  }
+  if (name == "all" || name == "rope") {
+    const int64_t head_dim = 128;
+    Tensor x = random({tokens, width / head_dim, head_dim}, device, 6), y = Tensor::empty(x.shape(), DType::bf16, device);
+    std::vector<int32_t> lengths(static_cast<size_t>(tokens / 2048), 2048);
+    if (tokens % 2048) lengths.push_back(static_cast<int32_t>(tokens % 2048));
+    const SeqInfo seq = SeqInfo::from_lengths(lengths, device);
+    RopeConfig rc;
+    rc.head_dim = static_cast<int>(head_dim);
+    const RopeTable table(rc);
+    add("rope forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, [&] { rope_forward(x, seq.positions, table, y); }));
+    add("rope backward", 2 * act + 4.0 * tokens, best_ms(device, repeats, [&] { rope_backward(x, seq.positions, table, y); }));
+  }
+  return result;
+}
+
+}  // namespace amber

@@ -1,0 +1,32 @@
+// Kernel benchmarks behind `amber bench kernel`: memory-bound ops timed forward and
+// backward on one device, reported as achieved TB/s beside the device's measured
+// copy bandwidth (both measured in the same run).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "amber/core/device.h"
+
+namespace amber {
+
+struct KernelBenchRow {
+  std::string name;      // e.g. "rmsnorm forward"
+  std::string shape;
+  double ms = 0;
+  double bytes = 0;      // fewest bytes the op must move (each input read once, output written once)
+  double tb_per_s = 0;
+  double of_copy = 0;    // tb_per_s / measured copy bandwidth
+};
+
+struct KernelBenchResult {
+  double copy_tb_per_s = 0;  // device-to-device copy, bytes read + written
+  std::vector<KernelBenchRow> rows;
+};
+
+// `name`: rmsnorm, swiglu, rope or all. tokens x width is the activation shape
+// (width = 2048 at 65536 tokens in issue 5's acceptance).
+KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64_t tokens, int64_t width,
+                                   int repeats);
+
+}  // namespace amber
