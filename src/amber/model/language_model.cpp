@@ -133,7 +133,7 @@ Tensor LanguageModel::infer_last_logits(const Tensor& tokens, const CachedStep& 
   activations_.reset();
   const Tensor hidden = backbone_.infer(tokens, step, caches, activations_);
   const int64_t sequences = static_cast<int64_t>(step.cu_q.size()) - 1;
-  Tensor last = Tensor::empty({sequences, hidden.size(1)}, hidden.dtype());
+  Tensor last = Tensor::empty({sequences, hidden.size(1)}, hidden.dtype(), hidden.device());
   for (int64_t s = 0; s < sequences; ++s) {
     Tensor row = last.select(0, s);
     row.copy_from(hidden.select(0, step.cu_q[static_cast<size_t>(s) + 1] - 1));

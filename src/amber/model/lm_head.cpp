@@ -57,7 +57,7 @@ Tensor LMHead::backward(double loss_scale, const Saved& s, Arena& arena) const {
 }
 
 Tensor LMHead::logits(const Tensor& hidden) const {
-  Tensor out = Tensor::empty({hidden.size(0), weight_->work.size(0)}, hidden.dtype());
+  Tensor out = Tensor::empty({hidden.size(0), weight_->work.size(0)}, hidden.dtype(), hidden.device());
   linear_forward(hidden, weight_->work, Tensor(), out);
   return out;
 }

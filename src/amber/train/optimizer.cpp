@@ -39,15 +39,15 @@ class GroupedOptimizer final : public Optimizer {
         const double out = static_cast<double>(p->value.size(0)), in = static_cast<double>(p->value.size(1));
         const double scale = c.update_scale == "spectral" ? std::max(1.0, std::sqrt(out / in))
                                                           : c.rms_target * std::sqrt(std::max(out, in));
-        muon_.push_back({p.get(), scale, Tensor::zeros(p->value.shape(), p->value.dtype()),
-                         Tensor::empty(p->value.shape(), p->value.dtype())});
+        muon_.push_back({p.get(), scale, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()),
+                         Tensor::empty(p->value.shape(), p->value.dtype(), p->value.device())});
         continue;
       }
       const bool embedding = is_embedding(*p);
       const double lr = embedding && c.embed_lr > 0 ? c.embed_lr : c.lr;
       const bool decay = p->weight_decay || (embedding && c.decay_embeddings);
-      adamw_.push_back({p.get(), lr, decay ? c.weight_decay : 0.0, Tensor::zeros(p->value.shape(), p->value.dtype()),
-                        Tensor::zeros(p->value.shape(), p->value.dtype())});
+      adamw_.push_back({p.get(), lr, decay ? c.weight_decay : 0.0, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()),
+                        Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device())});
     }
   }
 
