@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 ModelConfig small_model() {
   ModelConfig c;
   c.vocab_size = 300;
-  c.dim = 64;
+  c.dim = 128;  // head_dim 32: a size the CUDA attention kernel takes
   c.depth = 2;
   c.heads = 4;
   c.kv_heads = 2;
