@@ -1,8 +1,9 @@
 // `amber bench step` (the whole training step) and `amber bench kernel` (memory-bound
-// kernels against the measured copy bandwidth).
+// kernels against the measured copy bandwidth; attention against a float64 reference).
 #include <iomanip>
 #include <iostream>
 
+#include "amber/ops/attention_bench.h"
 #include "amber/ops/kernel_bench.h"
 #include "amber/train/run_config.h"
 #include "amber/train/step_bench.h"
@@ -39,6 +40,21 @@ void run(BenchArgs& a) {
   std::cout << " | loss " << std::setprecision(4) << r.loss << "\n";
 }
 
+void print_attention_bench(const std::string& which, Device device, int repeats) {
+  std::cout << "| shape | heads, documents | error out / dq / dk / dv vs f64 | repeat | forward ms | forward "
+               "TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|\n";
+  for (const AttentionBenchShape& shape : attention_bench_shapes(which)) {
+    const AttentionBenchRow r = run_attention_bench(shape, device, repeats);
+    std::cout << std::scientific << std::setprecision(1) << "| " << shape.name << " | " << shape.summary << " | "
+              << r.error_out << " / " << r.error_dq << " / " << r.error_dk << " / " << r.error_dv << " | "
+              << (r.repeat_identical ? "identical" : "DIFFERS")
+              << (r.non_finite ? " NaN:" + std::to_string(r.non_finite) : "") << std::fixed << std::setprecision(3)
+              << " | " << r.forward_ms << " | " << std::setprecision(1) << r.forward_tflops << " | "
+              << std::setprecision(3) << r.forward_ms + r.backward_ms << " | " << std::setprecision(1)
+              << r.total_tflops << " |" << std::endl;
+  }
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -66,15 +82,20 @@ void add_bench_command(CLI::App& app) {
     std::string device = "cuda";
     int64_t tokens = 65536, width = 2048;
     int repeats = 20;
+    std::string shape = "all";
   };
   auto k = std::make_shared<KernelArgs>();
   auto* kernel = bench->add_subcommand("kernel", "Time memory-bound kernels (TB/s beside the measured copy bandwidth)");
-  kernel->add_option("name", k->name, "rmsnorm, swiglu, rope or all")->capture_default_str();
+  kernel->add_option("name", k->name, "rmsnorm, swiglu, rope, all (the memory-bound ones) or attention")
+      ->capture_default_str();
+  kernel->add_option("--shape", k->shape, "attention only: issue 6's shape A, B, C, D, E or all")
+      ->capture_default_str();
   kernel->add_option("--device", k->device, "cuda, cuda:N or cpu")->capture_default_str();
   kernel->add_option("--tokens", k->tokens, "Rows of the activation")->capture_default_str();
   kernel->add_option("--width", k->width, "Columns of the activation")->capture_default_str();
   kernel->add_option("--repeats", k->repeats, "Timed calls (best is kept)")->capture_default_str();
   kernel->callback([k] {
+    if (k->name == "attention") return print_attention_bench(k->shape, device_from_name(k->device), k->repeats);
     const KernelBenchResult r = run_kernel_bench(k->name, device_from_name(k->device), k->tokens, k->width, k->repeats);
     std::cout << std::fixed << std::setprecision(3) << "device copy bandwidth (read + write): " << r.copy_tb_per_s
               << " TB/s\n| kernel | shape | ms | TB/s | of copy |\n|---|---|---|---|---|\n";

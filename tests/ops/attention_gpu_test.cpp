@@ -252,7 +252,8 @@ TEST(AttentionGpu, ThroughputAndRepeatAtTrainingShape) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
   };
   const double fwd_s = seconds(forward, out);
-  const Tensor dq1 = dq.to(Device::cpu()), dk1 = dk.to(Device::cpu());
+  backward();
+  const Tensor dq1 = dq.to(Device::cpu()), dk1 = dk.to(Device::cpu()), dv1 = dv.to(Device::cpu());
   const double bwd_s = seconds(backward, dq);
   // Causal: half of the 2048 x 2048 scores per document; 2 matmuls forward, 5 backward.
   const double pairs = 4.0 * 2048 * 2049 / 2 * 16, flop = 2.0 * pairs * 128;
@@ -261,6 +262,7 @@ TEST(AttentionGpu, ThroughputAndRepeatAtTrainingShape) {
               fwd_s * 1e3, 2 * flop / fwd_s / 1e12, bwd_s * 1e3, 5 * flop / bwd_s / 1e12);
   expect_identical("dq (large)", dq1, dq.to(Device::cpu()));
   expect_identical("dk (large)", dk1, dk.to(Device::cpu()));
+  expect_identical("dv (large)", dv1, dv.to(Device::cpu()));
   // relative_error is +inf when any element is NaN.
   EXPECT_TRUE(std::isfinite(testing::relative_error(dq1, dq1))) << "NaN in dq";
 }

@@ -1,0 +1,43 @@
+// The attention benchmark behind `amber bench kernel attention`: issue 6's shapes
+// (A-E), each timed forward and forward+backward on one device and checked against a
+// float64 CPU run of its first document and first KV-head group, with a repeat-run
+// bit check and NaN-poisoned outputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "amber/core/device.h"
+
+namespace amber {
+
+struct AttentionBenchShape {
+  std::string name;     // "A" .. "E"
+  std::string summary;  // e.g. "h20/4 d64, 8 x 2048"
+  int heads = 0, kv_heads = 0, head_dim = 0, window = 0;
+  std::vector<int32_t> lengths;
+};
+
+struct AttentionBenchRow {
+  AttentionBenchShape shape;
+  double error_out = 0, error_dq = 0, error_dk = 0, error_dv = 0;  // relative, vs float64
+  bool repeat_identical = false;  // two backward runs gave the same bits
+  int64_t non_finite = 0;         // NaN/inf left anywhere in out, dq, dk, dv
+  double forward_ms = 0, backward_ms = 0;
+  double forward_tflops = 0, total_tflops = 0;  // total: forward + backward
+};
+
+// Document lengths uniform-looking in [lo, hi], filling `tokens` exactly, from a fixed
+// integer sequence (bench/compare/attention_torch.py generates the same lengths).
+std::vector<int32_t> spread_lengths(int64_t tokens, int lo, int hi);
+
+// `which`: one of A, B, C, D, E, or all.
+std::vector<AttentionBenchShape> attention_bench_shapes(const std::string& which);
+
+// FLOPs of one causal forward (4 per visible query-key pair per head_dim; the backward
+// counts 2.5x this), per document, with the window.
+double attention_forward_flops(const AttentionBenchShape& shape);
+
+AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats);
+
+}  // namespace amber

@@ -1,0 +1,116 @@
+// Building blocks of the tensor-core attention kernels: asynchronous tile loads into
+// padded shared memory and the two warp-level products every pass is made of, each
+// for one warp's 16 rows.
+#pragma once
+
+#include "amber/ops/cuda/attention_tiles.cuh"
+#include "amber/ops/cuda/common.cuh"
+#include "amber/ops/cuda/mma.cuh"
+
+namespace amber::cuda::tensor_core {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared-memory row stride in elements: D + 8 shifts consecutive rows by 16 bytes, so
+// the 8 row addresses of one ldmatrix fall in 8 different bank groups.
+template <int D>
+constexpr int stride_of() {
+  return D + 8;
+}
+
+// Starts copying rows [first, first + n) of head `head` (document-relative, of a
+// [T, heads, D] tensor) into dst [n][stride]; rows at or past `limit` become zeros and
+// are never read. Completion is the caller's cp_async_commit / cp_async_wait.
+template <class T, int D, int kThreads>
+__device__ __forceinline__ void async_rows(const T* src, int64_t doc_start, int first, int n,
+                                           int limit, int heads, int head, T* dst) {
+  constexpr int chunks = D / 8;  // 16-byte pieces per row
+  for (int idx = threadIdx.x; idx < n * chunks; idx += kThreads) {
+    const int r = idx / chunks, c = idx % chunks, row = first + r;
+    const bool valid = row < limit;
+    const T* from = valid ? src + ((doc_start + row) * heads + head) * static_cast<int64_t>(D) + c * 8 : src;
+    cp_async_16(dst + r * stride_of<D>() + c * 8, from, valid);
+  }
+}
+
+// acc[n / 8][4] += A B^T for the warp: A is 16 rows x K (a points at the warp's first
+// row), B is N rows x K, both row-major in shared memory with stride S.
+template <class T, int K, int N, int S>
+__device__ __forceinline__ void warp_abt(float (&acc)[N / 8][4], const T* a, const T* b) {
+  static_assert(K % 16 == 0 && N % 16 == 0, "tiles are whole 16x16 fragments");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t af[4];
+    ldmatrix_x4(af, a + (lane % 16) * S + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t bf[4];
+      ldmatrix_x4(bf, b + (np * 16 + lane % 8 + (lane / 16) * 8) * S + kk * 16 + ((lane / 8) % 2) * 8);
+      mma_16816<T>(acc[2 * np], af, bf[0], bf[1]);
+      mma_16816<T>(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// acc[D / 8][4] += P B for the warp: P is 16 rows x N held as accumulators (rounded to
+// T here), B is N rows x D row-major in shared memory with stride S.
+template <class T, int N, int D, int S>
+__device__ __forceinline__ void warp_pb(float (&acc)[D / 8][4], const float (&p)[N / 8][4],
+                                        const T* b) {
+  static_assert(N % 16 == 0 && D % 16 == 0, "tiles are whole 16x16 fragments");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    uint32_t af[4];
+    accumulators_to_a<T>(p[2 * kk], p[2 * kk + 1], af);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t bf[4];
+      ldmatrix_x4_trans(bf, b + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * S + dp * 16 + (lane / 16) * 8);
+      mma_16816<T>(acc[2 * dp], af, bf[0], bf[1]);
+      mma_16816<T>(acc[2 * dp + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// The document-relative row and column of accumulator element e of n-tile nt, for a
+// warp whose 16 rows start at row0 and whose columns start at col0.
+struct Fragment {
+  int row0, col0;
+  __device__ __forceinline__ int row(int e) const { return row0 + (threadIdx.x % 32) / 4 + (e / 2) * 8; }
+  __device__ __forceinline__ int col(int nt, int e) const {
+    return col0 + nt * 8 + 2 * (threadIdx.x % 4) + e % 2;
+  }
+};
+
+// Max and sum over the four lanes that hold one accumulator row.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Stores this lane's two rows (r = 0: row g, r = 1: row g + 8) of a 16 x D accumulator
+// tile times `scale` into rows of a [T, heads, D] tensor; rows at or past `limit` are skipped.
+template <class T, int D>
+__device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const Fragment& f,
+                                           float scale, int limit, int64_t doc_start, int heads,
+                                           int head, T* dst) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = f.row(2 * r);
+    if (i >= limit) continue;
+    T* row = dst + ((doc_start + i) * heads + head) * static_cast<int64_t>(D);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(row + f.col(dt, 0)) =
+          pack2<T>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+  }
+}
+
+}  // namespace amber::cuda::tensor_core

@@ -1,0 +1,159 @@
+// Tensor-core attention forward (bf16/f16, head_dim 64 and 128): the flash-attention-2
+// schedule on mma.sync. A block owns 64 query rows of one head, 16 per warp; key/value
+// tiles of 64 stream through a double-buffered cp.async pipeline, scores stay in
+// registers, and the online softmax runs in the log2 domain in fp32. Masks are applied
+// only on tiles that touch the diagonal or the window's edge.
+#include "amber/ops/cuda/attention_tc.cuh"
+
+namespace amber::cuda::tensor_core {
+namespace {
+
+template <int D>
+struct ForwardShape {
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static constexpr int kWarps = 4, kThreads = 32 * kWarps;
+  static constexpr int kRows = 16 * kWarps;  // query rows per block
+  static constexpr int kKeys = 64;           // keys per pipeline stage
+  static constexpr int S = stride_of<D>();
+  static constexpr int kQElems = kRows * S, kKVElems = kKeys * S;
+  static constexpr int kSmemElems = kQElems + 4 * kKVElems;  // q, then k[2], v[2]
+};
+
+template <class T>
+struct ForwardArgs {
+  const T *q, *k, *v;
+  const float* sinks;  // [heads] or null
+  T* out;
+  float* lse;
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(ForwardShape<D>::kThreads)
+    forward_kernel(Layout g, ForwardArgs<T> a) {
+  using F = ForwardShape<D>;
+  constexpr int S = F::S, kKeys = F::kKeys;
+  extern __shared__ uint4 smem16[];
+  T* sq = reinterpret_cast<T*>(smem16);
+  T* sk = sq + F::kQElems;       // two stages
+  T* sv = sk + 2 * F::kKVElems;  // two stages
+  TileRange t;
+  if (!tile_of(g, F::kRows, true, t)) return;
+  const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads), warp = threadIdx.x / 32;
+  const int tile_end = t.begin + t.rows;
+  const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
+  const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
+  const auto load_stage = [&](int stage) {
+    const int kt = key_begin + stage * kKeys, buf = stage % 2;
+    async_rows<T, D, F::kThreads>(a.k, t.doc_start, kt, kKeys, tile_end, g.kv_heads, kvh, sk + buf * F::kKVElems);
+    async_rows<T, D, F::kThreads>(a.v, t.doc_start, kt, kKeys, tile_end, g.kv_heads, kvh, sv + buf * F::kKVElems);
+  };
+  async_rows<T, D, F::kThreads>(a.q, t.doc_start, t.begin, F::kRows, tile_end, g.heads, h, sq);
+  load_stage(0);
+  cp_async_commit();
+
+  const float scale_log2 = g.scale * kLog2e;
+  // The sink is a key of logit s_h seen first: (max, sum) start at (s_h, 1), the sum
+  // counted once per row (by the quad's first lane), and its zero value adds nothing.
+  float m[2], l[2], o[D / 8][4] = {};
+  for (int r = 0; r < 2; ++r) {
+    m[r] = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
+    l[r] = a.sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
+  }
+  const T* warp_q = sq + warp * 16 * S;
+  for (int stage = 0; stage < stages; ++stage) {
+    if (stage + 1 < stages) {
+      load_stage(stage + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int kt = key_begin + stage * kKeys, buf = stage % 2;
+    float s[kKeys / 8][4] = {};
+    warp_abt<T, D, kKeys, S>(s, warp_q, sk + buf * F::kKVElems);
+    const Fragment f{t.begin + warp * 16, kt};
+    const bool edge = kt + kKeys - 1 > t.begin || (g.window > 0 && kt <= tile_end - g.window);
+    if (edge) {
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!visible(f.row(e), f.col(nt, e), g.window)) s[nt][e] = -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
+      // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
+      // exp2 = 0 instead of NaN.
+      const float ref = m_new == -INFINITY ? 0.0f : m_new;
+      const float rescale = exp2f(m[r] - ref);
+      m[r] = m_new;
+      l[r] *= rescale;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale, o[dt][2 * r + 1] *= rescale;
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          s[nt][e] = exp2f(s[nt][e] * scale_log2 - ref);
+          l[r] += s[nt][e];
+        }
+    }
+    warp_pb<T, kKeys, D, S>(o, s, sv + buf * F::kKVElems);
+    __syncthreads();  // the next stage's load overwrites this buffer
+  }
+  float inv[2];
+  const Fragment f{t.begin + warp * 16, 0};
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    inv[r] = 1.0f / l[r];
+    const int i = f.row(2 * r);
+    if (i < tile_end && threadIdx.x % 4 == 0)
+      a.lse[(t.doc_start + i) * g.heads + h] = (m[r] + log2f(l[r])) * kLn2;
+  }
+  // Rows differ in 1/l: scale each row's half of the accumulators before the store.
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
+  store_rows<T, D>(o, f, 1.0f, tile_end, t.doc_start, g.heads, h, a.out);
+}
+
+template <class Fn>
+void with_types(const Tensor& q, const char* op, Fn&& fn) {
+  const auto by_dim = [&]<class T>() {
+    if (q.size(2) == 64) fn.template operator()<T, 64>();
+    else fn.template operator()<T, 128>();
+  };
+  if (q.dtype() == DType::bf16) by_dim.template operator()<__nv_bfloat16>();
+  else if (q.dtype() == DType::f16) by_dim.template operator()<__half>();
+  else fail(op, ": the tensor-core path takes bf16 or f16, got ", dtype_name(q.dtype()));
+}
+
+}  // namespace
+
+bool supports(DType dtype, int64_t head_dim) {
+  return (dtype == DType::bf16 || dtype == DType::f16) && (head_dim == 64 || head_dim == 128);
+}
+
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
+             const float* sinks, Tensor& out, Tensor& lse) {
+  const char* op = "attention_forward";
+  with_types(q, op, [&]<class T, int D>() {
+    using F = ForwardShape<D>;
+    const size_t smem = F::kSmemElems * sizeof(T);
+    allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
+    forward_kernel<T, D><<<attention_grid(g, F::kRows, g.heads, op), F::kThreads, smem,
+                           cudaStreamPerThread>>>(
+        g, ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
+                          static_cast<const T*>(v.raw()), sinks, static_cast<T*>(out.raw()),
+                          static_cast<float*>(lse.raw())});
+  });
+  check_launch(op, q.shape());
+}
+
+}  // namespace amber::cuda::tensor_core
