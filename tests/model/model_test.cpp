@@ -43,12 +43,19 @@ Batch make_batch(const std::vector<int32_t>& lengths, int vocab, uint64_t seed) 
   return b;
 }
 
+// Forward and backward of one batch; its summed loss read back from the device sums.
+double forward_backward_loss(LanguageModel& model, const Batch& b, double loss_scale) {
+  Tensor sums = LMHead::Loss::zero_sums(model.device());
+  model.forward_backward(b.tokens, b.targets, b.seq, loss_scale, sums);
+  return LMHead::Loss::read(sums).sum;
+}
+
 void expect_gradients_match_finite_differences(const ModelConfig& config) {
   LanguageModel model(config, DType::f64);
   model.init_weights(7);
   const Batch b = make_batch({5, 1, 9, 3}, config.vocab_size, 3);
   model.zero_grad();
-  model.forward_backward(b.tokens, b.targets, b.seq, 1.0);
+  forward_backward_loss(model, b, 1.0);
   auto loss = [&] { return model.evaluate(b.tokens, b.targets, b.seq).sum; };
   for (const auto& p : model.params()) {
     const double err = testing::finite_difference_error(p->value, p->grad, loss, 6);
@@ -96,8 +103,8 @@ TEST(LanguageModel, BlockRecomputeGivesIdenticalGradients) {
   keep.init_weights(11);
   recompute.init_weights(11);
   const Batch b = make_batch({7, 12, 2}, c.vocab_size, 5);
-  const double l1 = keep.forward_backward(b.tokens, b.targets, b.seq, 0.5).sum;
-  const double l2 = recompute.forward_backward(b.tokens, b.targets, b.seq, 0.5).sum;
+  const double l1 = forward_backward_loss(keep, b, 0.5);
+  const double l2 = forward_backward_loss(recompute, b, 0.5);
   EXPECT_EQ(l1, l2);
   for (size_t i = 0; i < keep.params().size(); ++i)
     EXPECT_EQ(keep.params()[i]->grad.to_doubles(), recompute.params()[i]->grad.to_doubles())
@@ -246,8 +253,8 @@ TEST(LanguageModel, Bf16ComputeTracksFloat32) {
   EXPECT_EQ(bf16.param("layers.0.attn.q_proj.weight").work.dtype(), DType::bf16);
   EXPECT_EQ(bf16.param("layers.0.attn.q_proj.weight").grad.dtype(), DType::f32);
   const Batch b = make_batch({12, 30, 5}, c.vocab_size, 7);
-  const double l32 = f32.forward_backward(b.tokens, b.targets, b.seq, 1.0).sum;
-  const double l16 = bf16.forward_backward(b.tokens, b.targets, b.seq, 1.0).sum;
+  const double l32 = forward_backward_loss(f32, b, 1.0);
+  const double l16 = forward_backward_loss(bf16, b, 1.0);
   std::cout << "loss f32 " << l32 << " bf16 " << l16 << "\n";
   EXPECT_NEAR(l16 / l32, 1.0, 1e-2);
   for (size_t i = 0; i < f32.params().size(); ++i) {

@@ -331,5 +331,36 @@ TEST(LossGpu, ChunkedLinearCrossEntropyMatchesCpu) {
   }
 }
 
+// The per-step loss sums: GPU chunks (4096 tokens) summed in order against the CPU's
+// running sum, added onto sums that are not zero, and the same bits on a second run.
+TEST(LossGpu, SumsMatchCpuAndRepeatBitForBit) {
+  REQUIRE_GPU();
+  const int64_t tokens = 10007;  // two full chunks and a partial one
+  CrossEntropyOptions o;
+  o.z_loss_weight = 1e-3;
+  Tensor targets = random_ids(tokens, 1000, 95);
+  for (int64_t t = 0; t < tokens; t += 3) targets.data<int32_t>()[t] = o.ignore_index;
+  const Tensor losses = random_tensor({tokens}, DType::f32, 96, 1.0f, 6.0f);
+  const Tensor lse = random_tensor({tokens}, DType::f32, 97, 1.0f, 9.0f);
+  const Tensor start = Tensor::from_vector<double>({1.5, 0.25, 7.0}, {3});
+  Tensor cpu_sums = start.clone();
+  linear_cross_entropy_sums(losses, lse, targets, o, cpu_sums);
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Tensor g = gpu(start);
+    linear_cross_entropy_sums(gpu(losses), gpu(lse), gpu(targets), o, g);
+    runs.push_back(g.to_doubles());
+  }
+  const std::vector<double> want = cpu_sums.to_doubles(), got = runs[0];
+  for (int k = 0; k < 2; ++k) {
+    const double err = std::abs(got[k] - want[k]) / std::abs(want[k]);
+    std::cout << (k == 0 ? "loss" : "z-loss") << " sum gpu vs cpu rel err " << err << "\n";
+    EXPECT_LT(err, 1e-12);
+  }
+  EXPECT_EQ(got[2], want[2]);
+  EXPECT_EQ(want[2], 7.0 + static_cast<double>(tokens - (tokens + 2) / 3));
+  EXPECT_EQ(runs[0], runs[1]) << "loss sums differ between runs";
+}
+
 }  // namespace
 }  // namespace amber

@@ -111,5 +111,39 @@ TEST(LinearCrossEntropy, BadTargetNamesTheToken) {
   }
 }
 
+// The device-side loss sums against float64 sums of the same per-token values: they
+// add into the running sums, skip ignored tokens and count the trained ones.
+TEST(LinearCrossEntropy, SumsMatchFloat64AndAccumulate) {
+  const int64_t tokens = 1001;
+  CrossEntropyOptions o;
+  o.z_loss_weight = 1e-3;
+  std::vector<int32_t> tg(tokens);
+  for (int64_t t = 0; t < tokens; ++t) tg[t] = t % 5 == 2 ? o.ignore_index : static_cast<int32_t>(t % 97);
+  const Tensor targets = Tensor::from_vector(tg, {tokens});
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor losses = random_tensor({tokens}, dt, 11, 1.0f, 5.0f), lse = random_tensor({tokens}, dt, 12, 1.0f, 8.0f);
+    const std::vector<double> l = losses.to_doubles(), e = lse.to_doubles();
+    double want_loss = 0, want_z = 0, want_count = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (tg[t] == o.ignore_index) continue;
+      want_loss += l[t];
+      want_z += o.z_loss_weight * e[t] * e[t];
+      want_count += 1;
+    }
+    Tensor sums = Tensor::zeros({3}, DType::f64);
+    linear_cross_entropy_sums(losses, lse, targets, o, sums);
+    EXPECT_NEAR(sums.item(0), want_loss, 1e-12 * std::abs(want_loss)) << dtype_name(dt);
+    EXPECT_NEAR(sums.item(1), want_z, 1e-12 * std::abs(want_z)) << dtype_name(dt);
+    EXPECT_EQ(sums.item(2), want_count) << dtype_name(dt);
+    EXPECT_EQ(want_count, 801);  // 200 of the 1001 tokens are ignored
+    linear_cross_entropy_sums(losses, lse, targets, o, sums);  // a second micro-batch adds
+    EXPECT_NEAR(sums.item(0), 2 * want_loss, 1e-12 * std::abs(want_loss)) << dtype_name(dt);
+    EXPECT_EQ(sums.item(2), 2 * want_count) << dtype_name(dt);
+  }
+  Tensor wrong = Tensor::zeros({2}, DType::f64);
+  const Tensor f = Tensor::zeros({tokens}, DType::f32);
+  EXPECT_THROW(linear_cross_entropy_sums(f, f, targets, o, wrong), Error);
+}
+
 }  // namespace
 }  // namespace amber

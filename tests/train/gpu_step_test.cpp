@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "amber/core/random.h"
@@ -42,6 +43,15 @@ data::Batch random_batch(const std::vector<int32_t>& lengths, int vocab, uint64_
   return data::pack_documents(docs);
 }
 
+// One step's statistics (loss sums and global gradient norm), measured on the model's
+// device and read back once.
+AccumulatedStep measure_step(LanguageModel& model, const std::vector<data::Batch>& batches) {
+  StepStats stats(model);
+  accumulate_gradients(model, batches, stats);
+  global_grad_norm(model, stats);
+  return stats.read();
+}
+
 // The whole f32 training step on the GPU against the CPU step: same Philox
 // initialisation on both devices, same packed batch, then loss, every gradient and
 // the weights after one AdamW and one Muon step.
@@ -55,9 +65,11 @@ TEST(TrainStepGpu, StepMatchesCpu) {
       ASSERT_EQ(cpu.params()[i]->value.to_doubles(), gpu.params()[i]->value.to_doubles()) << "init differs";
     const std::vector<data::Batch> batches = {random_batch({1, 127, 128, 129, 50}, 300, 1),
                                               random_batch({300, 7, 13}, 300, 2)};
-    const AccumulatedStep a = accumulate_gradients(cpu, batches), b = accumulate_gradients(gpu, batches);
+    const AccumulatedStep a = measure_step(cpu, batches), b = measure_step(gpu, batches);
     std::cout << optimizer << ": loss cpu " << a.loss_sum / a.trained_tokens << " gpu " << b.loss_sum / b.trained_tokens << "\n";
     EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-5 * a.loss_sum);
+    EXPECT_NEAR(b.z_loss_sum, a.z_loss_sum, 1e-5 * a.z_loss_sum);
+    EXPECT_EQ(b.trained_tokens, a.trained_tokens);
     double worst = 0;
     for (size_t i = 0; i < cpu.params().size(); ++i) {
       const double err = testing::relative_error(gpu.params()[i]->grad, cpu.params()[i]->grad);
@@ -65,7 +77,7 @@ TEST(TrainStepGpu, StepMatchesCpu) {
       EXPECT_LT(err, 1e-4) << cpu.params()[i]->name;
     }
     std::cout << "  worst gradient rel err " << worst << "\n";
-    EXPECT_NEAR(global_grad_norm(gpu), global_grad_norm(cpu), 1e-5 * global_grad_norm(cpu));
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm);
     OptimizerConfig oc;
     oc.name = optimizer;
     oc.lr = 1e-3;
@@ -87,7 +99,7 @@ TEST(TrainStepGpu, Bf16StepTracksCpuFloat32) {
   cpu.init_weights(5);
   gpu.init_weights(5);
   const std::vector<data::Batch> batches = {random_batch({1, 127, 128, 129, 50}, 300, 1)};
-  const AccumulatedStep a = accumulate_gradients(cpu, batches), b = accumulate_gradients(gpu, batches);
+  const AccumulatedStep a = measure_step(cpu, batches), b = measure_step(gpu, batches);
   std::cout << "loss cpu f32 " << a.loss_sum / a.trained_tokens << " gpu bf16 " << b.loss_sum / b.trained_tokens << "\n";
   EXPECT_NEAR(b.loss_sum / a.loss_sum, 1.0, 1e-2);
   double worst = 0;
@@ -126,6 +138,64 @@ TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
     std::cout << "Newton-Schulz " << shape << " gpu vs cpu rel err " << err << "\n";
     EXPECT_LT(err, 1e-5);
   }
+}
+
+// The global norm without host synchronisation: squared norms into slots of one
+// device buffer (one tensor spans several 8192-element chunks), their in-order root,
+// and clipping by a norm the kernel reads from device memory, against the CPU path.
+TEST(TrainStepGpu, GradNormAndClipMatchCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<Shape> shapes = {Shape{70, 33}, Shape{20001}, Shape{5}, Shape{128, 130}};
+  const int64_t n = static_cast<int64_t>(shapes.size());
+  std::vector<Tensor> cpu_grads, gpu_grads;
+  for (int64_t i = 0; i < n; ++i) {
+    cpu_grads.push_back(testing::random_tensor(shapes[i], DType::f32, 40 + i));
+    gpu_grads.push_back(cpu_grads.back().to(Device::cuda()));
+  }
+  auto global_norm = [&](const std::vector<Tensor>& grads, Device device, Tensor& squares) {
+    squares = Tensor::zeros({n}, DType::f64, device);
+    Tensor norm = Tensor::zeros({1}, DType::f64, device);
+    for (int64_t i = 0; i < n; ++i) {
+      Tensor slot = squares.slice(0, i, i + 1);
+      squared_norm_into(grads[i], slot);
+    }
+    norm_from_squares(squares, norm);
+    return norm;
+  };
+  Tensor cs, gs, gs_again;
+  const Tensor cn = global_norm(cpu_grads, Device::cpu(), cs), gn = global_norm(gpu_grads, Device::cuda(), gs);
+  global_norm(gpu_grads, Device::cuda(), gs_again);
+  const double err = testing::relative_error(gs.to(Device::cpu()), cs);
+  std::cout << "squared norms gpu vs cpu rel err " << err << "\n";
+  EXPECT_LT(err, 1e-6);
+  EXPECT_NEAR(gn.to(Device::cpu()).item(0), cn.item(0), 1e-6 * cn.item(0));
+  EXPECT_EQ(gs.to_doubles(), gs_again.to_doubles()) << "squared norms differ between runs";
+
+  // Both devices scale by the GPU's norm, so they apply the same f32 factor.
+  const Tensor norm_on_host = gn.to(Device::cpu());
+  const double clip = norm_on_host.item(0) / 3;
+  for (int64_t i = 0; i < n; ++i) {
+    clip_by_norm_(cpu_grads[i], norm_on_host, clip);
+    clip_by_norm_(gpu_grads[i], gn, clip);
+    EXPECT_LT(testing::relative_error(gpu_grads[i], cpu_grads[i]), 1e-7) << shapes[i];
+  }
+  Tensor after;
+  EXPECT_NEAR(global_norm(gpu_grads, Device::cuda(), after).to(Device::cpu()).item(0), clip, 1e-5 * clip);
+  // Within the bound the gradient keeps its bits.
+  const std::vector<double> before = gpu_grads[0].to_doubles();
+  clip_by_norm_(gpu_grads[0], gn, 10 * norm_on_host.item(0));
+  EXPECT_EQ(gpu_grads[0].to_doubles(), before);
+
+  // A NaN gradient makes the norm NaN (the trainer then skips the step), and clipping
+  // by that norm leaves the gradients alone.
+  Tensor bad = cpu_grads[1].clone();
+  bad.data<float>()[12345] = NAN;
+  gpu_grads[1] = bad.to(Device::cuda());
+  const Tensor nan_norm = global_norm(gpu_grads, Device::cuda(), after);
+  EXPECT_TRUE(std::isnan(nan_norm.to(Device::cpu()).item(0)));
+  const std::vector<double> kept = gpu_grads[3].to_doubles();
+  clip_by_norm_(gpu_grads[3], nan_norm, clip);
+  EXPECT_EQ(gpu_grads[3].to_doubles(), kept);
 }
 
 // A checkpoint written from the GPU resumes on the CPU, and the reverse.

@@ -175,5 +175,44 @@ TEST(Schedule, WarmupThenEachShape) {
   EXPECT_THROW(make_schedule(c, 100), Error);
 }
 
+// The device-side global norm: per-tensor squared norms into slots of one buffer,
+// their in-order root, and clipping by that norm, against float64 math.
+TEST(GradNorm, SlotsNormAndClipMatchFloat64) {
+  const std::vector<Tensor> grads = {random_tensor({70, 33}, DType::f32, 21), random_tensor({9000}, DType::f32, 22),
+                                     random_tensor({5}, DType::f32, 23, 3.0f)};
+  Tensor squares = Tensor::zeros({3}, DType::f64), norm = Tensor::empty({1}, DType::f64);
+  double want = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    Tensor slot = squares.slice(0, i, i + 1);
+    squared_norm_into(grads[i], slot);
+    double sq = 0;
+    for (double x : grads[i].to_doubles()) sq += x * x;
+    EXPECT_NEAR(squares.item(i), sq, 1e-12 * sq);
+    EXPECT_EQ(squares.item(i), squared_norm(grads[i]));
+    want += sq;
+  }
+  norm_from_squares(squares, norm);
+  want = std::sqrt(want);
+  EXPECT_NEAR(norm.item(0), want, 1e-12 * want);
+
+  // Above the norm nothing changes, bit for bit; below it every entry scales by clip / norm.
+  Tensor kept = grads[0].clone();
+  clip_by_norm_(kept, norm, 2 * want);
+  EXPECT_EQ(kept.to_doubles(), grads[0].to_doubles());
+  const double clip = want / 4;
+  Tensor clipped = grads[0].clone();
+  clip_by_norm_(clipped, norm, clip);
+  const std::vector<double> a = grads[0].to_doubles(), b = clipped.to_doubles();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], a[i] * clip / want, 1e-6 * std::abs(a[i])) << i;
+  // A NaN norm (a step that will be skipped) leaves the gradient alone.
+  Tensor nan_norm = Tensor::full({1}, NAN, DType::f64), untouched = grads[1].clone();
+  clip_by_norm_(untouched, nan_norm, clip);
+  EXPECT_EQ(untouched.to_doubles(), grads[1].to_doubles());
+
+  Tensor wide = Tensor::zeros({2}, DType::f64);
+  EXPECT_THROW(squared_norm_into(grads[0], wide), Error);
+  EXPECT_THROW(clip_by_norm_(kept, norm, 0.0), Error);
+}
+
 }  // namespace
 }  // namespace amber

@@ -67,7 +67,14 @@ TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
   for (int p = 0; p < 4; ++p)
     parts.push_back(data::pack_documents(std::vector<std::vector<int32_t>>(docs.begin() + 32 * p, docs.begin() + 32 * p + 32)));
   for (const data::Batch& b : parts) ASSERT_EQ(b.tokens.numel(), 2048);
-  const AccumulatedStep a = accumulate_gradients(one, whole), b = accumulate_gradients(four, parts);
+  StepStats stats_one(one), stats_four(four);
+  accumulate_gradients(one, whole, stats_one);
+  accumulate_gradients(four, parts, stats_four);
+  const AccumulatedStep a = stats_one.read(), b = stats_four.read();
+  int64_t trained = 0;
+  for (const data::Batch& p : parts) trained += p.trained_tokens;
+  EXPECT_EQ(a.trained_tokens, whole[0].trained_tokens);
+  EXPECT_EQ(b.trained_tokens, trained);
   EXPECT_EQ(a.trained_tokens, b.trained_tokens);
   EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-9 * a.loss_sum);
   std::vector<Tensor> initial;
@@ -86,6 +93,38 @@ TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
     add_scaled(delta_four, initial[i], -1.0);
     EXPECT_LT(testing::relative_error(delta_four, delta_one), 1e-3) << one.params()[i]->name;
   }
+}
+
+// The step's statistics on the model's device: the loss matches an evaluation of the
+// same batch, the norm is the float64 root of every squared gradient entry, clipping
+// brings it to the bound, and a NaN gradient gives a NaN norm (the trainer's signal
+// to skip the update).
+TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
+  LanguageModel model(tiny_model());
+  model.init_weights(4);
+  const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8))};
+  const LMHead::Loss eval = model.evaluate(batch[0].tokens, batch[0].targets, batch[0].seq);
+  StepStats stats(model);
+  accumulate_gradients(model, batch, stats);
+  global_grad_norm(model, stats);
+  const AccumulatedStep a = stats.read();
+  EXPECT_EQ(a.loss_sum, eval.sum);
+  EXPECT_EQ(a.z_loss_sum, eval.z_loss_sum);
+  EXPECT_EQ(a.trained_tokens, batch[0].trained_tokens);
+  EXPECT_EQ(eval.tokens, batch[0].trained_tokens);
+  double want = 0;
+  for (const auto& p : model.params())
+    for (double g : p->grad.to_doubles()) want += g * g;
+  want = std::sqrt(want);
+  EXPECT_NEAR(a.grad_norm, want, 1e-12 * want);
+  clip_gradients(model, stats, a.grad_norm / 2);
+  global_grad_norm(model, stats);
+  EXPECT_NEAR(stats.read().grad_norm, a.grad_norm / 2, 1e-6 * a.grad_norm);
+  model.params()[0]->grad.data<float>()[0] = NAN;
+  global_grad_norm(model, stats);
+  const AccumulatedStep bad = stats.read();
+  EXPECT_TRUE(std::isnan(bad.grad_norm));
+  EXPECT_EQ(bad.loss_sum, a.loss_sum);
 }
 
 // A tokenized-corpus folder the loader reads: shards and their manifest.

@@ -20,6 +20,7 @@ void synchronize() {}
 size_t pool_peak_bytes(int) { return 0; }
 void reset_pool_peak(int) {}
 bool convert(void*, DType, const void*, DType, size_t) { no_cuda(); }
+void fill(void*, size_t, const void*, size_t) { no_cuda(); }
 
 }  // namespace amber::cuda
 #endif

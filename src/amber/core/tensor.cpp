@@ -205,7 +205,16 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(double value) {
-  if (device().is_cuda()) {  // not a hot path: stage on the host
+  if (device().is_cuda()) {
+    // The element is encoded on the host exactly as a CPU fill would store it, then a
+    // kernel writes its bits: no copy to wait for (the loss gradient is filled every
+    // micro-batch).
+    unsigned char element[8] = {};
+    store_from_double(element, dtype_, 0, value);
+    if (is_contiguous()) {
+      cuda::fill(raw(), dtype_size(dtype_), element, static_cast<size_t>(numel()));
+      return;
+    }
     Tensor host = empty(shape_, dtype_);
     host.fill(value);
     copy_from(host);

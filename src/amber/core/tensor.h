@@ -74,7 +74,7 @@ class Tensor {
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
   void copy_from(const Tensor& src);  // same shape; converts dtype, crosses devices
-  void fill(double value);            // any device (staged through the host on a GPU)
+  void fill(double value);            // any device (a kernel on a GPU when contiguous)
   void zero();
 
   double item(int64_t flat_index = 0) const;  // CPU, contiguous; for tests and logging

@@ -84,18 +84,17 @@ void LanguageModel::zero_grad() {
 
 // Batches may arrive on the host; they move to the model's device here (a no-op
 // when they are there already).
-LMHead::Loss LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
-                                             double loss_scale) {
+void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
+                                     double loss_scale, Tensor& loss_sums) {
   activations_.reset();
   scratch_.reset();
   const SeqInfo layout = seq.to(device_);
   Backbone::Saved saved;
   LMHead::Saved head_saved;
   const Tensor hidden = backbone_.forward(tokens.to(device_), layout, saved, activations_, scratch_);
-  const LMHead::Loss loss = head_.forward(hidden, targets.to(device_), head_saved, activations_);
+  head_.forward(hidden, targets.to(device_), head_saved, activations_, loss_sums);
   const Tensor dhidden = head_.backward(loss_scale, head_saved, activations_);
   backbone_.backward(dhidden, layout, saved, activations_, scratch_);
-  return loss;
 }
 
 LMHead::Loss LanguageModel::evaluate(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq) {
@@ -104,7 +103,9 @@ LMHead::Loss LanguageModel::evaluate(const Tensor& tokens, const Tensor& targets
   Backbone::Saved saved;
   LMHead::Saved head_saved;
   const Tensor hidden = backbone_.forward(tokens.to(device_), seq.to(device_), saved, activations_, scratch_);
-  return head_.forward(hidden, targets.to(device_), head_saved, activations_);
+  Tensor sums = LMHead::Loss::zero_sums(device_);
+  head_.forward(hidden, targets.to(device_), head_saved, activations_, sums);
+  return LMHead::Loss::read(sums);
 }
 
 Tensor LanguageModel::logits(const Tensor& tokens, const SeqInfo& seq) {

@@ -33,10 +33,12 @@ class LanguageModel {
   void init_weights(uint64_t seed);
   void zero_grad();
 
-  // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params).
-  LMHead::Loss forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
-                                double loss_scale);
-  // Loss without gradients (validation).
+  // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params). The
+  // batch's loss is added to `loss_sums` (LMHead::Loss::zero_sums on this device), so a
+  // step of several micro-batches reads its loss from the device once.
+  void forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq, double loss_scale,
+                        Tensor& loss_sums);
+  // Loss without gradients (validation), read back to the host.
   LMHead::Loss evaluate(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq);
   // Materialised logits [T, V] (sampling, tests).
   Tensor logits(const Tensor& tokens, const SeqInfo& seq);

@@ -22,7 +22,15 @@ void LMHead::collect(std::vector<std::shared_ptr<Param>>& out) const {
   if (owns_weight_) out.push_back(weight_);
 }
 
-LMHead::Loss LMHead::forward(const Tensor& hidden, const Tensor& targets, Saved& s, Arena& arena) const {
+Tensor LMHead::Loss::zero_sums(Device device) { return Tensor::zeros({3}, DType::f64, device); }
+
+LMHead::Loss LMHead::Loss::read(const Tensor& sums) {
+  const std::vector<double> v = sums.to_doubles();
+  AMBER_CHECK(v.size() == 3, "LMHead::Loss::read: sums must hold 3 values, got ", sums.shape());
+  return {v[0], v[1], static_cast<int64_t>(v[2])};
+}
+
+void LMHead::forward(const Tensor& hidden, const Tensor& targets, Saved& s, Arena& arena, Tensor& sums) const {
   const int64_t tokens = hidden.size(0);
   const DType stat = norm_stat_dtype(hidden.dtype());
   Tensor losses = arena.alloc({tokens}, stat);
@@ -30,20 +38,7 @@ LMHead::Loss LMHead::forward(const Tensor& hidden, const Tensor& targets, Saved&
   s.targets = targets;
   s.lse = arena.alloc({tokens}, stat);
   linear_cross_entropy_forward(hidden, weight_->work, targets, options_, losses, s.lse);
-  // Per-token losses are reduced on the host in double (a device reduction that keeps
-  // the step free of host synchronisation comes with the CUDA graph step).
-  Loss loss;
-  const Tensor host_targets = targets.to(Device::cpu());
-  const std::vector<double> loss_values = losses.to_doubles(), lse_values = s.lse.to_doubles();
-  const int32_t* tg = host_targets.data<int32_t>();
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (tg[t] == options_.ignore_index) continue;
-    const double lse = lse_values[static_cast<size_t>(t)];
-    loss.sum += loss_values[static_cast<size_t>(t)];
-    loss.z_loss_sum += options_.z_loss_weight * lse * lse;
-    ++loss.tokens;
-  }
-  return loss;
+  linear_cross_entropy_sums(losses, s.lse, targets, options_, sums);
 }
 
 Tensor LMHead::backward(double loss_scale, const Saved& s, Arena& arena) const {

@@ -1,5 +1,6 @@
 // LMHead: owns the objective. Projects hidden states to the vocabulary fused with
-// cross-entropy (+ z-loss) in token chunks; per-token losses are reduced in double.
+// cross-entropy (+ z-loss) in token chunks; per-token losses are reduced in double on
+// the model's device, into sums the caller reads once per optimizer step.
 #pragma once
 
 #include <memory>
@@ -21,6 +22,11 @@ class LMHead {
     double sum = 0;         // sum over trained tokens of ce + z * lse^2
     double z_loss_sum = 0;  // the z-loss part of `sum`
     int64_t tokens = 0;     // trained tokens (targets != ignore index)
+
+    // The loss sums a forward accumulates on the device: f64 [3] = {sum, z_loss_sum, tokens}.
+    static Tensor zero_sums(Device device);
+    // The host copy of such sums (one synchronisation on a GPU).
+    static Loss read(const Tensor& sums);
   };
 
   // With `tied`, the head reads the embedding matrix instead of its own weight.
@@ -29,7 +35,9 @@ class LMHead {
   void collect(std::vector<std::shared_ptr<Param>>& out) const;
   const Tensor& weight() const { return weight_->value; }
 
-  Loss forward(const Tensor& hidden, const Tensor& targets, Saved& saved, Arena& arena) const;
+  // Adds this batch's loss to `sums` (Loss::zero_sums, on the device of `hidden`)
+  // without waiting for the host.
+  void forward(const Tensor& hidden, const Tensor& targets, Saved& saved, Arena& arena, Tensor& sums) const;
   // d(loss_scale * sum)/d(hidden); the head weight gradient accumulates.
   Tensor backward(double loss_scale, const Saved& saved, Arena& arena) const;
   // Materialised logits [T, V] for sampling and analysis (never in training).

@@ -28,4 +28,13 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
                                    const Tensor& targets, const Tensor& lse,
                                    const CrossEntropyOptions& options, Tensor& dx, Tensor& dw);
 
+// sums (f64 [3], contiguous, on the device of `losses`) += {sum of losses[t], sum of
+// z_loss_weight * lse[t]^2, number of tokens t} over the tokens whose target is not
+// ignore_index; losses and lse [T] as linear_cross_entropy_forward wrote them. It never
+// waits for the host, and gives the same bits on every run: on the CPU one running
+// double sum per call in token order, on the GPU fixed chunks of tokens whose sums
+// are added in chunk order.
+void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Tensor& targets,
+                               const CrossEntropyOptions& options, Tensor& sums);
+
 }  // namespace amber

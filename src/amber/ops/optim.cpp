@@ -71,9 +71,46 @@ void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute)
   g.copy_from(x);
 }
 
-double squared_norm(const Tensor& t) {
+namespace {
+
+// The device-resident scalars of the norm ops: one f64 element, written or read in place.
+void require_f64_scalar(const Tensor& t, const char* op, const char* what) {
+  AMBER_CHECK(t.dtype() == DType::f64 && t.numel() == 1 && t.is_contiguous(), op, ": ", what,
+              " must be one contiguous f64 element, got ", dtype_name(t.dtype()), " ", t.shape());
+}
+
+}  // namespace
+
+void squared_norm_into(const Tensor& t, Tensor& out) {
+  const char* op = "squared_norm_into";
+  require_f64_scalar(out, op, "the output");
   const Tensor c = t.contiguous();
-  AMBER_ON_DEVICE(c.device(), "squared_norm", return cuda::squared_norm(c), return cpu::squared_norm(c));
+  AMBER_ON_DEVICE(ops::common_device(op, {&c, &out}), op, cuda::squared_norm_into(c, out),
+                  out.data<double>()[0] = cpu::squared_norm(c));
+}
+
+double squared_norm(const Tensor& t) {
+  Tensor out = Tensor::empty({1}, DType::f64, t.device());
+  squared_norm_into(t, out);
+  return out.to(Device::cpu()).item(0);
+}
+
+void norm_from_squares(const Tensor& squares, Tensor& out) {
+  const char* op = "norm_from_squares";
+  require_f64_scalar(out, op, "the output");
+  AMBER_CHECK(squares.dtype() == DType::f64 && squares.ndim() == 1 && squares.is_contiguous(), op,
+              ": squares must be a contiguous f64 vector, got ", dtype_name(squares.dtype()), " ", squares.shape());
+  AMBER_ON_DEVICE(ops::common_device(op, {&squares, &out}), op, cuda::norm_from_squares(squares, out),
+                  cpu::norm_from_squares(squares, out));
+}
+
+void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
+  const char* op = "clip_by_norm_";
+  require_f64_scalar(norm, op, "the norm");
+  require_contiguous(t, op);
+  AMBER_CHECK(max_norm > 0, op, ": max_norm must be positive, got ", max_norm);
+  AMBER_ON_DEVICE(ops::common_device(op, {&t, &norm}), op, cuda::clip_by_norm_(t, norm, max_norm),
+                  cpu::clip_by_norm_(t, norm, max_norm));
 }
 
 void scale_(Tensor& t, double alpha) { scale_into(t, t, alpha); }

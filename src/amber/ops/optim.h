@@ -31,8 +31,18 @@ NewtonSchulz newton_schulz_from_name(const std::string& name);  // cubic5 | quin
 // (f32 on CPU; bf16 on GPU, as the predecessor ran it).
 void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute);
 
-// Squared L2 norm of a tensor, accumulated in double.
+// Squared L2 norm of t, accumulated in double, written to `out` (f64, one element, on
+// t's device; typically one slot of a larger buffer) without waiting for the host.
+void squared_norm_into(const Tensor& t, Tensor& out);
+// The same, read back to the host (one synchronisation on a GPU).
 double squared_norm(const Tensor& t);
+// out (f64, one element) = sqrt of the sum of `squares` (f64 [n]) taken in index order:
+// the global norm from per-tensor squared norms, the same bits on every run.
+void norm_from_squares(const Tensor& squares, Tensor& out);
+// t *= max_norm / norm when norm > max_norm, else t is left alone (also for a NaN norm).
+// `norm` (f64, one element) stays on t's device and the factor is computed there, so
+// clipping never waits for the host to read the norm.
+void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);
 // t *= alpha.
 void scale_(Tensor& t, double alpha);
 // Whether every element is finite.

@@ -20,31 +20,10 @@
 #include "amber/data/tokenizer_json.h"
 #include "amber/gen/generate.h"
 #include "amber/model/flops.h"
-#include "amber/ops/optim.h"
 #include "amber/train/checkpoint.h"
 
 namespace amber {
 namespace fs = std::filesystem;
-
-AccumulatedStep accumulate_gradients(LanguageModel& model, std::span<const data::Batch> micro_batches) {
-  AccumulatedStep step;
-  for (const data::Batch& b : micro_batches) step.trained_tokens += b.trained_tokens;
-  model.zero_grad();
-  if (step.trained_tokens == 0) return step;
-  const double scale = 1.0 / static_cast<double>(step.trained_tokens);
-  for (const data::Batch& b : micro_batches) {
-    const LMHead::Loss loss = model.forward_backward(b.tokens, b.targets, b.seq, scale);
-    step.loss_sum += loss.sum;
-    step.z_loss_sum += loss.z_loss_sum;
-  }
-  return step;
-}
-
-double global_grad_norm(const LanguageModel& model) {
-  double total = 0;
-  for (const auto& p : model.params()) total += squared_norm(p->grad);
-  return std::sqrt(total);
-}
 
 namespace {
 
@@ -92,6 +71,7 @@ struct Trainer::State {
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<LanguageModel> preview_model;  // a CPU copy for sample previews of a GPU run
   std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<StepStats> stats;  // the step's device-resident loss sums and norm
   Schedule schedule;
   std::unique_ptr<data::Loader> loader;
   std::vector<data::Batch> eval_batches;
@@ -176,6 +156,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   s.model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
   s.model->init_weights(c.train.seed);
   s.optimizer = build_optimizer(c.optimizer, s.model->params());
+  s.stats = std::make_unique<StepStats>(*s.model);
   s.schedule = make_schedule(c.schedule, c.train.steps);
 
   std::string resume_dir = s.options.resume_from;
@@ -305,8 +286,13 @@ double Trainer::run() {
       const std::vector<int32_t> l = b.seq.lengths();
       lengths.insert(lengths.end(), l.begin(), l.end());
     }
-    const AccumulatedStep acc = accumulate_gradients(*s.model, micro);
-    const double norm = global_grad_norm(*s.model);
+    // Losses, norm and clipping stay on the device; the host reads the step's
+    // statistics once, after clipping, to log them and decide whether to skip.
+    accumulate_gradients(*s.model, micro, *s.stats);
+    global_grad_norm(*s.model, *s.stats);
+    if (t.grad_clip > 0) clip_gradients(*s.model, *s.stats, t.grad_clip);
+    const AccumulatedStep acc = s.stats->read();
+    const double norm = acc.grad_norm;
     const double loss = acc.trained_tokens > 0 ? acc.loss_sum / static_cast<double>(acc.trained_tokens) : NAN;
     const double multiplier = s.schedule(s.step);
     const bool finite = std::isfinite(norm) && std::isfinite(acc.loss_sum);
@@ -317,8 +303,6 @@ double Trainer::run() {
                 << (acc.trained_tokens == 0 ? "no trained tokens" : "non-finite loss or gradient norm")
                 << ", update skipped (" << s.skipped_steps << " skipped so far)\n";
     } else {
-      if (t.grad_clip > 0 && norm > t.grad_clip)
-        for (const auto& p : s.model->params()) scale_(p->grad, t.grad_clip / norm);
       s.optimizer->step(multiplier);
     }
     ++s.step;

@@ -105,4 +105,27 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
   });
 }
 
+// The loss the trainer logs has always been this sum: f32 (or f64) per-token values
+// widened exactly to double and added in token order, so CPU runs keep their bits.
+void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Tensor& targets,
+                               const CrossEntropyOptions& o, Tensor& sums) {
+  with_compute_type(losses.dtype(), [&]<class T>() {
+    const Tensor lw = widened<T>(losses), ew = widened<T>(lse);
+    const T *l = lw.data<T>(), *e = ew.data<T>();
+    const int32_t* y = targets.data<int32_t>();
+    double loss = 0, z_loss = 0, count = 0;
+    for (int64_t t = 0; t < losses.numel(); ++t) {
+      if (y[t] == o.ignore_index) continue;
+      const double lse_t = static_cast<double>(e[t]);
+      loss += static_cast<double>(l[t]);
+      z_loss += o.z_loss_weight * lse_t * lse_t;
+      count += 1;
+    }
+    double* s = sums.data<double>();
+    s[0] += loss;
+    s[1] += z_loss;
+    s[2] += count;
+  });
+}
+
 }  // namespace amber::cpu

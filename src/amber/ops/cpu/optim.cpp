@@ -1,11 +1,13 @@
 // CPU optimizer math: the AdamW update and the reductions a step needs (squared
-// norm in fixed blocks, so the sum never depends on the thread count).
+// norm in fixed blocks, so the sum never depends on the thread count; the global norm
+// and its clip factor from those sums, in index order).
 #include "amber/ops/cpu/optim.h"
 
 #include <cmath>
 #include <vector>
 
 #include "amber/ops/cpu/dispatch.h"
+#include "amber/ops/cpu/elementwise.h"
 
 namespace amber::cpu {
 
@@ -50,6 +52,18 @@ double squared_norm(const Tensor& t) {
   double total = 0;
   for (double s : partial) total += s;
   return total;
+}
+
+void norm_from_squares(const Tensor& squares, Tensor& out) {
+  const double* s = squares.data<double>();
+  double total = 0;
+  for (int64_t i = 0; i < squares.numel(); ++i) total += s[i];
+  out.data<double>()[0] = std::sqrt(total);
+}
+
+void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
+  const double n = norm.data<double>()[0];
+  if (n > max_norm) scale_into(t, t, max_norm / n);
 }
 
 bool all_finite(const Tensor& t) {

@@ -7,6 +7,8 @@ namespace amber::cpu {
 
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
 double squared_norm(const Tensor& t);
+void norm_from_squares(const Tensor& squares, Tensor& out);
+void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);
 bool all_finite(const Tensor& t);
 
 }  // namespace amber::cpu

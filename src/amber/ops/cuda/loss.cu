@@ -1,7 +1,8 @@
 // CUDA chunked linear cross-entropy with z-loss. Only chunk_tokens x V logits exist
 // at once: cuBLASLt writes them in f32 into one buffer reused by every chunk, a row
 // kernel reduces them (and, in the backward, turns them into d(loss)/d(logits) in the
-// operand dtype), and two cuBLASLt products give dx and dw (+=).
+// operand dtype), and two cuBLASLt products give dx and dw (+=). The per-token losses
+// are summed on the device in fixed chunks, so a step never reads them on the host.
 #include <cstdio>
 
 #include "amber/ops/cuda/common.cuh"
@@ -72,6 +73,52 @@ __global__ void ce_backward_kernel(const float* logits, const int32_t* targets, 
   }
 }
 
+constexpr int kSumThreads = 256;
+constexpr int64_t kSumChunk = 4096;  // tokens per block of linear_cross_entropy_sums
+
+__device__ __forceinline__ double warp_sum_f64(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One block per fixed chunk of tokens: partial[chunk] = {loss, z-loss, count} over its
+// trained tokens, in double. Each thread folds a fixed stride of tokens, then a fixed
+// butterfly and warp order: the same bits on every run.
+__global__ void loss_chunk_sums(const float* losses, const float* lse, const int32_t* targets, int64_t n,
+                                int32_t ignore, double z_weight, double* partial) {
+  __shared__ double scratch[3][32];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kSumChunk;
+  const int64_t end = begin + kSumChunk < n ? begin + kSumChunk : n;
+  double v[3] = {0.0, 0.0, 0.0};
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    if (targets[i] == ignore) continue;
+    const double e = lse[i];
+    v[0] += static_cast<double>(losses[i]);
+    v[1] += z_weight * e * e;
+    v[2] += 1.0;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int k = 0; k < 3; ++k) {
+    v[k] = warp_sum_f64(v[k]);
+    if (lane == 0) scratch[k][warp] = v[k];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  for (int k = 0; k < 3; ++k) {
+    const double total = warp_sum_f64(lane < warps ? scratch[k][lane] : 0.0);
+    if (lane == 0) partial[3 * blockIdx.x + k] = total;
+  }
+}
+
+// sums[k] += the chunk partials of column k, added in chunk order (one thread each).
+__global__ void add_chunk_sums(const double* partial, int64_t chunks, double* sums) {
+  const int k = threadIdx.x;
+  if (k >= 3) return;
+  double s = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) s += partial[3 * c + k];
+  sums[k] += s;
+}
+
 void require_f32(const Tensor& t, const char* what, const char* op) {
   require_contiguous(t, op);
   AMBER_CHECK(t.dtype() == DType::f32, op, ": ", what, " must be f32 on the GPU, got ",
@@ -139,6 +186,26 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
     gemm(gblock, false, w, false, dxs, 1.0, 0.0);
     gemm(gblock, true, xs, false, dw, 1.0, 1.0);
   }
+}
+
+void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Tensor& targets,
+                               const CrossEntropyOptions& o, Tensor& sums) {
+  const char* op = "linear_cross_entropy_sums";
+  require_f32(losses, "losses", op);
+  require_f32(lse, "lse", op);
+  const int64_t tokens = losses.numel();
+  if (tokens == 0) return;
+  // The partials come from the stream-ordered pool: nothing here waits for the host.
+  const int64_t chunks = (tokens + kSumChunk - 1) / kSumChunk;
+  Tensor partial = Tensor::empty({chunks, 3}, DType::f64, losses.device());
+  loss_chunk_sums<<<static_cast<unsigned>(chunks), kSumThreads, 0, cudaStreamPerThread>>>(
+      static_cast<const float*>(losses.raw()), static_cast<const float*>(lse.raw()),
+      static_cast<const int32_t*>(targets.raw()), tokens, o.ignore_index, o.z_loss_weight,
+      static_cast<double*>(partial.raw()));
+  check_launch(op, losses.shape());
+  add_chunk_sums<<<1, 32, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks,
+                                                    static_cast<double*>(sums.raw()));
+  check_launch(op, losses.shape());
 }
 
 }  // namespace amber::cuda

@@ -1,6 +1,7 @@
-// CUDA optimizer math: the AdamW update (fp32 master weights and state) and
-// deterministic reductions: every block owns a fixed chunk of elements, and the
-// chunk sums are added in chunk order, so results never depend on scheduling.
+// CUDA optimizer math: the AdamW update (fp32 master weights and state),
+// deterministic reductions (every block owns a fixed chunk of elements, and the chunk
+// sums are added in chunk order, so results never depend on scheduling) and gradient
+// clipping by a norm that stays in device memory.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -42,10 +43,24 @@ __global__ void chunk_square_sums(const T* x, int64_t n, double* partial) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void sum_in_order(const double* partial, int64_t count, double* out) {
+// One thread, in index order: the fixed-order half of every reduction here. With
+// `root`, writes the square root (the global norm from per-tensor squared norms).
+__global__ void sum_in_order(const double* partial, int64_t count, double* out, bool root) {
   double s = 0.0;
   for (int64_t i = 0; i < count; ++i) s += partial[i];
-  *out = s;
+  *out = root ? sqrt(s) : s;
+}
+
+// x *= max_norm / norm when norm > max_norm. Every thread reads the norm from device
+// memory, so the host never needs it; the factor rounds to f32 as scale_into's does.
+template <class T>
+__global__ void clip_kernel(T* x, int64_t n, const double* norm, double max_norm) {
+  const double total = *norm;
+  if (!(total > max_norm)) return;  // within bounds, or NaN (a step that is skipped)
+  const float scale = static_cast<float>(max_norm / total);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = from_f32<T>(scale * to_f32(x[i]));
 }
 
 template <class T>
@@ -74,23 +89,43 @@ void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const A
   check_launch(op, value.shape());
 }
 
-double squared_norm(const Tensor& t) {
-  const char* op = "squared_norm";
+void squared_norm_into(const Tensor& t, Tensor& out) {
+  const char* op = "squared_norm_into";
   const int64_t n = t.numel();
-  if (n == 0) return 0.0;
+  double* result = static_cast<double*>(out.raw());
+  if (n == 0) {
+    out.zero();
+    return;
+  }
+  // Chunk partials come from the stream-ordered pool: no host synchronisation.
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   Tensor partial = Tensor::empty({chunks}, DType::f64, t.device());
-  Tensor total = Tensor::empty({1}, DType::f64, t.device());
   with_element_type(t.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     chunk_square_sums<T><<<static_cast<unsigned>(chunks), kThreads, 0, cudaStreamPerThread>>>(
         static_cast<const T*>(t.raw()), n, static_cast<double*>(partial.raw()));
   });
   check_launch(op, t.shape());
-  sum_in_order<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks,
-                                                  static_cast<double*>(total.raw()));
+  sum_in_order<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks, result, false);
   check_launch(op, t.shape());
-  return total.to(Device::cpu()).item(0);
+}
+
+void norm_from_squares(const Tensor& squares, Tensor& out) {
+  sum_in_order<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(squares.raw()), squares.numel(),
+                                                  static_cast<double*>(out.raw()), true);
+  check_launch("norm_from_squares", squares.shape());
+}
+
+void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
+  const char* op = "clip_by_norm_";
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  with_element_type(t.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    clip_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<T*>(t.raw()), n, static_cast<const double*>(norm.raw()), max_norm);
+  });
+  check_launch(op, t.shape());
 }
 
 bool all_finite(const Tensor& t) {

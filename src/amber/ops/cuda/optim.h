@@ -7,7 +7,9 @@
 namespace amber::cuda {
 
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
-double squared_norm(const Tensor& t);
+void squared_norm_into(const Tensor& t, Tensor& out);
+void norm_from_squares(const Tensor& squares, Tensor& out);
+void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);
 bool all_finite(const Tensor& t);
 
 }  // namespace amber::cuda
