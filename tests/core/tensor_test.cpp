@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "amber/core/arena.h"
+#include "amber/core/device.h"
 #include "amber/core/tensor.h"
 
 namespace amber {
@@ -72,6 +73,17 @@ TEST(Arena, ResetReusesOneBlockAtTheHighWaterMark) {
   }
   EXPECT_EQ(arena.high_water_bytes(), size_t{3} << 20);
   EXPECT_EQ(arena.capacity_bytes(), size_t{3} << 20);  // merged into one block
+}
+
+// A GPU fill writes with a kernel the bits a CPU fill stores, for every element size.
+TEST(TensorGpu, FillWritesTheCpuBits) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::f8e4m3}) {
+    Tensor cpu = Tensor::empty({1001}, dt), gpu = Tensor::zeros({1001}, dt, Device::cuda());
+    cpu.fill(0.3);
+    gpu.fill(0.3);
+    EXPECT_EQ(gpu.to_doubles(), cpu.to_doubles()) << dtype_name(dt);
+  }
 }
 
 }  // namespace
