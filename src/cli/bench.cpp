@@ -38,6 +38,15 @@ void run(BenchArgs& a) {
               << 100 * r.mfu_vs_gemm << "% of it) | peak memory " << std::setprecision(2) << r.peak_memory_gib
               << " GiB";
   std::cout << " | loss " << std::setprecision(4) << r.loss << "\n";
+  if (r.op_ms.empty()) return;
+  // With events around every op the step runs a little slower than unprofiled.
+  double total = 0;
+  for (const auto& [op, ms] : r.op_ms) total += ms;
+  std::cout << "GPU time per step by op (" << std::setprecision(2) << total << " ms of " << r.step_ms
+            << " ms):\n| op | ms | share |\n|---|---|---|\n";
+  for (const auto& [op, ms] : r.op_ms)
+    std::cout << "| " << op << " | " << std::setprecision(3) << ms << " | " << std::setprecision(1)
+              << 100 * ms / r.step_ms << "% |\n";
 }
 
 void print_attention_bench(const std::string& which, Device device, int repeats) {
@@ -75,28 +84,47 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--warmup", a->options.warmup, "Untimed steps first")->capture_default_str();
   step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU (H100/H200 SXM: 989)")
       ->capture_default_str();
+  step->add_flag("--profile", a->options.profile,
+                 "Also print GPU time per op (CUDA events around every op entry point)");
   step->callback([a] { run(*a); });
 
   struct KernelArgs {
     std::string name = "all";
     std::string device = "cuda";
-    int64_t tokens = 65536, width = 2048;
+    int64_t tokens = 0, width = 2048;
     int repeats = 20;
     std::string shape = "all";
+    int64_t vocab = 65536, dim = 1280, chunk = 2048;
   };
   auto k = std::make_shared<KernelArgs>();
-  auto* kernel = bench->add_subcommand("kernel", "Time memory-bound kernels (TB/s beside the measured copy bandwidth)");
-  kernel->add_option("name", k->name, "rmsnorm, swiglu, rope, all (the memory-bound ones) or attention")
+  auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits");
+  kernel->add_option("name", k->name,
+                     "rmsnorm, swiglu, rope, all (the memory-bound ones), attention, or lmhead (chunked "
+                     "linear cross-entropy against materialised logits)")
       ->capture_default_str();
   kernel->add_option("--shape", k->shape, "attention only: issue 6's shape A, B, C, D, E or all")
       ->capture_default_str();
   kernel->add_option("--device", k->device, "cuda, cuda:N or cpu")->capture_default_str();
-  kernel->add_option("--tokens", k->tokens, "Rows of the activation")->capture_default_str();
+  kernel->add_option("--tokens", k->tokens, "Rows of the activation (0: 65536; 16384 for lmhead)")->capture_default_str();
   kernel->add_option("--width", k->width, "Columns of the activation")->capture_default_str();
   kernel->add_option("--repeats", k->repeats, "Timed calls (best is kept)")->capture_default_str();
+  kernel->add_option("--vocab", k->vocab, "lmhead only: vocabulary size")->capture_default_str();
+  kernel->add_option("--dim", k->dim, "lmhead only: model width")->capture_default_str();
+  kernel->add_option("--chunk", k->chunk, "lmhead only: tokens per logits chunk")->capture_default_str();
   kernel->callback([k] {
     if (k->name == "attention") return print_attention_bench(k->shape, device_from_name(k->device), k->repeats);
-    const KernelBenchResult r = run_kernel_bench(k->name, device_from_name(k->device), k->tokens, k->width, k->repeats);
+    if (k->name == "lmhead") {
+      const int64_t tokens = k->tokens > 0 ? k->tokens : 16384;
+      const auto rows = run_lm_head_bench(device_from_name(k->device), tokens, k->vocab, k->dim, k->chunk, k->repeats);
+      std::cout << "LM head forward + backward, " << tokens << " tokens, vocab " << k->vocab << ", dim " << k->dim
+                << ", bf16\n| arm | ms | extra memory GiB |\n|---|---|---|\n" << std::fixed;
+      for (const LmHeadBenchRow& r : rows)
+        std::cout << "| " << r.arm << " | " << std::setprecision(3) << r.ms << " | " << r.extra_gib << " |\n";
+      std::cout << "chunked / naive time: " << std::setprecision(3) << rows[0].ms / rows[1].ms << "\n";
+      return;
+    }
+    const KernelBenchResult r = run_kernel_bench(k->name, device_from_name(k->device), k->tokens > 0 ? k->tokens : 65536,
+                                                 k->width, k->repeats);
     std::cout << std::fixed << std::setprecision(3) << "device copy bandwidth (read + write): " << r.copy_tb_per_s
               << " TB/s\n| kernel | shape | ms | TB/s | of copy |\n|---|---|---|---|---|\n";
     for (const KernelBenchRow& row : r.rows)

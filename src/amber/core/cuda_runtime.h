@@ -14,7 +14,8 @@ void pool_free(void* data, int device);
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);
 void zero(void* dst, size_t bytes);
 void synchronize();
-// Bytes the device's memory pool has held at most since the last reset.
+// Bytes allocated from the device's memory pool at most since the last reset (in use,
+// like PyTorch's max_memory_allocated; a reset starts again from the bytes in use now).
 size_t pool_peak_bytes(int device);
 void reset_pool_peak(int device);
 // Element conversion on the device between f32, bf16 and f16 (round to nearest even);

@@ -2,6 +2,7 @@
 #ifndef AMBER_WITH_CUDA
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/error.h"
+#include "amber/core/op_profile.h"
 
 namespace amber::cuda {
 namespace {
@@ -23,4 +24,13 @@ bool convert(void*, DType, const void*, DType, size_t) { no_cuda(); }
 void fill(void*, size_t, const void*, size_t) { no_cuda(); }
 
 }  // namespace amber::cuda
+namespace amber::profile {
+
+void start() {}
+bool active() { return false; }
+std::vector<std::pair<std::string, double>> report() { return {}; }
+Scope::Scope(const char*) {}
+Scope::~Scope() {}
+
+}  // namespace amber::profile
 #endif

@@ -43,7 +43,7 @@ struct ModelConfig {
   bool tie_embeddings = false;
   bool embedding_scale = false;  // multiply embeddings by sqrt(dim)
   double z_loss_weight = 0.0;
-  int loss_chunk_tokens = 256;
+  int loss_chunk_tokens = 2048;
   // residual and init
   bool post_norm = false;                // extra norms on both branch outputs
   bool scale_residual_by_depth = false;  // branches scaled by depth^-0.5

@@ -9,6 +9,7 @@
 #include "amber/core/random.h"
 #include "amber/core/seq_info.h"
 #include "amber/ops/activation.h"
+#include "amber/ops/loss.h"
 #include "amber/ops/norm.h"
 #include "amber/ops/rope.h"
 
@@ -87,6 +88,42 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
     add("rope backward", 2 * act + 4.0 * tokens, best_ms(device, repeats, [&] { rope_backward(x, seq.positions, table, y); }));
   }
   return result;
+}
+
+std::vector<LmHeadBenchRow> run_lm_head_bench(Device device, int64_t tokens, int64_t vocab, int64_t dim,
+                                              int64_t chunk_tokens, int repeats) {
+  AMBER_CHECK(device.is_cuda(), "bench kernel lmhead: memory is measured on the GPU pool; use --device cuda");
+  AMBER_CHECK(tokens > 0 && vocab > 0 && dim > 0 && chunk_tokens > 0, "bench kernel lmhead: sizes must be positive");
+  Tensor x = random({tokens, dim}, device, 7), w = random({vocab, dim}, device, 8);
+  fill_normal(w, 8, 0, 0.0f, 0.02f);
+  Tensor u = Tensor::empty({tokens}, DType::f64);
+  fill_uniform(u, 9, 0);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(u.item(t) * vocab) % vocab;
+  const Tensor targets = Tensor::from_vector(ids, {tokens}).to(device);
+  Tensor losses = Tensor::empty({tokens}, DType::f32, device), lse = Tensor::empty({tokens}, DType::f32, device);
+  Tensor dlosses = Tensor::full({tokens}, 1.0 / static_cast<double>(tokens), DType::f32).to(device);
+  Tensor dx = Tensor::empty(x.shape(), DType::bf16, device), dw = Tensor::zeros(w.shape(), DType::f32, device);
+  std::vector<LmHeadBenchRow> rows;
+  const auto measure = [&](const std::string& arm, int64_t chunk) {
+    CrossEntropyOptions o;
+    o.chunk_tokens = chunk;
+    const auto step = [&] {
+      linear_cross_entropy_forward(x, w, targets, o, losses, lse);
+      linear_cross_entropy_backward(dlosses, x, w, targets, lse, o, dx, dw);
+    };
+    step();
+    cuda::synchronize();
+    cuda::reset_pool_peak(device.index);
+    const size_t held = cuda::pool_peak_bytes(device.index);  // inputs and outputs
+    step();
+    cuda::synchronize();
+    const double extra = static_cast<double>(cuda::pool_peak_bytes(device.index) - held) / (1u << 30);
+    rows.push_back({arm, best_ms(device, repeats, step), extra});
+  };
+  measure("chunked (" + std::to_string(chunk_tokens) + " tokens)", chunk_tokens);
+  measure("naive (all " + std::to_string(tokens) + " tokens' logits)", tokens);
+  return rows;
 }
 
 }  // namespace amber

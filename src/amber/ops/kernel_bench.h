@@ -29,4 +29,17 @@ struct KernelBenchResult {
 KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64_t tokens, int64_t width,
                                    int repeats);
 
+// The LM head of issue 5 (linear cross-entropy forward + backward, bf16 operands, f32
+// weight gradient): the chunked op against the naive path that materialises every
+// logit (the same op with one chunk of all tokens), timed in one run, each with the
+// device memory it needs beyond its inputs and outputs.
+struct LmHeadBenchRow {
+  std::string arm;       // "chunked (2048 tokens)" or "naive (all logits)"
+  double ms = 0;
+  double extra_gib = 0;  // peak pool bytes above the inputs/outputs
+};
+
+std::vector<LmHeadBenchRow> run_lm_head_bench(Device device, int64_t tokens, int64_t vocab, int64_t dim,
+                                              int64_t chunk_tokens, int repeats);
+
 }  // namespace amber

@@ -13,7 +13,7 @@ namespace amber {
 struct CrossEntropyOptions {
   double z_loss_weight = 0.0;  // adds z * logsumexp(logits)^2 per token
   int32_t ignore_index = -100;
-  int64_t chunk_tokens = 256;  // rows of logits alive at once: chunk_tokens x V
+  int64_t chunk_tokens = 2048;  // rows of logits alive at once: chunk_tokens x V
 };
 
 // x [T, D], w [V, D], targets int32 [T]. losses[t] = lse_t - logit_t[target] +

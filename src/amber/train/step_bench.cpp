@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "amber/core/cuda_runtime.h"
+#include "amber/core/op_profile.h"
 #include "amber/core/random.h"
 #include "amber/model/flops.h"
 #include "amber/model/language_model.h"
@@ -89,6 +90,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   }
   wait_for(device);
   if (device.is_cuda()) cuda::reset_pool_peak(device.index);
+  if (o.profile) profile::start();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) {
     accumulate_gradients(model, micro, stats);
@@ -96,6 +98,8 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   }
   wait_for(device);
   const double seconds = seconds_since(start) / o.steps;
+  if (o.profile)
+    for (const auto& [op, ms] : profile::report()) r.op_ms.emplace_back(op, ms / o.steps);
   const AccumulatedStep last = stats.read();
   r.loss = last.loss_sum / static_cast<double>(last.trained_tokens);
   const FlopCount f = count_flops(o.model, r.lengths);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amber/model/config.h"
@@ -21,6 +22,7 @@ struct StepBenchOptions {
   int warmup = 3, steps = 10;
   double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
   uint64_t seed = 1;
+  bool profile = false;  // GPU milliseconds per op over the timed steps
 };
 
 struct StepBenchResult {
@@ -30,6 +32,7 @@ struct StepBenchResult {
   double peak_memory_gib = 0;
   double loss = 0;
   std::vector<int32_t> lengths;
+  std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
 };
 
 StepBenchResult run_step_bench(const StepBenchOptions& options);

@@ -68,7 +68,7 @@ size_t pool_peak_bytes(int device) {
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
   uint64_t bytes = 0;
-  check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &bytes), "cudaMemPoolGetAttribute");
+  check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &bytes), "cudaMemPoolGetAttribute");
   return static_cast<size_t>(bytes);
 }
 
@@ -76,7 +76,7 @@ void reset_pool_peak(int device) {
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
   uint64_t zero = 0;
-  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero), "cudaMemPoolSetAttribute");
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "cudaMemPoolSetAttribute");
 }
 
 void synchronize() { check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize"); }

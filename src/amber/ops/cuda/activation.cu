@@ -38,11 +38,6 @@ struct GeluErf {
 };
 
 template <class T, int V>
-struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
-
-template <class T, int V>
 __device__ __forceinline__ Vec<T, V> load(const T* p) {
   return *reinterpret_cast<const Vec<T, V>*>(p);
 }

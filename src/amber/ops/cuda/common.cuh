@@ -30,6 +30,27 @@ struct alignas(16) Pack {
   T v[n];
 };
 
+// V consecutive elements of T in one access, widened to (or rounded from) fp32.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+template <class T, int V>
+__device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
+  const Vec<T, V> a = *reinterpret_cast<const Vec<T, V>*>(p);
+#pragma unroll
+  for (int e = 0; e < V; ++e) out[e] = to_f32(a.v[e]);
+}
+
+template <class T, int V>
+__device__ __forceinline__ void store_f32(T* p, const float (&in)[V]) {
+  Vec<T, V> a;
+#pragma unroll
+  for (int e = 0; e < V; ++e) a.v[e] = from_f32<T>(in[e]);
+  *reinterpret_cast<Vec<T, V>*>(p) = a;
+}
+
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __device__ __forceinline__ float warp_sum(float v) {

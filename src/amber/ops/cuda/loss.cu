@@ -24,14 +24,23 @@ __device__ __forceinline__ void check_target(int32_t y, int32_t ignore, int64_t 
   }
 }
 
-// Log-sum-exp of one f32 row of logits, returned to every thread of the block.
+// Log-sum-exp of one f32 row of logits, returned to every thread of the block, in one
+// pass over the row: each thread keeps a running (max, sum) pair, rescaled when its
+// max grows, and the block combines the pairs.
 __device__ float row_lse(const float* z, int64_t vocab, float* scratch) {
-  float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) m = fmaxf(m, z[v]);
-  m = block_max(m, scratch);
-  float s = 0.0f;
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) s += expf(z[v] - m);
-  return m + logf(block_sum(s, scratch));
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const float x = z[v];
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  const float block_m = block_max(m, scratch);
+  const float mine = m == -INFINITY ? 0.0f : s * expf(m - block_m);
+  return block_m + logf(block_sum(mine, scratch));
 }
 
 // One block per token row of the chunk: lse and loss = lse - z[y] + zw * lse^2.

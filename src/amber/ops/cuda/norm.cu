@@ -1,8 +1,9 @@
-// CUDA RMSNorm and LayerNorm: one block per row with fp32 statistics; the backward
-// runs a fixed grid whose blocks own fixed row ranges and keep per-column partial
-// weight gradients in shared memory, summed afterwards in block order, so dweight
-// and dbias are bit-identical from run to run (no float atomics).
+// CUDA RMSNorm and LayerNorm: one row per team of threads (a block, or 8-32 lanes of a
+// warp for short rows such as QK-norm) with fp32 statistics, the row held in registers; the backward runs a fixed grid whose blocks own fixed row ranges and keep
+// per-column partial weight gradients in registers, summed afterwards in block order,
+// so dweight and dbias are bit-identical from run to run (no float atomics).
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "amber/ops/cuda/common.cuh"
@@ -10,18 +11,6 @@
 
 namespace amber::cuda {
 namespace {
-
-template <class T, int V>
-struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
-
-template <class T, int V>
-__device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
-  const Vec<T, V> a = *reinterpret_cast<const Vec<T, V>*>(p);
-#pragma unroll
-  for (int e = 0; e < V; ++e) out[e] = to_f32(a.v[e]);
-}
 
 // Loads V weights, or ones when there is no affine weight.
 template <class T, int V>
@@ -34,133 +23,234 @@ __device__ __forceinline__ void load_weight(const T* w, int64_t j, float (&out)[
   }
 }
 
-template <class T, int V>
-__device__ __forceinline__ void store_f32(T* p, const float (&in)[V]) {
-  Vec<T, V> a;
-#pragma unroll
-  for (int e = 0; e < V; ++e) a.v[e] = from_f32<T>(in[e]);
-  *reinterpret_cast<Vec<T, V>*>(p) = a;
+// A team of threads owns one row at a time. L > 0: teams of L lanes inside a warp, so
+// a block works on blockDim.x / L rows at once and reductions are shuffles (small rows,
+// such as QK-norm over one head); L == 0: the whole block is one team.
+template <int L>
+struct Team {
+  static_assert(L == 0 || L == 8 || L == 16 || L == 32, "a team is a block or divides a warp");
+  static constexpr int kLanes = L > 0 ? L : 1;  // a divisor that is never zero
+  __device__ __forceinline__ int lane() const { return L ? threadIdx.x % kLanes : threadIdx.x; }
+  __device__ __forceinline__ int size() const { return L ? L : blockDim.x; }
+  __device__ __forceinline__ int index() const { return L ? threadIdx.x / kLanes : 0; }
+  __device__ __forceinline__ int count() const { return L ? blockDim.x / kLanes : 1; }
+  __device__ __forceinline__ float sum(float v, float* scratch) const {
+    if constexpr (L > 0) {
+      for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      return v;
+    } else {
+      return block_sum(v, scratch);
+    }
+  }
+};
+
+// A lane owns packs lane + k * size (k < P) of V columns; packs past the row's end
+// are invalid and never touched.
+template <int L>
+__device__ __forceinline__ bool pack_valid(const Team<L>& team, int k, int64_t groups) {
+  return team.lane() + static_cast<int64_t>(k) * team.size() < groups;
+}
+template <int L>
+__device__ __forceinline__ int64_t pack_column(const Team<L>& team, int k, int V) {
+  return (team.lane() + static_cast<int64_t>(k) * team.size()) * V;
 }
 
+template <class T, int V, int P, int L>
+__device__ __forceinline__ void load_row(const Team<L>& team, const T* row, int64_t groups,
+                                         float (&out)[P][V]) {
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    if (row && pack_valid(team, k, groups)) {
+      load_f32<T, V>(row + pack_column(team, k, V), out[k]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) out[k][e] = 0.0f;
+    }
+  }
+}
+
+// One row per team, held in registers between the statistics and the output.
 // mean == nullptr: RMSNorm (no centring). bias may be null.
-template <class T, int V>
+template <class T, int V, int P, int L>
 __global__ void norm_forward_kernel(const T* x, const T* w, const T* bias, float eps, T* y,
-                                    float* mean, float* rstd, int64_t d) {
+                                    float* mean, float* rstd, int64_t rows, int64_t d) {
   __shared__ float scratch[32];
-  const int64_t row = blockIdx.x, groups = d / V;
-  const T* xr = x + row * d;
-  T* yr = y + row * d;
+  const Team<L> team{};
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * team.count() + team.index();
+  const int64_t groups = d / V;
+  const bool live = row < rows;  // dead teams still take part in the shuffles
+  float a[P][V];
+  load_row<T, V, P, L>(team, live ? x + row * d : nullptr, groups, a);
   float mu = 0.0f;
   if (mean) {
     float s = 0.0f;
-    for (int64_t p = threadIdx.x; p < groups; p += blockDim.x) {
-      float a[V];
-      load_f32<T, V>(xr + p * V, a);
 #pragma unroll
-      for (int e = 0; e < V; ++e) s += a[e];
-    }
-    mu = block_sum(s, scratch) / static_cast<float>(d);
+    for (int k = 0; k < P; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += a[k][e];
+    mu = team.sum(s, scratch) / static_cast<float>(d);
   }
   float ss = 0.0f;  // two-pass variance for LayerNorm: no cancellation at large means
-  for (int64_t p = threadIdx.x; p < groups; p += blockDim.x) {
-    float a[V];
-    load_f32<T, V>(xr + p * V, a);
 #pragma unroll
-    for (int e = 0; e < V; ++e) ss += (a[e] - mu) * (a[e] - mu);
-  }
-  ss = block_sum(ss, scratch);
+  for (int k = 0; k < P; ++k)
+    if (pack_valid(team, k, groups))
+#pragma unroll
+      for (int e = 0; e < V; ++e) ss += (a[k][e] - mu) * (a[k][e] - mu);
+  ss = team.sum(ss, scratch);
+  if (!live) return;
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
-  if (threadIdx.x == 0) {
+  if (team.lane() == 0) {
     rstd[row] = inv;
     if (mean) mean[row] = mu;
   }
-  for (int64_t p = threadIdx.x; p < groups; p += blockDim.x) {
-    float a[V], g[V], b[V];
-    load_f32<T, V>(xr + p * V, a);
-    load_weight<T, V>(w, p * V, g);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    if (!pack_valid(team, k, groups)) continue;
+    const int64_t c = pack_column(team, k, V);
+    float g[V], b[V];
+    load_weight<T, V>(w, c, g);
     if (bias) {
-      load_f32<T, V>(bias + p * V, b);
+      load_f32<T, V>(bias + c, b);
     } else {
 #pragma unroll
       for (int e = 0; e < V; ++e) b[e] = 0.0f;
     }
 #pragma unroll
-    for (int e = 0; e < V; ++e) a[e] = (a[e] - mu) * inv * g[e] + b[e];
-    store_f32<T, V>(yr + p * V, a);
+    for (int e = 0; e < V; ++e) a[k][e] = (a[k][e] - mu) * inv * g[e] + b[e];
+    store_f32<T, V>(y + row * d + c, a[k]);
   }
 }
 
-// Rows [blockIdx.x * rows_per_block, ...) of one block. dx overwritten; when
-// dw_partial is set, block b writes sum over its rows of dy * xhat into
-// dw_partial[b, :] (and of dy into db_partial[b, :] when set). mean == nullptr: RMSNorm.
-template <class T, int V>
+// Block b owns rows [b * rows_per_block, ...); its teams take every count()-th row, the
+// next row's x and dy loaded while the current one is reduced. dx overwritten. When
+// dw_partial is set, block b writes sum over its rows of dy * xhat into dw_partial[b, :]
+// (and of dy into db_partial[b, :] when set): each lane accumulates its own columns in
+// registers, then the teams are added in team order through shared memory, so the
+// bits never depend on scheduling. mean == nullptr: RMSNorm.
+template <class T, int V, int P, int L>
 __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const float* mean,
                                      const float* rstd, T* dx, float* dw_partial, float* db_partial,
                                      int64_t rows, int64_t rows_per_block, int64_t d) {
-  extern __shared__ float acc[];  // [d] for dw, then [d] for db
+  extern __shared__ float team_acc[];  // [teams][d] for dw, then for db (L > 0 only)
   __shared__ float scratch[32];
-  float* acc_w = acc;
-  float* acc_b = acc + (dw_partial ? d : 0);
+  const Team<L> team{};
   const int64_t groups = d / V;
-  // Each thread only ever touches its own columns of acc, so no barrier is needed
-  // between rows for it.
-  for (int64_t p = threadIdx.x; p < groups; p += blockDim.x)
+  float ww[P][V], acc_w[P][V] = {}, acc_b[P][V] = {};
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      if (dw_partial) acc_w[p * V + e] = 0.0f;
-      if (db_partial) acc_b[p * V + e] = 0.0f;
-    }
-  const int64_t first = blockIdx.x * rows_per_block;
-  const int64_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
-  const float inv_d = 1.0f / static_cast<float>(d);
-  for (int64_t row = first; row < last; ++row) {
-    const T *xr = x + row * d, *gr = dy + row * d;
-    const float mu = mean ? mean[row] : 0.0f, inv = rstd[row];
-    // xhat = (x - mu) inv, gw = dy * w: dx = inv (gw - mean(gw) - xhat mean(gw xhat));
-    // RMSNorm drops the mean(gw) term.
-    float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int64_t p = threadIdx.x; p < groups; p += blockDim.x) {
-      float a[V], g[V], ww[V];
-      load_f32<T, V>(xr + p * V, a);
-      load_f32<T, V>(gr + p * V, g);
-      load_weight<T, V>(w, p * V, ww);
+  for (int k = 0; k < P; ++k) {
+    if (pack_valid(team, k, groups)) {
+      load_weight<T, V>(w, pack_column(team, k, V), ww[k]);
+    } else {
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float gw = g[e] * ww[e];
-        sum_g += gw;
-        sum_gx += gw * (a[e] - mu) * inv;
-      }
-    }
-    sum_gx = block_sum(sum_gx, scratch);
-    const float mg = mean ? block_sum(sum_g, scratch) * inv_d : 0.0f;
-    const float mgx = sum_gx * inv_d;
-    for (int64_t p = threadIdx.x; p < groups; p += blockDim.x) {
-      float a[V], g[V], ww[V], o[V];
-      load_f32<T, V>(xr + p * V, a);
-      load_f32<T, V>(gr + p * V, g);
-      load_weight<T, V>(w, p * V, ww);
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float xhat = (a[e] - mu) * inv;
-        o[e] = inv * (g[e] * ww[e] - mg - xhat * mgx);
-        if (dw_partial) acc_w[p * V + e] += g[e] * xhat;
-        if (db_partial) acc_b[p * V + e] += g[e];
-      }
-      store_f32<T, V>(dx + row * d + p * V, o);
+      for (int e = 0; e < V; ++e) ww[k][e] = 0.0f;
     }
   }
-  for (int64_t p = threadIdx.x; p < groups; p += blockDim.x)
+  const int64_t first = blockIdx.x * rows_per_block;
+  const int64_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
+  const int64_t steps = (last - first + team.count() - 1) / team.count();  // same for every team
+  const float inv_d = 1.0f / static_cast<float>(d);
+  const auto row_at = [&](int64_t step) { return first + step * team.count() + team.index(); };
+  float a[P][V], g[P][V];
+  {
+    const int64_t r = row_at(0);
+    load_row<T, V, P, L>(team, r < last ? x + r * d : nullptr, groups, a);
+    load_row<T, V, P, L>(team, r < last ? dy + r * d : nullptr, groups, g);
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t row = row_at(step), next = row_at(step + 1);
+    const bool live = row < last;
+    float next_a[P][V], next_g[P][V];
+    load_row<T, V, P, L>(team, next < last ? x + next * d : nullptr, groups, next_a);
+    load_row<T, V, P, L>(team, next < last ? dy + next * d : nullptr, groups, next_g);
+    const float mu = mean && live ? mean[row] : 0.0f, inv = live ? rstd[row] : 0.0f;
+    // xhat = (x - mu) inv, gw = dy * w: dx = inv (gw - mean(gw) - xhat mean(gw xhat));
+    // RMSNorm drops the mean(gw) term. Invalid packs and dead rows hold g = 0.
+    float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      if (dw_partial) dw_partial[blockIdx.x * d + p * V + e] = acc_w[p * V + e];
-      if (db_partial) db_partial[blockIdx.x * d + p * V + e] = acc_b[p * V + e];
+    for (int k = 0; k < P; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float gw = g[k][e] * ww[k][e];
+        sum_g += gw;
+        sum_gx += gw * (a[k][e] - mu) * inv;
+      }
+    sum_gx = team.sum(sum_gx, scratch);
+    const float mg = mean ? team.sum(sum_g, scratch) * inv_d : 0.0f;
+    const float mgx = sum_gx * inv_d;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      if (!live || !pack_valid(team, k, groups)) continue;
+      float o[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xhat = (a[k][e] - mu) * inv;
+        o[e] = inv * (g[k][e] * ww[k][e] - mg - xhat * mgx);
+        acc_w[k][e] += g[k][e] * xhat;
+        acc_b[k][e] += g[k][e];
+      }
+      store_f32<T, V>(dx + row * d + pack_column(team, k, V), o);
     }
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) a[k][e] = next_a[k][e], g[k][e] = next_g[k][e];
+  }
+  if (!dw_partial && !db_partial) return;
+  if constexpr (L > 0) {
+    float* tw = team_acc;
+    float* tb = team_acc + (dw_partial ? team.count() * d : 0);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      if (!pack_valid(team, k, groups)) continue;
+      const int64_t c = team.index() * d + pack_column(team, k, V);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (dw_partial) tw[c + e] = acc_w[k][e];
+        if (db_partial) tb[c + e] = acc_b[k][e];
+      }
+    }
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      float sw = 0.0f, sb = 0.0f;
+      for (int t = 0; t < team.count(); ++t) {
+        if (dw_partial) sw += tw[t * d + j];
+        if (db_partial) sb += tb[t * d + j];
+      }
+      if (dw_partial) dw_partial[blockIdx.x * d + j] = sw;
+      if (db_partial) db_partial[blockIdx.x * d + j] = sb;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      if (!pack_valid(team, k, groups)) continue;
+      const int64_t c = blockIdx.x * d + pack_column(team, k, V);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (dw_partial) dw_partial[c + e] = acc_w[k][e];
+        if (db_partial) db_partial[c + e] = acc_b[k][e];
+      }
+    }
+  }
 }
 
-int threads_for(int64_t groups) {
-  int threads = 32;
+// How a row of `groups` packs is split: teams of 8 or 32 lanes for short rows (256
+// threads per block), otherwise one block per row of a power of two from 64 to 512
+// threads with P packs per thread. Calls fn(L, P, threads) as integral constants / int.
+template <class Fn>
+void with_split(int64_t groups, const char* op, Fn&& fn) {
+  using std::integral_constant;
+  if (groups <= 8) return fn(integral_constant<int, 8>{}, integral_constant<int, 1>{}, 256);
+  if (groups <= 32) return fn(integral_constant<int, 32>{}, integral_constant<int, 1>{}, 256);
+  int threads = 64;
   while (threads < groups && threads < 512) threads *= 2;
-  return threads;
+  const int64_t packs = (groups + threads - 1) / threads;
+  const integral_constant<int, 0> block;
+  if (packs <= 1) fn(block, integral_constant<int, 1>{}, threads);
+  else if (packs <= 2) fn(block, integral_constant<int, 2>{}, threads);
+  else if (packs <= 4) fn(block, integral_constant<int, 4>{}, threads);
+  else if (packs <= 8) fn(block, integral_constant<int, 8>{}, threads);
+  else fail(op, ": rows of ", groups, " packs exceed the kernel's ", 8 * threads,
+            " per row; use a width that is a multiple of 8 (16-byte packs) or run on the CPU");
 }
 
 void require_activation(const Tensor& t, const Tensor& x, const char* what, const char* op) {
@@ -213,14 +303,19 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
     float* pm = mean.defined() ? static_cast<float*>(mean.raw()) : nullptr;
     float* pr = static_cast<float*>(rstd.raw());
     T* py = static_cast<T*>(y.raw());
-    if (packed)
-      norm_forward_kernel<T, N><<<static_cast<unsigned>(c.rows), threads_for(c.d / N), 0,
-                                  cudaStreamPerThread>>>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias),
-                                                         static_cast<float>(eps), py, pm, pr, c.d);
-    else
-      norm_forward_kernel<T, 1><<<static_cast<unsigned>(c.rows), threads_for(c.d), 0,
-                                  cudaStreamPerThread>>>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias),
-                                                         static_cast<float>(eps), py, pm, pr, c.d);
+    const auto launch = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      with_split(c.d / V, c.op, [&](auto team, auto packs, int threads) {
+        constexpr int L = decltype(team)::value;
+        const int64_t rows_per_block = L ? threads / L : 1;
+        norm_forward_kernel<T, V, decltype(packs)::value, L>
+            <<<static_cast<unsigned>((c.rows + rows_per_block - 1) / rows_per_block), threads, 0,
+               cudaStreamPerThread>>>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias), static_cast<float>(eps),
+                                      py, pm, pr, c.rows, c.d);
+      });
+    };
+    if (packed) launch(std::integral_constant<int, N>{});
+    else launch(std::integral_constant<int, 1>{});
   });
   check_launch(c.op, x.shape());
 }
@@ -230,35 +325,33 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
   if (c.rows == 0) return;
   const bool want_dw = weight.defined() && dweight.defined(), want_db = dbias.defined();
   // A fixed grid (it depends on the shape and the device only) keeps the partial
-  // sums, and so the gradient bits, the same on every run.
-  const int64_t target = 2 * static_cast<int64_t>(sm_count());
+  // sums, and so the gradient bits, the same on every run. Eight blocks per SM keep
+  // enough rows in flight to stream at the copy bandwidth.
+  const int64_t target = 8 * static_cast<int64_t>(sm_count());
   const int64_t rows_per_block = (c.rows + target - 1) / target;
   const int64_t blocks = (c.rows + rows_per_block - 1) / rows_per_block;
   Tensor dw_partial = want_dw ? Tensor::empty({blocks, c.d}, DType::f32, x.device()) : Tensor();
   Tensor db_partial = want_db ? Tensor::empty({blocks, c.d}, DType::f32, x.device()) : Tensor();
-  const size_t smem = static_cast<size_t>(c.d) * sizeof(float) * ((want_dw ? 1 : 0) + (want_db ? 1 : 0));
   with_element_type(x.dtype(), c.op, [&](auto tag) {
     using T = decltype(tag);
     constexpr int N = Pack<T>::n;
     const bool packed = c.d % N == 0 && all_aligned({&dy, &x, &weight, &dx});
-    auto kernel = packed ? norm_backward_kernel<T, N> : norm_backward_kernel<T, 1>;
-    if (smem + 32 * sizeof(float) > 48 * 1024) {  // the static scratch counts too
-      int device = 0, limit = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      AMBER_CHECK(smem + 32 * sizeof(float) <= static_cast<size_t>(limit), c.op, ": rows of ", c.d,
-                  " columns need ", smem, " bytes of shared memory for the weight gradients; the GPU "
-                  "allows ", limit);
-      AMBER_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)) == cudaSuccess,
-                  c.op, ": cannot raise the shared-memory limit to ", smem, " bytes");
-    }
-    kernel<<<static_cast<unsigned>(blocks), threads_for(packed ? c.d / N : c.d), smem,
-             cudaStreamPerThread>>>(
-        ptr<T>(dy), ptr<T>(x), ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
-        ptr<float>(rstd), static_cast<T*>(dx.raw()),
-        want_dw ? static_cast<float*>(dw_partial.raw()) : nullptr,
-        want_db ? static_cast<float*>(db_partial.raw()) : nullptr, c.rows, rows_per_block, c.d);
+    const auto launch = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      with_split(c.d / V, c.op, [&](auto team, auto packs, int threads) {
+        constexpr int L = decltype(team)::value;
+        const size_t smem =
+            L ? (threads / L) * c.d * sizeof(float) * ((want_dw ? 1 : 0) + (want_db ? 1 : 0)) : 0;
+        norm_backward_kernel<T, V, decltype(packs)::value, L>
+            <<<static_cast<unsigned>(blocks), threads, smem, cudaStreamPerThread>>>(
+                ptr<T>(dy), ptr<T>(x), ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
+                ptr<float>(rstd), static_cast<T*>(dx.raw()),
+                want_dw ? static_cast<float*>(dw_partial.raw()) : nullptr,
+                want_db ? static_cast<float*>(db_partial.raw()) : nullptr, c.rows, rows_per_block, c.d);
+      });
+    };
+    if (packed) launch(std::integral_constant<int, N>{});
+    else launch(std::integral_constant<int, 1>{});
   });
   check_launch(c.op, x.shape());
   if (want_dw) add_column_sums(dw_partial, dweight, c.op);

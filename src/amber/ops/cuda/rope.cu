@@ -1,6 +1,7 @@
 // CUDA RoPE (rotate-half, partial rotary pass-through). Each block forms its token's
 // cos/sin row in double from integer positions, exactly as the CPU does, rounds it
-// to float in shared memory, and rotates every head of the token; y may alias x.
+// to float in shared memory, and rotates every head of the token in 16-byte pieces;
+// y may alias x (each thread reads its elements before writing them).
 #include <cstdio>
 
 #include "amber/ops/cuda/common.cuh"
@@ -20,7 +21,9 @@ struct RopeParams {
   int half, rotary_dim, dim;
 };
 
-template <class T>
+// Each thread rotates V consecutive pairs (columns r .. r+V-1 with r+half .. r+half+V-1)
+// of one head, or copies V pass-through columns: 16-byte accesses when V = 16 / sizeof(T).
+template <class T, int V>
 __global__ void rope_kernel(const T* x, const int32_t* positions, const RopeParams p, T* y,
                             int64_t heads) {
   __shared__ float cos_row[kMaxHalf], sin_row[kMaxHalf];
@@ -32,28 +35,38 @@ __global__ void rope_kernel(const T* x, const int32_t* positions, const RopePara
     __trap();
   }
   for (int i = threadIdx.x; i < p.half; i += blockDim.x) {
-    const double angle = pos * p.inv_freq[i];
-    cos_row[i] = static_cast<float>(cos(angle) * p.cos_scale);
-    sin_row[i] = static_cast<float>(sin(angle) * p.sin_scale);
+    double s, c;
+    sincos(pos * p.inv_freq[i], &s, &c);
+    cos_row[i] = static_cast<float>(c * p.cos_scale);
+    sin_row[i] = static_cast<float>(s * p.sin_scale);
   }
   __syncthreads();
   const int pass = p.dim - p.rotary_dim;
-  const int per_head = p.half + pass;
+  const int per_head = (p.half + pass) / V;
   const T* in = x + t * heads * p.dim;
   T* out = y + t * heads * p.dim;
   for (int64_t k = threadIdx.x; k < heads * per_head; k += blockDim.x) {
     const int64_t h = k / per_head;
-    const int r = static_cast<int>(k % per_head);
+    const int r = static_cast<int>(k % per_head) * V;
     const T* hi = in + h * p.dim;
     T* ho = out + h * p.dim;
     if (r < p.half) {
-      const float a = to_f32(hi[r]), b = to_f32(hi[r + p.half]);
-      const float c = cos_row[r], s = sin_row[r];
-      ho[r] = from_f32<T>(a * c - b * s);
-      ho[r + p.half] = from_f32<T>(b * c + a * s);
+      float a[V], b[V], ya[V], yb[V];
+      load_f32<T, V>(hi + r, a);
+      load_f32<T, V>(hi + r + p.half, b);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float c = cos_row[r + e], s = sin_row[r + e];
+        ya[e] = a[e] * c - b[e] * s;
+        yb[e] = b[e] * c + a[e] * s;
+      }
+      store_f32<T, V>(ho + r, ya);
+      store_f32<T, V>(ho + r + p.half, yb);
     } else {
       const int j = p.rotary_dim + (r - p.half);
-      ho[j] = hi[j];
+      float a[V];
+      load_f32<T, V>(hi + j, a);
+      store_f32<T, V>(ho + j, a);
     }
   }
 }
@@ -80,9 +93,16 @@ void rope_apply(const Tensor& x, const Tensor& positions, const RopeTable& table
   p.dim = table.head_dim;
   with_element_type(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<static_cast<unsigned>(tokens), 128, 0, cudaStreamPerThread>>>(
-        static_cast<const T*>(x.raw()), static_cast<const int32_t*>(positions.raw()), p,
-        static_cast<T*>(y.raw()), heads);
+    constexpr int N = Pack<T>::n;
+    const int pass = table.head_dim - table.rotary_dim;
+    const bool packed = half % N == 0 && pass % N == 0 && aligned16(x.raw()) && aligned16(y.raw());
+    const auto launch = [&](auto kernel) {
+      kernel<<<static_cast<unsigned>(tokens), 128, 0, cudaStreamPerThread>>>(
+          static_cast<const T*>(x.raw()), static_cast<const int32_t*>(positions.raw()), p,
+          static_cast<T*>(y.raw()), heads);
+    };
+    if (packed) launch(rope_kernel<T, N>);
+    else launch(rope_kernel<T, 1>);
   });
   check_launch(op, x.shape());
 }
