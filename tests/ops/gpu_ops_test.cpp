@@ -328,6 +328,14 @@ TEST(LossGpu, ChunkedLinearCrossEntropyMatchesCpu) {
     linear_cross_entropy_backward(gpu(dl), gpu(x), gpu(w), gpu(targets), gs, o, gdx, gdw);
     expect_close("cross-entropy dx", gdx, cdx, dt);
     expect_close("cross-entropy dw (+=, f32)", gdw, cdw, dt);
+    // Training's one-pass call gives the two-call results bit for bit.
+    Tensor fl = nan_tensor({tokens}, DType::f32), fs = nan_tensor({tokens}, DType::f32);
+    Tensor fdx = nan_tensor(x.shape(), dt), fdw = gpu(dw0);
+    linear_cross_entropy_forward_backward(gpu(dl), gpu(x), gpu(w), gpu(targets), o, fl, fs, fdx, fdw);
+    expect_identical("fused losses", fl, gl);
+    expect_identical("fused lse", fs, gs);
+    expect_identical("fused dx", fdx, gdx);
+    expect_identical("fused dw", fdw, gdw);
   }
 }
 

@@ -77,6 +77,28 @@ TEST(LinearCrossEntropy, BackwardMatchesFiniteDifferences) {
   for (int d = 0; d < dim; ++d) EXPECT_EQ(dx.item(2 * dim + d), 0.0);  // ignored token
 }
 
+TEST(LinearCrossEntropy, ForwardBackwardInOneCallEqualsTwoCalls) {
+  const Tensor x = random_tensor({21, 8}, DType::f32, 11), w = random_tensor({30, 8}, DType::f32, 12);
+  std::vector<int32_t> targets(21);
+  for (int t = 0; t < 21; ++t) targets[t] = t % 5 == 0 ? -100 : (t * 7) % 30;
+  const Tensor tg = Tensor::from_vector(targets, {21});
+  const Tensor dl = random_tensor({21}, DType::f32, 13, 0.5f, 1.0f), dw0 = random_tensor({30, 8}, DType::f32, 14);
+  CrossEntropyOptions opts;
+  opts.z_loss_weight = 0.01;
+  opts.chunk_tokens = 8;
+  Tensor losses = Tensor::empty({21}, DType::f32), lse = Tensor::empty({21}, DType::f32);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32), dw = dw0.clone();
+  linear_cross_entropy_forward(x, w, tg, opts, losses, lse);
+  linear_cross_entropy_backward(dl, x, w, tg, lse, opts, dx, dw);
+  Tensor f_losses = Tensor::empty({21}, DType::f32), f_lse = Tensor::empty({21}, DType::f32);
+  Tensor f_dx = Tensor::empty(x.shape(), DType::f32), f_dw = dw0.clone();
+  linear_cross_entropy_forward_backward(dl, x, w, tg, opts, f_losses, f_lse, f_dx, f_dw);
+  EXPECT_EQ(f_losses.to_doubles(), losses.to_doubles());
+  EXPECT_EQ(f_lse.to_doubles(), lse.to_doubles());
+  EXPECT_EQ(f_dx.to_doubles(), dx.to_doubles());
+  EXPECT_EQ(f_dw.to_doubles(), dw.to_doubles());
+}
+
 TEST(LinearCrossEntropy, ChunkSizeDoesNotChangeResultsBeyondRounding) {
   const Tensor x = random_tensor({64, 16}, DType::f32, 6), w = random_tensor({50, 16}, DType::f32, 7);
   std::vector<int32_t> targets(64);

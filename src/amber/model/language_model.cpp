@@ -90,10 +90,8 @@ void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets
   scratch_.reset();
   const SeqInfo layout = seq.to(device_);
   Backbone::Saved saved;
-  LMHead::Saved head_saved;
   const Tensor hidden = backbone_.forward(tokens.to(device_), layout, saved, activations_, scratch_);
-  head_.forward(hidden, targets.to(device_), head_saved, activations_, loss_sums);
-  const Tensor dhidden = head_.backward(loss_scale, head_saved, activations_);
+  const Tensor dhidden = head_.forward_backward(hidden, targets.to(device_), loss_scale, activations_, loss_sums);
   backbone_.backward(dhidden, layout, saved, activations_, scratch_);
 }
 
@@ -101,10 +99,9 @@ LMHead::Loss LanguageModel::evaluate(const Tensor& tokens, const Tensor& targets
   activations_.reset();
   scratch_.reset();
   Backbone::Saved saved;
-  LMHead::Saved head_saved;
   const Tensor hidden = backbone_.forward(tokens.to(device_), seq.to(device_), saved, activations_, scratch_);
   Tensor sums = LMHead::Loss::zero_sums(device_);
-  head_.forward(hidden, targets.to(device_), head_saved, activations_, sums);
+  head_.forward(hidden, targets.to(device_), activations_, sums);
   return LMHead::Loss::read(sums);
 }
 

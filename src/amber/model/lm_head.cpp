@@ -30,24 +30,25 @@ LMHead::Loss LMHead::Loss::read(const Tensor& sums) {
   return {v[0], v[1], static_cast<int64_t>(v[2])};
 }
 
-void LMHead::forward(const Tensor& hidden, const Tensor& targets, Saved& s, Arena& arena, Tensor& sums) const {
+void LMHead::forward(const Tensor& hidden, const Tensor& targets, Arena& arena, Tensor& sums) const {
   const int64_t tokens = hidden.size(0);
   const DType stat = norm_stat_dtype(hidden.dtype());
-  Tensor losses = arena.alloc({tokens}, stat);
-  s.hidden = hidden;
-  s.targets = targets;
-  s.lse = arena.alloc({tokens}, stat);
-  linear_cross_entropy_forward(hidden, weight_->work, targets, options_, losses, s.lse);
-  linear_cross_entropy_sums(losses, s.lse, targets, options_, sums);
+  Tensor losses = arena.alloc({tokens}, stat), lse = arena.alloc({tokens}, stat);
+  linear_cross_entropy_forward(hidden, weight_->work, targets, options_, losses, lse);
+  linear_cross_entropy_sums(losses, lse, targets, options_, sums);
 }
 
-Tensor LMHead::backward(double loss_scale, const Saved& s, Arena& arena) const {
-  const int64_t tokens = s.hidden.size(0);
-  Tensor dlosses = arena.alloc({tokens}, s.lse.dtype());
+Tensor LMHead::forward_backward(const Tensor& hidden, const Tensor& targets, double loss_scale, Arena& arena,
+                                Tensor& sums) const {
+  const int64_t tokens = hidden.size(0);
+  const DType stat = norm_stat_dtype(hidden.dtype());
+  Tensor losses = arena.alloc({tokens}, stat), lse = arena.alloc({tokens}, stat);
+  Tensor dlosses = arena.alloc({tokens}, stat);
   dlosses.fill(loss_scale);
-  Tensor dhidden = arena.alloc(s.hidden.shape(), s.hidden.dtype());
-  linear_cross_entropy_backward(dlosses, s.hidden, weight_->work, s.targets, s.lse, options_, dhidden,
-                                weight_->grad);
+  Tensor dhidden = arena.alloc(hidden.shape(), hidden.dtype());
+  linear_cross_entropy_forward_backward(dlosses, hidden, weight_->work, targets, options_, losses, lse, dhidden,
+                                        weight_->grad);
+  linear_cross_entropy_sums(losses, lse, targets, options_, sums);
   return dhidden;
 }
 

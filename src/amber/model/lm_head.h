@@ -15,9 +15,6 @@ namespace amber {
 
 class LMHead {
  public:
-  struct Saved {
-    Tensor hidden, targets, lse;
-  };
   struct Loss {
     double sum = 0;         // sum over trained tokens of ce + z * lse^2
     double z_loss_sum = 0;  // the z-loss part of `sum`
@@ -37,9 +34,11 @@ class LMHead {
 
   // Adds this batch's loss to `sums` (Loss::zero_sums, on the device of `hidden`)
   // without waiting for the host.
-  void forward(const Tensor& hidden, const Tensor& targets, Saved& saved, Arena& arena, Tensor& sums) const;
+  void forward(const Tensor& hidden, const Tensor& targets, Arena& arena, Tensor& sums) const;
+  // Training: forward as above and, in the same pass over the logits, returns
   // d(loss_scale * sum)/d(hidden); the head weight gradient accumulates.
-  Tensor backward(double loss_scale, const Saved& saved, Arena& arena) const;
+  Tensor forward_backward(const Tensor& hidden, const Tensor& targets, double loss_scale, Arena& arena,
+                          Tensor& sums) const;
   // Materialised logits [T, V] for sampling and analysis (never in training).
   Tensor logits(const Tensor& hidden) const;
 

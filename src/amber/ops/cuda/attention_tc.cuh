@@ -34,23 +34,49 @@ __device__ __forceinline__ void async_rows(const T* src, int64_t doc_start, int 
   }
 }
 
-// acc[n / 8][4] += A B^T for the warp: A is 16 rows x K (a points at the warp's first
-// row), B is N rows x K, both row-major in shared memory with stride S.
+// The A operand fragments of the warp's 16 rows x K (row-major in shared memory with
+// stride S), for operands every stage of a block reuses: held in registers, they are
+// read from shared memory once instead of once per stage.
+template <class T, int K, int S>
+__device__ __forceinline__ void load_a(uint32_t (&a)[K / 16][4], const T* rows) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) ldmatrix_x4(a[kk], rows + (lane % 16) * S + kk * 16 + (lane / 16) * 8);
+}
+
+// acc[n / 8][4] += A[:, 16kk .. 16kk+15] B[:, same]^T for the warp: a is that 16x16
+// slice of A as a fragment, B is N rows row-major in shared memory with stride S.
+template <class T, int N, int S>
+__device__ __forceinline__ void abt_slice(float (&acc)[N / 8][4], const uint32_t (&a)[4], const T* b, int kk) {
+  static_assert(N % 16 == 0, "tiles are whole 16x16 fragments");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int np = 0; np < N / 16; ++np) {
+    uint32_t bf[4];
+    ldmatrix_x4(bf, b + (np * 16 + lane % 8 + (lane / 16) * 8) * S + kk * 16 + ((lane / 8) % 2) * 8);
+    mma_16816<T>(acc[2 * np], a, bf[0], bf[1]);
+    mma_16816<T>(acc[2 * np + 1], a, bf[2], bf[3]);
+  }
+}
+
+// acc[n / 8][4] += A B^T for the warp: A is 16 rows x K given as fragments (load_a),
+// B is N rows x K row-major in shared memory with stride S.
+template <class T, int K, int N, int S>
+__device__ __forceinline__ void warp_abt(float (&acc)[N / 8][4], const uint32_t (&a)[K / 16][4], const T* b) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) abt_slice<T, N, S>(acc, a[kk], b, kk);
+}
+
+// As above with A read from shared memory (a points at the warp's first row), for
+// operands that would not fit in registers next to the accumulators.
 template <class T, int K, int N, int S>
 __device__ __forceinline__ void warp_abt(float (&acc)[N / 8][4], const T* a, const T* b) {
-  static_assert(K % 16 == 0 && N % 16 == 0, "tiles are whole 16x16 fragments");
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) {
     uint32_t af[4];
     ldmatrix_x4(af, a + (lane % 16) * S + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-    for (int np = 0; np < N / 16; ++np) {
-      uint32_t bf[4];
-      ldmatrix_x4(bf, b + (np * 16 + lane % 8 + (lane / 16) * 8) * S + kk * 16 + ((lane / 8) % 2) * 8);
-      mma_16816<T>(acc[2 * np], af, bf[0], bf[1]);
-      mma_16816<T>(acc[2 * np + 1], af, bf[2], bf[3]);
-    }
+    abt_slice<T, N, S>(acc, af, b, kk);
   }
 }
 

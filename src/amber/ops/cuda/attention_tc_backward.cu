@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Layout g, BackwardArgs<T> 
     delta[r] = a.delta[stat];
   }
   float dq[D / 8][4] = {};
+  uint32_t qa[D / 16][4], da[D / 16][4];  // this warp's q and dout, read once
   for (int stage = 0; stage < stages; ++stage) {
     if (stage + 1 < stages) {
       load_stage(stage + 1);
@@ -69,11 +70,15 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Layout g, BackwardArgs<T> 
       cp_async_wait<0>();
     }
     __syncthreads();
+    if (stage == 0) {
+      load_a<T, D, S>(qa, sq + warp * 16 * S);
+      load_a<T, D, S>(da, sdo + warp * 16 * S);
+    }
     const int kt = key_begin + stage * kKeys, buf = stage % 2;
     const T* k_tile = sk + buf * F::kKVElems;
     float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-    warp_abt<T, D, kKeys, S>(s, sq + warp * 16 * S, k_tile);
-    warp_abt<T, D, kKeys, S>(dp, sdo + warp * 16 * S, sv + buf * F::kKVElems);
+    warp_abt<T, D, kKeys, S>(s, qa, k_tile);
+    warp_abt<T, D, kKeys, S>(dp, da, sv + buf * F::kKVElems);
     const Fragment f{t.begin + warp * 16, kt};
     const bool edge = kt + kKeys - 1 > t.begin || (g.window > 0 && kt <= tile_end - g.window);
 #pragma unroll
@@ -145,6 +150,10 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
 
   const float scale_log2 = g.scale * kLog2e;
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  // At d64 the warp's keys and values stay in registers; at d128 they would not fit
+  // next to dK and dV, and are read from shared memory every stage.
+  constexpr bool kHoldKV = D == 64;
+  uint32_t ka[kHoldKV ? D / 16 : 1][4], va[kHoldKV ? D / 16 : 1][4];
   for (int stage = 0; stage < stages; ++stage) {
     if (stage + 1 < stages) {
       load_stage(stage + 1);
@@ -160,8 +169,17 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
     const float* lse = slse + buf * kQueries;
     const float* delta = sdelta + buf * kQueries;
     float st[kQueries / 8][4] = {}, dpt[kQueries / 8][4] = {};  // keys x queries
-    warp_abt<T, D, kQueries, S>(st, sk + warp * 16 * S, q_tile);
-    warp_abt<T, D, kQueries, S>(dpt, sv + warp * 16 * S, do_tile);
+    if constexpr (kHoldKV) {
+      if (stage == 0) {
+        load_a<T, D, S>(ka, sk + warp * 16 * S);
+        load_a<T, D, S>(va, sv + warp * 16 * S);
+      }
+      warp_abt<T, D, kQueries, S>(st, ka, q_tile);
+      warp_abt<T, D, kQueries, S>(dpt, va, do_tile);
+    } else {
+      warp_abt<T, D, kQueries, S>(st, sk + warp * 16 * S, q_tile);
+      warp_abt<T, D, kQueries, S>(dpt, sv + warp * 16 * S, do_tile);
+    }
     const Fragment f{t.begin + warp * 16, qt};  // rows are keys j, columns queries i
     const bool edge = qt < tile_end || qt + kQueries > query_end ||
                       (g.window > 0 && qt + kQueries - 1 >= t.begin + g.window);

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
     m[r] = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
     l[r] = a.sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
   }
-  const T* warp_q = sq + warp * 16 * S;
+  uint32_t qa[D / 16][4];  // this warp's queries, read from shared memory once
   for (int stage = 0; stage < stages; ++stage) {
     if (stage + 1 < stages) {
       load_stage(stage + 1);
@@ -69,9 +69,10 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
       cp_async_wait<0>();
     }
     __syncthreads();
+    if (stage == 0) load_a<T, D, S>(qa, sq + warp * 16 * S);
     const int kt = key_begin + stage * kKeys, buf = stage % 2;
     float s[kKeys / 8][4] = {};
-    warp_abt<T, D, kKeys, S>(s, warp_q, sk + buf * F::kKVElems);
+    warp_abt<T, D, kKeys, S>(s, qa, sk + buf * F::kKVElems);
     const Fragment f{t.begin + warp * 16, kt};
     const bool edge = kt + kKeys - 1 > t.begin || (g.window > 0 && kt <= tile_end - g.window);
     if (edge) {

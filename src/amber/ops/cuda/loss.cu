@@ -43,43 +43,69 @@ __device__ float row_lse(const float* z, int64_t vocab, float* scratch) {
   return block_m + logf(block_sum(mine, scratch));
 }
 
-// One block per token row of the chunk: lse and loss = lse - z[y] + zw * lse^2.
-__global__ void ce_forward_kernel(const float* logits, const int32_t* targets, int64_t vocab,
-                                  int32_t ignore, float z_weight, int64_t first_token, float* losses,
-                                  float* lse) {
-  __shared__ float scratch[32];
-  const int64_t r = blockIdx.x;
-  const float* z = logits + r * vocab;
-  const int32_t y = targets[r];
-  check_target(y, ignore, vocab, first_token + r);
+// The lse and loss of one row (thread 0 writes them): loss = lse - z[y] + zw * lse^2.
+__device__ __forceinline__ float row_loss(const float* z, int32_t y, int64_t vocab, int32_t ignore,
+                                          float z_weight, float* scratch, float* loss, float* lse) {
   const float l = row_lse(z, vocab, scratch);
   if (threadIdx.x == 0) {
-    lse[r] = l;
-    losses[r] = y == ignore ? 0.0f : l - z[y] + z_weight * l * l;
+    *lse = l;
+    *loss = y == ignore ? 0.0f : l - z[y] + z_weight * l * l;
   }
+  return l;
 }
 
-// grad[r, v] = softmax(z)[v] * dloss * (1 + 2 zw lse) - dloss * [v == y]; zero rows
-// for ignored tokens. grad may be the logits buffer itself (f32), element by element.
+// grad[v] = softmax(z)[v] * dloss * (1 + 2 zw lse) - dloss * [v == y]; a zero row for an
+// ignored token. grad may be the logits row itself (f32), element by element.
 template <class G>
-__global__ void ce_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
-                                   const float* dlosses, int64_t vocab, int32_t ignore, float z_weight,
-                                   int64_t first_token, G* grad) {
-  const int64_t r = blockIdx.x;
-  const int32_t y = targets[r];
-  check_target(y, ignore, vocab, first_token + r);
-  const float* z = logits + r * vocab;
-  G* out = grad + r * vocab;
+__device__ __forceinline__ void row_gradient(const float* z, int32_t y, float l, float dloss, int64_t vocab,
+                                             int32_t ignore, float z_weight, G* out) {
   if (y == ignore) {
     for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) out[v] = from_f32<G>(0.0f);
     return;
   }
-  const float l = lse[r], g = dlosses[r];
-  const float scale = g * (1.0f + 2.0f * z_weight * l);
+  const float scale = dloss * (1.0f + 2.0f * z_weight * l);
   for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
     const float p = expf(z[v] - l) * scale;
-    out[v] = from_f32<G>(v == y ? p - g : p);
+    out[v] = from_f32<G>(v == y ? p - dloss : p);
   }
+}
+
+struct RowArgs {
+  const int32_t* targets;
+  const float* dlosses;
+  int64_t vocab, first_token;
+  int32_t ignore;
+  float z_weight;
+  float *losses, *lse;  // written by the forward and fused kernels, read by the backward
+};
+
+// One block per token row of the chunk (every pointer in `a` offset to the chunk).
+__global__ void ce_forward_kernel(const float* logits, RowArgs a) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
+  row_loss(logits + r * a.vocab, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
+}
+
+template <class G>
+__global__ void ce_backward_kernel(const float* logits, RowArgs a, G* grad) {
+  const int64_t r = blockIdx.x;
+  check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
+  row_gradient<G>(logits + r * a.vocab, a.targets[r], a.lse[r], a.dlosses[r], a.vocab, a.ignore, a.z_weight,
+                  grad + r * a.vocab);
+}
+
+// The forward and the backward of a row from one product: the row is read once for
+// its lse (L2 keeps it for the second read) and once for the gradient.
+template <class G>
+__global__ void ce_fused_kernel(const float* logits, RowArgs a, G* grad) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
+  const float* z = logits + r * a.vocab;
+  const float l = row_loss(z, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
+  __syncthreads();  // thread 0 read z[y] before the row may be overwritten in place
+  row_gradient<G>(z, a.targets[r], l, a.dlosses[r], a.vocab, a.ignore, a.z_weight, grad + r * a.vocab);
 }
 
 constexpr int kSumThreads = 256;
@@ -138,6 +164,59 @@ int64_t chunk_rows(const CrossEntropyOptions& o, int64_t tokens) {
   return o.chunk_tokens < tokens ? o.chunk_tokens : (tokens > 0 ? tokens : 1);
 }
 
+// The row kernels' view of a chunk starting at token t0 (losses and lse are written
+// only by the kernels that produce them).
+RowArgs row_args(const CrossEntropyOptions& o, const Tensor& targets, const Tensor& dlosses,
+                 const Tensor& losses, const Tensor& lse, int64_t vocab, int64_t t0) {
+  return {static_cast<const int32_t*>(targets.raw()) + t0,
+          dlosses.defined() ? static_cast<const float*>(dlosses.raw()) + t0 : nullptr,
+          vocab,
+          t0,
+          o.ignore_index,
+          static_cast<float>(o.z_loss_weight),
+          losses.defined() ? static_cast<float*>(losses.raw()) + t0 : nullptr,
+          static_cast<float*>(lse.raw()) + t0};
+}
+
+// The backward's chunk loop: logits by cuBLASLt, a row kernel that turns them into
+// d(loss)/d(logits) in w's dtype (with_forward: also writing loss and lse, so the
+// forward's product is not needed), then dx and dw (+=) by cuBLASLt.
+void chunked_gradient(const char* op, bool with_forward, const Tensor& dlosses, const Tensor& x,
+                      const Tensor& w, const Tensor& targets, const CrossEntropyOptions& o,
+                      const Tensor& losses, const Tensor& lse, Tensor& dx, Tensor& dw) {
+  require_contiguous(targets, op);
+  require_f32(dlosses, "dlosses", op);
+  require_f32(lse, "lse", op);
+  const int64_t tokens = x.size(0), vocab = w.size(0);
+  if (tokens == 0) return;
+  AMBER_CHECK(vocab > 0, op, ": empty vocabulary");
+  const int64_t chunk = chunk_rows(o, tokens);
+  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, x.device());
+  // The gradient feeds cuBLASLt next to w, so it takes w's dtype; for f32 it simply
+  // overwrites the logits.
+  Tensor grad = w.dtype() == DType::f32 ? logits : Tensor::empty({chunk, vocab}, w.dtype(), x.device());
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t rows = chunk < tokens - t0 ? chunk : tokens - t0;
+    Tensor block = logits.slice(0, 0, rows), gblock = grad.slice(0, 0, rows);
+    const Tensor xs = x.slice(0, t0, t0 + rows);
+    gemm(xs, false, w, true, block, 1.0, 0.0);
+    const RowArgs a = row_args(o, targets, dlosses, losses, lse, vocab, t0);
+    with_element_type(grad.dtype(), op, [&](auto tag) {
+      using G = decltype(tag);
+      const float* z = static_cast<const float*>(block.raw());
+      G* g = static_cast<G*>(gblock.raw());
+      if (with_forward)
+        ce_fused_kernel<G><<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
+      else
+        ce_backward_kernel<G><<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
+    });
+    check_launch(op, block.shape());
+    Tensor dxs = dx.slice(0, t0, t0 + rows);
+    gemm(gblock, false, w, false, dxs, 1.0, 0.0);
+    gemm(gblock, true, xs, false, dw, 1.0, 1.0);
+  }
+}
+
 }  // namespace
 
 void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor& targets,
@@ -156,9 +235,7 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
     Tensor block = logits.slice(0, 0, rows);
     gemm(x.slice(0, t0, t0 + rows), false, w, true, block, 1.0, 0.0);
     ce_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<const float*>(block.raw()), static_cast<const int32_t*>(targets.raw()) + t0, vocab,
-        o.ignore_index, static_cast<float>(o.z_loss_weight), t0, static_cast<float*>(losses.raw()) + t0,
-        static_cast<float*>(lse.raw()) + t0);
+        static_cast<const float*>(block.raw()), row_args(o, targets, Tensor(), losses, lse, vocab, t0));
     check_launch(op, block.shape());
   }
 }
@@ -166,35 +243,15 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
 void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
                                    const Tensor& targets, const Tensor& lse,
                                    const CrossEntropyOptions& o, Tensor& dx, Tensor& dw) {
-  const char* op = "linear_cross_entropy_backward";
-  require_contiguous(targets, op);
-  require_f32(dlosses, "dlosses", op);
-  require_f32(lse, "lse", op);
-  const int64_t tokens = x.size(0), vocab = w.size(0);
-  if (tokens == 0) return;
-  AMBER_CHECK(vocab > 0, op, ": empty vocabulary");
-  const int64_t chunk = chunk_rows(o, tokens);
-  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, x.device());
-  // The gradient feeds cuBLASLt next to w, so it takes w's dtype; for f32 it simply
-  // overwrites the logits.
-  Tensor grad = w.dtype() == DType::f32 ? logits : Tensor::empty({chunk, vocab}, w.dtype(), x.device());
-  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
-    const int64_t rows = chunk < tokens - t0 ? chunk : tokens - t0;
-    Tensor block = logits.slice(0, 0, rows), gblock = grad.slice(0, 0, rows);
-    const Tensor xs = x.slice(0, t0, t0 + rows);
-    gemm(xs, false, w, true, block, 1.0, 0.0);
-    with_element_type(grad.dtype(), op, [&](auto tag) {
-      using G = decltype(tag);
-      ce_backward_kernel<G><<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(
-          static_cast<const float*>(block.raw()), static_cast<const int32_t*>(targets.raw()) + t0,
-          static_cast<const float*>(lse.raw()) + t0, static_cast<const float*>(dlosses.raw()) + t0, vocab,
-          o.ignore_index, static_cast<float>(o.z_loss_weight), t0, static_cast<G*>(gblock.raw()));
-    });
-    check_launch(op, block.shape());
-    Tensor dxs = dx.slice(0, t0, t0 + rows);
-    gemm(gblock, false, w, false, dxs, 1.0, 0.0);
-    gemm(gblock, true, xs, false, dw, 1.0, 1.0);
-  }
+  chunked_gradient("linear_cross_entropy_backward", false, dlosses, x, w, targets, o, Tensor(), lse, dx, dw);
+}
+
+void linear_cross_entropy_forward_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
+                                           const Tensor& targets, const CrossEntropyOptions& o,
+                                           Tensor& losses, Tensor& lse, Tensor& dx, Tensor& dw) {
+  const char* op = "linear_cross_entropy_forward_backward";
+  require_f32(losses, "losses", op);
+  chunked_gradient(op, true, dlosses, x, w, targets, o, losses, lse, dx, dw);
 }
 
 void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Tensor& targets,
