@@ -122,7 +122,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // Stores this lane's two rows (r = 0: row g, r = 1: row g + 8) of a 16 x D accumulator
-// tile times `scale` into rows of a [T, heads, D] tensor; rows at or past `limit` are skipped.
+// tile times `scale` into rows of a [T, heads, D] tensor of T (bf16, f16 or f32
+// partials); rows at or past `limit` are skipped.
 template <class T, int D>
 __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const Fragment& f,
                                            float scale, int limit, int64_t doc_start, int heads,
@@ -133,9 +134,13 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const F
     if (i >= limit) continue;
     T* row = dst + ((doc_start + i) * heads + head) * static_cast<int64_t>(D);
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<uint32_t*>(row + f.col(dt, 0)) =
-          pack2<T>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const float lo = acc[dt][2 * r] * scale, hi = acc[dt][2 * r + 1] * scale;
+      if constexpr (__is_same(T, float))
+        *reinterpret_cast<float2*>(row + f.col(dt, 0)) = make_float2(lo, hi);
+      else
+        *reinterpret_cast<uint32_t*>(row + f.col(dt, 0)) = pack2<T>(lo, hi);
+    }
   }
 }
 

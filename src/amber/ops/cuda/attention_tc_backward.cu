@@ -1,9 +1,12 @@
 // Tensor-core attention backward (bf16/f16, head_dim 64 and 128), deterministic: the
 // dQ kernel owns 64 query rows of one head and walks their keys; the dK/dV kernel owns
-// 64 keys of one KV head and walks the queries of every head in its group, in a fixed
-// order. Each recomputes P = exp(scale q.k - lse) from the saved log-sum-exp, so no
-// output is ever shared between blocks and no atomics are needed; the price is that
-// the scores and dP are computed twice (7 products instead of 5).
+// 64 keys and one query head and walks that head's queries. Each recomputes
+// P = exp(scale q.k - lse) from the saved log-sum-exp, so no output is ever shared
+// between blocks and no atomics are needed; the price is that the scores and dP are
+// computed twice (7 products instead of 5). Under GQA the dK/dV blocks of one KV
+// head's query heads write fp32 partials, added afterwards in head order: one block
+// per query head keeps the grid as wide as the dQ kernel's, where one block walking
+// the whole group serially left most SMs idle at the end.
 #include "amber/ops/cuda/attention_tc.cuh"
 
 namespace amber::cuda::tensor_core {
@@ -16,6 +19,7 @@ struct BackwardArgs {
   const T *q, *k, *v, *dout;
   const float *lse, *delta;
   T *dq, *dk, *dv;
+  float *dk_heads, *dv_heads;  // [T, heads, D] per-query-head partials (GQA), else null
 };
 
 template <int D>
@@ -110,8 +114,8 @@ constexpr size_t dkdv_smem_bytes() {
   return DkdvShape<D>::kSmemElems * sizeof(T) + 4 * DkdvShape<D>::kQueries * sizeof(float);
 }
 
-// dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the query heads of the
-// KV head's group, computed transposed (keys as rows) so each warp owns 16 keys.
+// dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of one head,
+// computed transposed (keys as rows) so each warp owns 16 keys.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T> a) {
   using F = DkdvShape<D>;
@@ -125,16 +129,15 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
   float* sdelta = slse + 2 * kQueries;                            // two stages
   TileRange t;
   if (!tile_of(g, kOwnedRows, false, t)) return;
-  const int kvh = blockIdx.y, group = g.heads / g.kv_heads, warp = threadIdx.x / 32;
+  const int h = blockIdx.y, group = g.heads / g.kv_heads, kvh = h / group, warp = threadIdx.x / 32;
   const int tile_end = t.begin + t.rows;
   // Query i sees key j iff j <= i < j + window: queries from the tile's first key to
   // the last key's window end.
   const int query_end = g.window > 0 ? min(t.length, tile_end - 1 + g.window) : t.length;
   const int query_tiles = (query_end - t.begin + kQueries - 1) / kQueries;
-  const int stages = group * query_tiles;
+  const int stages = query_tiles;
   const auto load_stage = [&](int stage) {
-    const int h = kvh * group + stage / query_tiles, buf = stage % 2;
-    const int qt = t.begin + (stage % query_tiles) * kQueries;
+    const int buf = stage % 2, qt = t.begin + stage * kQueries;
     async_rows<T, D, kThreads>(a.q, t.doc_start, qt, kQueries, query_end, g.heads, h, sq + buf * F::kQElems);
     async_rows<T, D, kThreads>(a.dout, t.doc_start, qt, kQueries, query_end, g.heads, h, sdo + buf * F::kQElems);
     if (threadIdx.x < kQueries) {
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int qt = t.begin + (stage % query_tiles) * kQueries, buf = stage % 2;
+    const int qt = t.begin + stage * kQueries, buf = stage % 2;
     const T* q_tile = sq + buf * F::kQElems;
     const T* do_tile = sdo + buf * F::kQElems;
     const float* lse = slse + buf * kQueries;
@@ -198,8 +201,34 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
     __syncthreads();  // the next stage's load overwrites this buffer
   }
   const Fragment f{t.begin + warp * 16, 0};
-  store_rows<T, D>(dk, f, g.scale, tile_end, t.doc_start, g.kv_heads, kvh, a.dk);
-  store_rows<T, D>(dv, f, 1.0f, tile_end, t.doc_start, g.kv_heads, kvh, a.dv);
+  if (group == 1) {
+    store_rows<T, D>(dk, f, g.scale, tile_end, t.doc_start, g.kv_heads, kvh, a.dk);
+    store_rows<T, D>(dv, f, 1.0f, tile_end, t.doc_start, g.kv_heads, kvh, a.dv);
+  } else {
+    store_rows<float, D>(dk, f, g.scale, tile_end, t.doc_start, g.heads, h, a.dk_heads);
+    store_rows<float, D>(dv, f, 1.0f, tile_end, t.doc_start, g.heads, h, a.dv_heads);
+  }
+}
+
+// dk[t, j] = sum over the query heads h of KV head j, in head order, of the partials,
+// rounded once; two columns per thread.
+template <class T>
+__global__ void sum_group_kernel(const float* heads_part, int64_t tokens, int heads, int kv_heads, int dim,
+                                 T* out) {
+  const int group = heads / kv_heads, pairs = dim / 2;
+  const int64_t items = tokens * kv_heads * pairs;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / (kv_heads * pairs);
+    const int j = static_cast<int>(i / pairs % kv_heads), c = static_cast<int>(i % pairs) * 2;
+    float2 s = make_float2(0.0f, 0.0f);
+    for (int h = j * group; h < (j + 1) * group; ++h) {
+      const float2 x = *reinterpret_cast<const float2*>(heads_part + (t * heads + h) * dim + c);
+      s.x += x.x;
+      s.y += x.y;
+    }
+    *reinterpret_cast<uint32_t*>(out + (t * kv_heads + j) * dim + c) = pack2<T>(s.x, s.y);
+  }
 }
 
 template <class Fn>
@@ -219,12 +248,21 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
               Tensor& dv) {
   const char* op = "attention_backward";
   with_types(q, [&]<class T, int D>() {
+    const int64_t tokens = q.size(0);
+    const bool grouped = g.heads != g.kv_heads;
+    Tensor dk_heads, dv_heads;
+    if (grouped) {
+      dk_heads = Tensor::empty({tokens, g.heads, D}, DType::f32, q.device());
+      dv_heads = Tensor::empty({tokens, g.heads, D}, DType::f32, q.device());
+    }
+    const auto f32 = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
     const BackwardArgs<T> args{static_cast<const T*>(q.raw()),     static_cast<const T*>(k.raw()),
                                static_cast<const T*>(v.raw()),     static_cast<const T*>(dout.raw()),
                                static_cast<const float*>(lse.raw()),
                                static_cast<const float*>(delta.raw()),
                                static_cast<T*>(dq.raw()),          static_cast<T*>(dk.raw()),
-                               static_cast<T*>(dv.raw())};
+                               static_cast<T*>(dv.raw()),          f32(dk_heads),
+                               f32(dv_heads)};
     const size_t dq_smem = DqShape<D>::kSmemElems * sizeof(T);
     allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
     dq_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dq_smem,
@@ -232,9 +270,17 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     check_launch(op, q.shape());
     const size_t dkdv_smem = dkdv_smem_bytes<T, D>();
     allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
-    dkdv_kernel<T, D><<<attention_grid(g, kOwnedRows, g.kv_heads, op), kThreads, dkdv_smem,
+    dkdv_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dkdv_smem,
                         cudaStreamPerThread>>>(g, args);
     check_launch(op, k.shape());
+    if (grouped) {
+      const unsigned blocks = grid_for(tokens * g.kv_heads * D / 2, 256);
+      sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dk_heads), tokens, g.heads, g.kv_heads, D,
+                                                                 static_cast<T*>(dk.raw()));
+      sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dv_heads), tokens, g.heads, g.kv_heads, D,
+                                                                 static_cast<T*>(dv.raw()));
+      check_launch(op, k.shape());
+    }
   });
 }
 
