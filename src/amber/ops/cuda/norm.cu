@@ -150,26 +150,19 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
   const int64_t steps = (last - first + team.count() - 1) / team.count();  // same for every team
   const float inv_d = 1.0f / static_cast<float>(d);
   const auto row_at = [&](int64_t step) { return first + step * team.count() + team.index(); };
-  // The row's statistics travel with its x and dy: a load issued at the point of use
-  // would stall every row on a global-memory round trip.
-  float a[P][V], g[P][V], mu = 0.0f, inv = 0.0f;
-  const auto load_stats = [&](int64_t r, float& m, float& i) {
-    m = mean && r < last ? mean[r] : 0.0f;
-    i = r < last ? rstd[r] : 0.0f;
-  };
+  float a[P][V], g[P][V];
   {
     const int64_t r = row_at(0);
     load_row<T, V, P, L>(team, r < last ? x + r * d : nullptr, groups, a);
     load_row<T, V, P, L>(team, r < last ? dy + r * d : nullptr, groups, g);
-    load_stats(r, mu, inv);
   }
   for (int64_t step = 0; step < steps; ++step) {
     const int64_t row = row_at(step), next = row_at(step + 1);
     const bool live = row < last;
-    float next_a[P][V], next_g[P][V], next_mu, next_inv;
+    float next_a[P][V], next_g[P][V];
     load_row<T, V, P, L>(team, next < last ? x + next * d : nullptr, groups, next_a);
     load_row<T, V, P, L>(team, next < last ? dy + next * d : nullptr, groups, next_g);
-    load_stats(next, next_mu, next_inv);
+    const float mu = mean && live ? mean[row] : 0.0f, inv = live ? rstd[row] : 0.0f;
     // xhat = (x - mu) inv, gw = dy * w: dx = inv (gw - mean(gw) - xhat mean(gw xhat));
     // RMSNorm drops the mean(gw) term. Invalid packs and dead rows hold g = 0.
     float sum_g = 0.0f, sum_gx = 0.0f;
@@ -201,8 +194,6 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
     for (int k = 0; k < P; ++k)
 #pragma unroll
       for (int e = 0; e < V; ++e) a[k][e] = next_a[k][e], g[k][e] = next_g[k][e];
-    mu = next_mu;
-    inv = next_inv;
   }
   if (!dw_partial && !db_partial) return;
   if constexpr (L > 0) {
