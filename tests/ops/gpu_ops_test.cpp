@@ -117,7 +117,9 @@ struct NormShape {
 TEST(NormGpu, RmsNormMatchesCpu) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}}) {
+    // 64 and 128 columns take the sub-warp teams (QK-norm rows); the rest whole blocks.
+    for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}, NormShape{500, 64},
+                        NormShape{77, 128}}) {
       const std::string tag = "rmsnorm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
       const Tensor x = random_tensor({s.rows, s.cols}, dt, 20, 2.0f);
       const Tensor w = random_tensor({s.cols}, dt, 21, 0.2f, 1.0f), dy = random_tensor(x.shape(), dt, 22);
@@ -138,6 +140,38 @@ TEST(NormGpu, RmsNormMatchesCpu) {
         expect_close(tag + " dx", gdx, cdx, dt);
         if (affine) expect_close(tag + " dweight (+=)", gdw, cdw, dt);
       }
+    }
+  }
+}
+
+// The residual add fused into the norm: the sum and the normalised output against the
+// CPU's add-then-norm, for both norms, at a block-wide and a sub-warp row width.
+TEST(NormGpu, ResidualAddMatchesCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (NormShape s : {NormShape{33, 1000}, NormShape{500, 64}}) {
+      const std::string tag = "residual norm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+      const Tensor x = random_tensor({s.rows, s.cols}, dt, 40, 2.0f), r = random_tensor(x.shape(), dt, 41);
+      const Tensor w = random_tensor({s.cols}, dt, 42, 0.2f, 1.0f), b = random_tensor({s.cols}, dt, 43);
+      Tensor c_sum = Tensor::empty(x.shape(), dt), cy = Tensor::empty(x.shape(), dt);
+      Tensor cm = Tensor::empty({s.rows}, DType::f32), cr = Tensor::empty({s.rows}, DType::f32);
+      const Tensor gr_in = gpu(r);
+      Tensor g_sum = nan_tensor(x.shape(), dt), gy = nan_tensor(x.shape(), dt);
+      Tensor gm = nan_tensor({s.rows}, DType::f32), gr = nan_tensor({s.rows}, DType::f32);
+      rmsnorm_forward(x, w, 1e-6, cy, cr, {&r, 0.5, &c_sum});
+      rmsnorm_forward(gpu(x), gpu(w), 1e-6, gy, gr, {&gr_in, 0.5, &g_sum});
+      expect_close(tag + " rms sum", g_sum, c_sum, dt);
+      expect_close(tag + " rms forward", gy, cy, dt);
+      expect_close(tag + " rms rstd", gr, cr, DType::f32);
+      // The fused sum has the bits of the GPU's own add.
+      Tensor g_add = gpu(x);
+      add_scaled(g_add, gr_in, 0.5);
+      expect_identical(tag + " sum against add_scaled", g_sum, g_add);
+      layernorm_forward(x, w, b, 1e-5, cy, cm, cr, {&r, -1.0, &c_sum});
+      layernorm_forward(gpu(x), gpu(w), gpu(b), 1e-5, gy, gm, gr, {&gr_in, -1.0, &g_sum});
+      expect_close(tag + " layernorm sum", g_sum, c_sum, dt);
+      expect_close(tag + " layernorm forward", gy, cy, dt);
+      expect_close(tag + " layernorm mean", gm, cm, DType::f32);
     }
   }
 }

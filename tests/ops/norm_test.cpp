@@ -42,6 +42,29 @@ TEST(RmsNorm, ForwardMatchesFloat64) {
   }
 }
 
+// The residual add in the norm's pass: sum = x + scale * r against float64, and the
+// output equal to the norm of that sum.
+TEST(RmsNorm, ResidualAddNormalisesTheSum) {
+  const Tensor x = random_tensor({17, 64}, DType::f64, 3, 2.0f), r = random_tensor({17, 64}, DType::f64, 4);
+  const Tensor w = random_tensor({64}, DType::f64, 5, 0.2f, 1.0f);
+  std::vector<double> want = x.to_doubles();
+  const std::vector<double> rs = r.to_doubles();
+  for (size_t i = 0; i < want.size(); ++i) want[i] += 0.25 * rs[i];
+  const Tensor want_sum = Tensor::from_vector(want, x.shape());
+  const Tensor ref = reference_norm(want_sum, w, Tensor(), 1e-6, false);
+  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+    const Tensor xd = x.to(dt), rd = r.to(dt);
+    Tensor sum = Tensor::empty(x.shape(), dt), y = Tensor::empty(x.shape(), dt);
+    Tensor rstd = Tensor::empty({17}, norm_stat_dtype(dt));
+    rmsnorm_forward(xd, w.to(dt), 1e-6, y, rstd, {&rd, 0.25, &sum});
+    Tensor plain = Tensor::empty(x.shape(), dt), plain_rstd = Tensor::empty({17}, norm_stat_dtype(dt));
+    rmsnorm_forward(sum, w.to(dt), 1e-6, plain, plain_rstd);
+    EXPECT_EQ(y.to_doubles(), plain.to_doubles()) << dtype_name(dt);
+    EXPECT_LT(relative_error(sum, want_sum), dt == DType::bf16 ? 1e-2 : 1e-7) << dtype_name(dt);
+    EXPECT_LT(relative_error(y, ref), dt == DType::bf16 ? 1e-2 : 1e-6) << dtype_name(dt);
+  }
+}
+
 TEST(LayerNorm, ForwardMatchesFloat64) {
   const Tensor x = random_tensor({33, 96}, DType::f64, 3, 2.0f, 5.0f);
   const Tensor w = random_tensor({96}, DType::f64, 4, 0.2f, 1.0f), b = random_tensor({96}, DType::f64, 5);

@@ -36,10 +36,10 @@ Tensor Block::forward(const Tensor& x, const SeqInfo& seq, Saved& s, Arena& save
   s.input = x;
   Tensor a = attn_->forward(attn_norm_->forward(x, s.attn_norm, saves), seq, s.attn, saves);
   if (post_attn_norm_) a = post_attn_norm_->forward(a, s.post_attn_norm, saves);
+  // mid = x + rs * a, written by the MLP norm in the same pass that normalises it.
   s.mid = saves.alloc(x.shape(), x.dtype());
-  s.mid.copy_from(x);
-  add_scaled(s.mid, a, residual_scale_);
-  Tensor m = mlp_->forward(mlp_norm_->forward(s.mid, s.mlp_norm, saves), s.mlp, saves);
+  const Tensor h = mlp_norm_->forward(x, s.mlp_norm, saves, {&a, residual_scale_, &s.mid});
+  Tensor m = mlp_->forward(h, s.mlp, saves);
   if (post_mlp_norm_) m = post_mlp_norm_->forward(m, s.post_mlp_norm, saves);
   Tensor out = outputs.alloc(x.shape(), x.dtype());
   out.copy_from(s.mid);
@@ -52,9 +52,7 @@ Tensor Block::infer(const Tensor& x, const CachedStep& step, LayerCache& cache, 
   Tensor a = attn_->infer(attn_norm_->forward(x, s.attn_norm, arena), step, cache, arena);
   if (post_attn_norm_) a = post_attn_norm_->forward(a, s.post_attn_norm, arena);
   Tensor mid = arena.alloc(x.shape(), x.dtype());
-  mid.copy_from(x);
-  add_scaled(mid, a, residual_scale_);
-  Tensor m = mlp_->forward(mlp_norm_->forward(mid, s.mlp_norm, arena), s.mlp, arena);
+  Tensor m = mlp_->forward(mlp_norm_->forward(x, s.mlp_norm, arena, {&a, residual_scale_, &mid}), s.mlp, arena);
   if (post_mlp_norm_) m = post_mlp_norm_->forward(m, s.post_mlp_norm, arena);
   add_scaled(mid, m, residual_scale_);
   return mid;

@@ -19,11 +19,12 @@ class RmsNorm final : public Norm {
   void collect(std::vector<std::shared_ptr<Param>>& out) const override {
     if (weight_) out.push_back(weight_);
   }
-  Tensor forward(const Tensor& x, Saved& s, Arena& arena) const override {
+  using Norm::forward;
+  Tensor forward(const Tensor& x, Saved& s, Arena& arena, const ResidualAdd& add) const override {
     Tensor y = arena.alloc(x.shape(), x.dtype());
-    s.x = x;
+    s.x = add.residual ? *add.sum : x;
     s.rstd = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
-    rmsnorm_forward(x, weight(), eps_, y, s.rstd);
+    rmsnorm_forward(x, weight(), eps_, y, s.rstd, add);
     return y;
   }
   Tensor backward(const Tensor& dy, const Saved& s, Arena& arena) const override {
@@ -55,13 +56,14 @@ class LayerNorm final : public Norm {
       out.push_back(bias_);
     }
   }
-  Tensor forward(const Tensor& x, Saved& s, Arena& arena) const override {
+  using Norm::forward;
+  Tensor forward(const Tensor& x, Saved& s, Arena& arena, const ResidualAdd& add) const override {
     Tensor y = arena.alloc(x.shape(), x.dtype());
-    s.x = x;
+    s.x = add.residual ? *add.sum : x;
     s.mean = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
     s.rstd = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
     layernorm_forward(x, weight_ ? weight_->work : Tensor(), bias_ ? bias_->work : Tensor(), eps_, y,
-                      s.mean, s.rstd);
+                      s.mean, s.rstd, add);
     return y;
   }
   Tensor backward(const Tensor& dy, const Saved& s, Arena& arena) const override {

@@ -9,6 +9,7 @@
 #include "amber/core/arena.h"
 #include "amber/model/param.h"
 #include "amber/model/registry.h"
+#include "amber/ops/norm.h"
 
 namespace amber {
 
@@ -27,8 +28,10 @@ class Norm {
   };
   virtual ~Norm() = default;
   virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
-  // y from `arena`; x and the statistics kept in `saved`.
-  virtual Tensor forward(const Tensor& x, Saved& saved, Arena& arena) const = 0;
+  // y from `arena`; the normalised input and the statistics kept in `saved`. With a
+  // residual add (ops/norm.h), add.sum = x + scale * r is what gets normalised.
+  virtual Tensor forward(const Tensor& x, Saved& saved, Arena& arena, const ResidualAdd& add) const = 0;
+  Tensor forward(const Tensor& x, Saved& saved, Arena& arena) const { return forward(x, saved, arena, {}); }
   // dx from `arena`; gains accumulate their gradients.
   virtual Tensor backward(const Tensor& dy, const Saved& saved, Arena& arena) const = 0;
 };

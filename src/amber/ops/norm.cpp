@@ -4,6 +4,7 @@
 #include "amber/ops/cpu/norm.h"
 #include "amber/ops/cuda/norm.h"
 #include "amber/ops/device_switch.h"
+#include "amber/ops/elementwise.h"
 
 namespace amber {
 namespace {
@@ -20,18 +21,38 @@ void check_stat(const Tensor& x, const Tensor& stat, const char* what, const cha
   AMBER_CHECK(stat.numel() == rows, op, ": ", what, " needs ", rows, " elements, has ", stat.numel());
 }
 
+void check_residual(const Tensor& x, const ResidualAdd& add, const char* op) {
+  if (!add.residual) return;
+  AMBER_CHECK(add.sum != nullptr, op, ": a residual add needs a sum tensor to write");
+  require_same_shape(x, *add.residual, op);
+  require_same_shape(x, *add.sum, op);
+  AMBER_CHECK(add.residual->dtype() == x.dtype() && add.sum->dtype() == x.dtype(), op,
+              ": the residual and the sum must have the input's dtype ", dtype_name(x.dtype()));
+}
+
+// The CPU reference of the fused add: the add, then the norm of the rounded sum.
+const Tensor& cpu_sum(const Tensor& x, const ResidualAdd& add) {
+  if (!add.residual) return x;
+  add.sum->copy_from(x);
+  add_scaled(*add.sum, *add.residual, add.scale);
+  return *add.sum;
+}
+
 }  // namespace
 
 DType norm_stat_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 
-void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
+                     const ResidualAdd& add) {
   const char* op = "rmsnorm_forward";
   check_rows(x, weight, op);
   require_same_shape(x, y, "rmsnorm_forward output");
   check_stat(x, rstd, "rstd", op);
-  AMBER_ON_DEVICE(ops::common_device(op, {&x, &weight, &y, &rstd}), op,
-                  cuda::rmsnorm_forward(x, weight, eps, y, rstd),
-                  cpu::rmsnorm_forward(x, weight, eps, y, rstd));
+  check_residual(x, add, op);
+  const Tensor none;
+  AMBER_ON_DEVICE(ops::common_device(op, {&x, &weight, &y, &rstd, add.residual ? add.residual : &none}), op,
+                  cuda::rmsnorm_forward(x, weight, eps, y, rstd, add),
+                  cpu::rmsnorm_forward(cpu_sum(x, add), weight, eps, y, rstd));
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
@@ -47,7 +68,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                       Tensor& y, Tensor& mean, Tensor& rstd) {
+                       Tensor& y, Tensor& mean, Tensor& rstd, const ResidualAdd& add) {
   const char* op = "layernorm_forward";
   check_rows(x, weight, op);
   require_same_shape(x, y, "layernorm_forward output");
@@ -56,9 +77,11 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
                 bias.shape(), " does not match input ", x.shape());
   check_stat(x, mean, "mean", op);
   check_stat(x, rstd, "rstd", op);
-  AMBER_ON_DEVICE(ops::common_device(op, {&x, &weight, &bias, &y, &mean, &rstd}), op,
-                  cuda::layernorm_forward(x, weight, bias, eps, y, mean, rstd),
-                  cpu::layernorm_forward(x, weight, bias, eps, y, mean, rstd));
+  check_residual(x, add, op);
+  const Tensor none;
+  AMBER_ON_DEVICE(ops::common_device(op, {&x, &weight, &bias, &y, &mean, &rstd, add.residual ? add.residual : &none}),
+                  op, cuda::layernorm_forward(x, weight, bias, eps, y, mean, rstd, add),
+                  cpu::layernorm_forward(cpu_sum(x, add), weight, bias, eps, y, mean, rstd));
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,

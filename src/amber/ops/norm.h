@@ -6,16 +6,26 @@
 
 namespace amber {
 
+// The residual add a norm can run in the same pass over the row: sum = x + scale * r
+// is written (rounded to x's dtype) and normalised in place of x, where a separate
+// add would read and write the residual stream once more.
+struct ResidualAdd {
+  const Tensor* residual = nullptr;  // r, shaped like x; none: a plain norm of x
+  double scale = 1.0;
+  Tensor* sum = nullptr;  // written, shaped like x
+};
+
 // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps). weight [D] may be
 // undefined (no affine). rstd [N] is f32 (f64 for f64 inputs).
-void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd);
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
+                     const ResidualAdd& add = {});
 // dx overwritten; dweight += (when weight is defined).
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                       Tensor& dx, Tensor& dweight);
 
 // y = (x - mean) * rstd * weight + bias; weight and bias may be undefined.
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                       Tensor& y, Tensor& mean, Tensor& rstd);
+                       Tensor& y, Tensor& mean, Tensor& rstd, const ResidualAdd& add = {});
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
 

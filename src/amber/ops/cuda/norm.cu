@@ -2,6 +2,7 @@
 // warp for short rows such as QK-norm) with fp32 statistics, the row held in registers; the backward runs a fixed grid whose blocks own fixed row ranges and keep
 // per-column partial weight gradients in registers, summed afterwards in block order,
 // so dweight and dbias are bit-identical from run to run (no float atomics).
+#include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
@@ -71,8 +72,16 @@ __device__ __forceinline__ void load_row(const Team<L>& team, const T* row, int6
 
 // One row per team, held in registers between the statistics and the output.
 // mean == nullptr: RMSNorm (no centring). bias may be null.
+// With residual r: the row is sum = x + scale * r, rounded to T, stored, and normalised.
+template <class T>
+struct Residual {
+  const T* r;  // null: a plain norm
+  float scale;
+  T* sum;
+};
+
 template <class T, int V, int P, int L>
-__global__ void norm_forward_kernel(const T* x, const T* w, const T* bias, float eps, T* y,
+__global__ void norm_forward_kernel(const T* x, Residual<T> res, const T* w, const T* bias, float eps, T* y,
                                     float* mean, float* rstd, int64_t rows, int64_t d) {
   __shared__ float scratch[32];
   const Team<L> team{};
@@ -81,6 +90,16 @@ __global__ void norm_forward_kernel(const T* x, const T* w, const T* bias, float
   const bool live = row < rows;  // dead teams still take part in the shuffles
   float a[P][V];
   load_row<T, V, P, L>(team, live ? x + row * d : nullptr, groups, a);
+  if (res.r) {
+    float r[P][V];
+    load_row<T, V, P, L>(team, live ? res.r + row * d : nullptr, groups, r);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) a[k][e] = to_f32(from_f32<T>(a[k][e] + res.scale * r[k][e]));
+      if (live && pack_valid(team, k, groups)) store_f32<T, V>(res.sum + row * d + pack_column(team, k, V), a[k]);
+    }
+  }
   float mu = 0.0f;
   if (mean) {
     float s = 0.0f;
@@ -294,12 +313,21 @@ bool all_aligned(std::initializer_list<const Tensor*> tensors) {
 }
 
 void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                  double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+                  double eps, Tensor& y, Tensor& mean, Tensor& rstd, const ResidualAdd& add) {
   if (c.rows == 0) return;
   with_element_type(x.dtype(), c.op, [&](auto tag) {
     using T = decltype(tag);
     constexpr int N = Pack<T>::n;
-    const bool packed = c.d % N == 0 && all_aligned({&x, &weight, &bias, &y});
+    const Tensor none;
+    const Tensor& r = add.residual ? *add.residual : none;
+    const Tensor& sum = add.residual ? *add.sum : none;
+    if (add.residual) {
+      require_activation(r, x, "residual", c.op);
+      require_activation(sum, x, "sum", c.op);
+    }
+    const Residual<T> res{ptr<T>(r), static_cast<float>(add.scale),
+                          sum.defined() ? static_cast<T*>(sum.raw()) : nullptr};
+    const bool packed = c.d % N == 0 && all_aligned({&x, &weight, &bias, &y, &r, &sum});
     float* pm = mean.defined() ? static_cast<float*>(mean.raw()) : nullptr;
     float* pr = static_cast<float*>(rstd.raw());
     T* py = static_cast<T*>(y.raw());
@@ -310,7 +338,7 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
         const int64_t rows_per_block = L ? threads / L : 1;
         norm_forward_kernel<T, V, decltype(packs)::value, L>
             <<<static_cast<unsigned>((c.rows + rows_per_block - 1) / rows_per_block), threads, 0,
-               cudaStreamPerThread>>>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias), static_cast<float>(eps),
+               cudaStreamPerThread>>>(ptr<T>(x), res, ptr<T>(weight), ptr<T>(bias), static_cast<float>(eps),
                                       py, pm, pr, c.rows, c.d);
       });
     };
@@ -324,14 +352,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
                    const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   if (c.rows == 0) return;
   const bool want_dw = weight.defined() && dweight.defined(), want_db = dbias.defined();
-  // A fixed grid (it depends on the shape and the device only) keeps the partial
-  // sums, and so the gradient bits, the same on every run. Eight blocks per SM keep
-  // enough rows in flight to stream at the copy bandwidth.
-  const int64_t target = 8 * static_cast<int64_t>(sm_count());
-  const int64_t rows_per_block = (c.rows + target - 1) / target;
-  const int64_t blocks = (c.rows + rows_per_block - 1) / rows_per_block;
-  Tensor dw_partial = want_dw ? Tensor::empty({blocks, c.d}, DType::f32, x.device()) : Tensor();
-  Tensor db_partial = want_db ? Tensor::empty({blocks, c.d}, DType::f32, x.device()) : Tensor();
+  Tensor dw_partial, db_partial;
   with_element_type(x.dtype(), c.op, [&](auto tag) {
     using T = decltype(tag);
     constexpr int N = Pack<T>::n;
@@ -340,14 +361,25 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
       constexpr int V = decltype(v)::value;
       with_split(c.d / V, c.op, [&](auto team, auto packs, int threads) {
         constexpr int L = decltype(team)::value;
+        const auto kernel = norm_backward_kernel<T, V, decltype(packs)::value, L>;
         const size_t smem =
             L ? (threads / L) * c.d * sizeof(float) * ((want_dw ? 1 : 0) + (want_db ? 1 : 0)) : 0;
-        norm_backward_kernel<T, V, decltype(packs)::value, L>
-            <<<static_cast<unsigned>(blocks), threads, smem, cudaStreamPerThread>>>(
-                ptr<T>(dy), ptr<T>(x), ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
-                ptr<float>(rstd), static_cast<T*>(dx.raw()),
-                want_dw ? static_cast<float*>(dw_partial.raw()) : nullptr,
-                want_db ? static_cast<float*>(db_partial.raw()) : nullptr, c.rows, rows_per_block, c.d);
+        // One wave of blocks, as many as fit on the device at once: a second, partial
+        // wave would leave SMs idle at the end. The grid depends on the shape, the
+        // kernel and the device only, so the partial sums (and the gradient bits) are
+        // the same on every run.
+        int per_sm = 0;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+        const int64_t target = std::max(1, per_sm) * static_cast<int64_t>(sm_count());
+        const int64_t rows_per_block = (c.rows + target - 1) / target;
+        const int64_t blocks = (c.rows + rows_per_block - 1) / rows_per_block;
+        if (want_dw) dw_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());
+        if (want_db) db_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());
+        kernel<<<static_cast<unsigned>(blocks), threads, smem, cudaStreamPerThread>>>(
+            ptr<T>(dy), ptr<T>(x), ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
+            ptr<float>(rstd), static_cast<T*>(dx.raw()),
+            want_dw ? static_cast<float*>(dw_partial.raw()) : nullptr,
+            want_db ? static_cast<float*>(db_partial.raw()) : nullptr, c.rows, rows_per_block, c.d);
       });
     };
     if (packed) launch(std::integral_constant<int, N>{});
@@ -360,10 +392,11 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
 
 }  // namespace
 
-void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
+                     const ResidualAdd& add) {
   const NormCall c = prepare("rmsnorm_forward", x, {{&weight, "weight"}, {&y, "output"}}, {{&rstd, "rstd"}});
   Tensor no_mean;
-  norm_forward(c, x, weight, Tensor(), eps, y, no_mean, rstd);
+  norm_forward(c, x, weight, Tensor(), eps, y, no_mean, rstd, add);
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
@@ -375,11 +408,11 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                       Tensor& y, Tensor& mean, Tensor& rstd) {
+                       Tensor& y, Tensor& mean, Tensor& rstd, const ResidualAdd& add) {
   const NormCall c = prepare("layernorm_forward", x,
                              {{&weight, "weight"}, {&bias, "bias"}, {&y, "output"}},
                              {{&mean, "mean"}, {&rstd, "rstd"}});
-  norm_forward(c, x, weight, bias, eps, y, mean, rstd);
+  norm_forward(c, x, weight, bias, eps, y, mean, rstd, add);
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
