@@ -156,6 +156,7 @@ RunConfig small_run(const std::string& corpus, const std::string& out) {
   c.train.checkpoint_every = 3;
   c.train.keep_checkpoints = 5;
   c.train.out_dir = out;
+  c.train.device = "cpu";  // the CPU oracle; the GPU step has its own tests (gpu_step_test.cpp)
   c.optimizer.name = "muon";
   c.optimizer.lr = 3e-3;
   c.data.dir = corpus;

@@ -20,7 +20,8 @@ struct Device {
 };
 
 std::ostream& operator<<(std::ostream& out, Device device);
-Device device_from_name(const std::string& name);  // "cpu", "cuda", "cuda:1"
+// "cpu", "cuda", "cuda:1", or "auto": the first GPU when one is visible, else the CPU.
+Device device_from_name(const std::string& name);
 bool cuda_available();                             // built with CUDA and a device present
 
 }  // namespace amber

@@ -17,7 +17,7 @@ struct TrainConfig {
   int64_t micro_batch_tokens = 8192;  // token budget of one micro-batch
   int grad_accum = 1;                 // micro-batches per optimizer step
   uint64_t seed = 1234;               // weights and data order
-  std::string device = "cpu";          // cpu | cuda | cuda:N
+  std::string device = "auto";         // auto (a GPU when present) | cpu | cuda | cuda:N
   std::string compute_dtype = "f32";  // f32 | bf16 | f16: activations and working copies
   double grad_clip = 1.0;  // global-norm clip; 0 = off
   int log_every = 10;

@@ -216,7 +216,7 @@ double Trainer::run() {
   const TrainConfig& t = c.train;
   std::cout << "model: " << s.model->parameter_count() / 1e6 << "M parameters (dim " << c.model.dim << ", depth "
             << c.model.depth << ", heads " << c.model.heads << "/" << c.model.resolved_kv_heads() << ", vocab "
-            << c.model.vocab_size << ")\n"
+            << c.model.vocab_size << ") on " << s.model->device() << " in " << c.train.compute_dtype << "\n"
             << "optimizer " << c.optimizer.name << ", schedule " << c.schedule.kind << ":\n"
             << s.optimizer->describe() << "data: " << s.loader->num_chunks() << " training documents ("
             << format_count(static_cast<double>(s.loader->tokens_per_epoch())) << " tokens per epoch), "
