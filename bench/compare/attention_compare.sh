@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Issue 6's attention comparison: amber's `bench kernel attention` and PyTorch's
 # varlen_attn / padded cuDNN SDPA (bench/compare/attention_torch.py) on shapes A-E,
-# one after the other in this one script; prints both markdown tables, hardware first.
+# one after the other in this one script, PyTorch on amber's very inputs; prints both
+# markdown tables, hardware first.
 # Usage: bench/compare/attention_compare.sh [AMBER_BINARY]   (on a GPU machine)
 set -euo pipefail
 amber=${1:-build/amber}
 here=$(cd "$(dirname "$0")" && pwd)
 echo "$(nvidia-smi --query-gpu=name --format=csv,noheader), $(date -u +%F)"
 echo "amber:"
-"$amber" bench kernel attention --shape all --repeats 10
-echo "PyTorch:"
-python3 "$here/attention_torch.py" --shape all --repeats 10
+inputs=$(mktemp -d)
+trap 'rm -rf "$inputs"' EXIT
+"$amber" bench kernel attention --shape all --repeats 10 --inputs-dir "$inputs"
+echo "PyTorch (errors on amber's inputs):"
+python3 "$here/attention_torch.py" --shape all --repeats 10 --inputs-dir "$inputs"

@@ -6,13 +6,17 @@ scaled_dot_product_attention on documents padded to the longest one with the cuD
 backend. FLOPs are counted as amber counts them (4 per visible causal pair per
 head_dim forward, 2.5x that backward; padding is not counted), so TFLOP/s compare like
 with like. Errors: the first document and first KV-head group against a float64
-reference, as amber measures its own (same distributions, not the same samples).
+reference, as amber measures its own; with --inputs-dir (written by `amber bench
+kernel attention --inputs-dir`) on amber's very inputs, else on fresh samples of the
+same distributions.
 Without enable_gqa in varlen_attn, K/V are repeated per query head outside the timing.
 """
 
 import argparse
 import inspect
+import json
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -97,15 +101,36 @@ def rel(a, b):
     return ((a.double() - b).norm() / b.norm()).item()
 
 
-def run_shape(name, repeats):
+def load_bf16(path, shape):
+    """A raw little-endian bf16 file as a CUDA tensor (int16 carries the bits)."""
+    with open(path, "rb") as f:
+        bits = torch.frombuffer(bytearray(f.read()), dtype=torch.int16)
+    return bits.view(torch.bfloat16).reshape(shape).cuda()
+
+
+def inputs(name, inputs_dir):
+    """amber's inputs for this shape when inputs_dir holds them, else fresh samples."""
     heads, kv_heads, dim, window, spec = SHAPES[name]
+    base = os.path.join(inputs_dir, name) if inputs_dir else None
+    if base and os.path.exists(base + ".json"):
+        geometry = json.load(open(base + ".json"))
+        assert (geometry["heads"], geometry["kv_heads"], geometry["head_dim"], geometry["window"]) == \
+            (heads, kv_heads, dim, window), f"{base}.json does not describe shape {name}"
+        lengths = geometry["lengths"]
+        t = sum(lengths)
+        shapes = {"q": (t, heads, dim), "k": (t, kv_heads, dim), "v": (t, kv_heads, dim), "dout": (t, heads, dim)}
+        return lengths, "amber's inputs", [load_bf16(f"{base}.{n}.bf16", s) for n, s in shapes.items()]
     lengths = lengths_of(spec)
-    t, group, max_len = sum(lengths), heads // kv_heads, max(lengths)
+    t = sum(lengths)
     torch.manual_seed(0)
-    q = torch.randn(t, heads, dim, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(t, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(t, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
-    dout = torch.randn(t, heads, dim, device="cuda", dtype=torch.bfloat16)
+    shapes = [(t, heads, dim), (t, kv_heads, dim), (t, kv_heads, dim), (t, heads, dim)]
+    return lengths, "fresh samples", [torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in shapes]
+
+
+def run_shape(name, repeats, inputs_dir):
+    heads, kv_heads, dim, window, spec = SHAPES[name]
+    lengths, source, (q, k, v, dout) = inputs(name, inputs_dir)
+    t, group, max_len = sum(lengths), heads // kv_heads, max(lengths)
     if "enable_gqa" not in VARLEN_PARAMS and group > 1:
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
@@ -126,7 +151,7 @@ def run_shape(name, repeats):
               rel(kv_grad_rows, ref[2].sum(1, keepdim=True)), rel(vv_grad_rows, ref[3].sum(1, keepdim=True))]
     fwd = best_ms(lambda: varlen(q, k, v, cu, max_len, window), repeats)
     total = best_ms(lambda: varlen(q, k, v, cu, max_len, window).backward(dout), repeats)
-    rows.append(("varlen_attn", errors, fwd, total))
+    rows.append((f"varlen_attn ({source})", errors, fwd, total))
 
     # Padded SDPA on the cuDNN backend: [B, H, S, D], causal, no window support here.
     if not window:
@@ -160,12 +185,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", default="all", help="A, B, C, D, E or all")
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--inputs-dir", default="", help="amber's inputs (amber bench kernel attention --inputs-dir)")
     a = p.parse_args()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print("| shape | arm | error out / dq / dk / dv vs f64 | forward ms | forward TFLOP/s | fwd+bwd ms | "
           "fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|")
     for name in SHAPES if a.shape == "all" else [a.shape]:
-        run_shape(name, a.repeats)
+        run_shape(name, a.repeats, a.inputs_dir)
 
 
 if __name__ == "__main__":

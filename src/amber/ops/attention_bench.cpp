@@ -4,7 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/random.h"
@@ -59,6 +63,23 @@ Tensor head_slice(const Tensor& t, int64_t tokens, int64_t heads) {
   return t.to(Device::cpu()).slice(0, 0, tokens).slice(1, 0, heads).contiguous().to(DType::f64);
 }
 
+void save_inputs(const std::string& dir, const AttentionBenchShape& shape,
+                 std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path base = std::filesystem::path(dir) / shape.name;
+  const nlohmann::json geometry = {{"lengths", shape.lengths},     {"heads", shape.heads},
+                                   {"kv_heads", shape.kv_heads},   {"head_dim", shape.head_dim},
+                                   {"window", shape.window}};
+  std::ofstream(base.string() + ".json") << geometry.dump() << "\n";
+  for (const auto& [name, t] : tensors) {
+    const Tensor host = t->to(Device::cpu());
+    std::ofstream out(base.string() + "." + name + ".bf16", std::ios::binary);
+    out.write(static_cast<const char*>(host.raw()), static_cast<std::streamsize>(host.bytes()));
+    AMBER_CHECK(out.good(), "bench kernel attention: cannot write ", base.string(), ".", name,
+                ".bf16; check that --inputs-dir is writable");
+  }
+}
+
 Tensor poisoned(const Shape& shape, DType dtype, Device device) {
   return Tensor::full(shape, NAN, dtype).to(device);
 }
@@ -98,7 +119,8 @@ double attention_forward_flops(const AttentionBenchShape& shape) {
   return 4.0 * pairs * shape.heads * shape.head_dim;
 }
 
-AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats) {
+AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats,
+                                      const std::string& inputs_dir) {
   AttentionBenchRow row;
   row.shape = shape;
   const SeqInfo seq = SeqInfo::from_lengths(shape.lengths, device);
@@ -111,6 +133,7 @@ AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device d
   };
   const Tensor q = random({t, h, d}, 1), k = random({t, kvh, d}, 2), v = random({t, kvh, d}, 3);
   const Tensor dout = random({t, h, d}, 4);
+  if (!inputs_dir.empty()) save_inputs(inputs_dir, shape, {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}});
   AttentionOptions options;
   options.window = shape.window;
   Tensor out = poisoned(q.shape(), dt, device), lse = poisoned({t, h}, DType::f32, device);

@@ -38,6 +38,10 @@ std::vector<AttentionBenchShape> attention_bench_shapes(const std::string& which
 // counts 2.5x this), per document, with the window.
 double attention_forward_flops(const AttentionBenchShape& shape);
 
-AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats);
+// With `inputs_dir`, the shape's bf16 inputs are also written there (<name>.json with the
+// geometry, <name>.{q,k,v,dout}.bf16 raw little-endian) so that
+// bench/compare/attention_torch.py --inputs-dir measures PyTorch's error on the same inputs.
+AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats,
+                                      const std::string& inputs_dir);
 
 }  // namespace amber
