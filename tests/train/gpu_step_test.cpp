@@ -196,6 +196,15 @@ TEST(TrainStepGpu, GradNormAndClipMatchCpu) {
   const std::vector<double> kept = gpu_grads[3].to_doubles();
   clip_by_norm_(gpu_grads[3], nan_norm, clip);
   EXPECT_EQ(gpu_grads[3].to_doubles(), kept);
+
+  // Newton-Schulz's start divides by the norm on the device, by the host's factor.
+  Tensor cpu_x = cpu_grads[3].clone(), gpu_x = cpu_grads[3].to(Device::cuda());
+  Tensor cpu_sq = Tensor::zeros({1}, DType::f64), gpu_sq = Tensor::zeros({1}, DType::f64, Device::cuda());
+  squared_norm_into(cpu_x, cpu_sq);
+  squared_norm_into(gpu_x, gpu_sq);
+  divide_by_norm_(cpu_x, cpu_sq, 1e-7, 1.01);
+  divide_by_norm_(gpu_x, gpu_sq, 1e-7, 1.01);
+  EXPECT_LT(testing::relative_error(gpu_x.to(Device::cpu()), cpu_x), 1e-6);
 }
 
 // A checkpoint written from the GPU resumes on the CPU, and the reverse.

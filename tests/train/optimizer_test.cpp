@@ -212,6 +212,17 @@ TEST(GradNorm, SlotsNormAndClipMatchFloat64) {
   Tensor wide = Tensor::zeros({2}, DType::f64);
   EXPECT_THROW(squared_norm_into(grads[0], wide), Error);
   EXPECT_THROW(clip_by_norm_(kept, norm, 0.0), Error);
+
+  // Newton-Schulz's start: x / (max(|x|, floor) * margin) from the f64 squared norm, with
+  // the bits of the host formula; the floor holds for a zero matrix.
+  Tensor divided = grads[0].clone(), scaled = grads[0].clone();
+  Tensor slot = squares.slice(0, 0, 1).contiguous();
+  divide_by_norm_(divided, slot, 1e-7, 1.01);
+  scale_(scaled, 1.0 / (std::max(std::sqrt(squares.item(0)), 1e-7) * 1.01));
+  EXPECT_EQ(divided.to_doubles(), scaled.to_doubles());
+  Tensor zeros = Tensor::zeros({4}, DType::f32), zero_norm = Tensor::zeros({1}, DType::f64);
+  divide_by_norm_(zeros, zero_norm, 1e-7, 1.01);
+  EXPECT_EQ(zeros.to_doubles(), std::vector<double>(4, 0.0));
 }
 
 }  // namespace

@@ -39,8 +39,10 @@ void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute)
   const Device device = g.device();
   Tensor x = Tensor::empty({rows, cols}, compute, device);
   x.copy_from(g);
-  const double norm = std::sqrt(squared_norm(x));
-  scale_(x, 1.0 / (std::max(norm, 1e-7) * 1.01));
+  // X / (|X| (1 + 1%)) puts every singular value below 1; the norm never leaves the device.
+  Tensor squares = Tensor::empty({1}, DType::f64, device);
+  squared_norm_into(x, squares);
+  divide_by_norm_(x, squares, 1e-7, 1.01);
   Tensor gram = Tensor::empty({side, side}, compute, device), poly = Tensor::empty({side, side}, compute, device);
   Tensor next = Tensor::empty({rows, cols}, compute, device);
   for (int step = 0; step < 5; ++step) {
@@ -111,6 +113,15 @@ void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
   AMBER_CHECK(max_norm > 0, op, ": max_norm must be positive, got ", max_norm);
   AMBER_ON_DEVICE(ops::common_device(op, {&t, &norm}), op, cuda::clip_by_norm_(t, norm, max_norm),
                   cpu::clip_by_norm_(t, norm, max_norm));
+}
+
+void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {
+  const char* op = "divide_by_norm_";
+  require_f64_scalar(squares, op, "the squared norm");
+  require_contiguous(t, op);
+  AMBER_CHECK(floor > 0 && margin > 0, op, ": floor and margin must be positive, got ", floor, " and ", margin);
+  AMBER_ON_DEVICE(ops::common_device(op, {&t, &squares}), op, cuda::divide_by_norm_(t, squares, floor, margin),
+                  cpu::divide_by_norm_(t, squares, floor, margin));
 }
 
 void scale_(Tensor& t, double alpha) { scale_into(t, t, alpha); }

@@ -43,6 +43,10 @@ void norm_from_squares(const Tensor& squares, Tensor& out);
 // `norm` (f64, one element) stays on t's device and the factor is computed there, so
 // clipping never waits for the host to read the norm.
 void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);
+// t *= 1 / (max(sqrt(squares), floor) * margin), with `squares` (f64, one element, on
+// t's device, as squared_norm_into wrote it) read on the device: Newton-Schulz scales
+// its start this way without waiting for the host.
+void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin);
 // t *= alpha.
 void scale_(Tensor& t, double alpha);
 // Whether every element is finite.

@@ -3,6 +3,7 @@
 // and its clip factor from those sums, in index order).
 #include "amber/ops/cpu/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -64,6 +65,10 @@ void norm_from_squares(const Tensor& squares, Tensor& out) {
 void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
   const double n = norm.data<double>()[0];
   if (n > max_norm) scale_into(t, t, max_norm / n);
+}
+
+void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {
+  scale_into(t, t, 1.0 / (std::max(std::sqrt(squares.data<double>()[0]), floor) * margin));
 }
 
 bool all_finite(const Tensor& t) {

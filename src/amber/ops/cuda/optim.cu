@@ -63,6 +63,15 @@ __global__ void clip_kernel(T* x, int64_t n, const double* norm, double max_norm
     x[i] = from_f32<T>(scale * to_f32(x[i]));
 }
 
+// The factor is formed in double from the f64 squared norm, as the host would.
+template <class T>
+__global__ void divide_by_norm_kernel(T* x, int64_t n, const double* squares, double floor, double margin) {
+  const float scale = static_cast<float>(1.0 / (fmax(sqrt(*squares), floor) * margin));
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = from_f32<T>(scale * to_f32(x[i]));
+}
+
 template <class T>
 __global__ void non_finite_kernel(const T* x, int64_t n, int* flag) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -124,6 +133,18 @@ void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
     using T = decltype(tag);
     clip_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
         static_cast<T*>(t.raw()), n, static_cast<const double*>(norm.raw()), max_norm);
+  });
+  check_launch(op, t.shape());
+}
+
+void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {
+  const char* op = "divide_by_norm_";
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  with_element_type(t.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    divide_by_norm_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<T*>(t.raw()), n, static_cast<const double*>(squares.raw()), floor, margin);
   });
   check_launch(op, t.shape());
 }
