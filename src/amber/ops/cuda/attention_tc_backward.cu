@@ -134,8 +134,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
   // Query i sees key j iff j <= i < j + window: queries from the tile's first key to
   // the last key's window end.
   const int query_end = g.window > 0 ? min(t.length, tile_end - 1 + g.window) : t.length;
-  const int query_tiles = (query_end - t.begin + kQueries - 1) / kQueries;
-  const int stages = query_tiles;
+  const int stages = (query_end - t.begin + kQueries - 1) / kQueries;  // one per query tile
   const auto load_stage = [&](int stage) {
     const int buf = stage % 2, qt = t.begin + stage * kQueries;
     async_rows<T, D, kThreads>(a.q, t.doc_start, qt, kQueries, query_end, g.heads, h, sq + buf * F::kQElems);
