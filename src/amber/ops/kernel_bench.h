@@ -32,9 +32,10 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
 // The LM head of issue 5 (linear cross-entropy forward + backward, bf16 operands, f32
 // weight gradient): the chunked op against the naive path that materialises every
 // logit (the same op with one chunk of all tokens), timed in one run, each with the
-// device memory it needs beyond its inputs and outputs.
+// device memory it needs beyond its inputs and outputs; a third row times training's
+// one-pass call (forward and backward from one logits product per chunk).
 struct LmHeadBenchRow {
-  std::string arm;       // "chunked (2048 tokens)" or "naive (all logits)"
+  std::string arm;       // "chunked (2048 tokens)", "naive (...)" or "chunked, one pass (training)"
   double ms = 0;
   double extra_gib = 0;  // peak pool bytes above the inputs/outputs
 };
