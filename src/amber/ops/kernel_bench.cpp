@@ -16,24 +16,6 @@
 namespace amber {
 namespace {
 
-void wait_for(Device device) {
-  if (device.is_cuda()) cuda::synchronize();
-}
-
-// Best of `repeats` timings of fn (after one warm-up call), in milliseconds.
-double best_ms(Device device, int repeats, const std::function<void()>& fn) {
-  fn();
-  wait_for(device);
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    wait_for(device);
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
-}
-
 Tensor random(Shape shape, Device device, uint64_t seed) {
   Tensor t = Tensor::empty(shape, DType::bf16, device);
   fill_normal(t, seed, 0);
@@ -41,6 +23,22 @@ Tensor random(Shape shape, Device device, uint64_t seed) {
 }
 
 }  // namespace
+
+double best_ms(Device device, int repeats, int calls, const std::function<void()>& fn) {
+  const auto wait = [&] {
+    if (device.is_cuda()) cuda::synchronize();
+  };
+  fn();
+  wait();
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int c = 0; c < calls; ++c) fn();
+    wait();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best / calls;
+}
 
 KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64_t tokens, int64_t width,
                                    int repeats) {
@@ -50,7 +48,7 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
   KernelBenchResult result;
   {
     Tensor a = random({tokens, width}, device, 1), b = Tensor::empty({tokens, width}, DType::bf16, device);
-    const double ms = best_ms(device, repeats, [&] { b.copy_from(a); });
+    const double ms = best_ms(device, repeats, 1, [&] { b.copy_from(a); });
     result.copy_tb_per_s = 2.0 * static_cast<double>(a.bytes()) / (ms * 1e-3) / 1e12;
   }
   std::ostringstream shape_text;
@@ -65,15 +63,15 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
     Tensor w = Tensor::full({width}, 1.0, DType::bf16).to(device);
     Tensor y = Tensor::empty(x.shape(), DType::bf16, device), dx = Tensor::empty(x.shape(), DType::bf16, device);
     Tensor rstd = Tensor::empty({tokens}, DType::f32, device), dw = Tensor::zeros({width}, DType::f32, device);
-    add("rmsnorm forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, [&] { rmsnorm_forward(x, w, 1e-6, y, rstd); }));
+    add("rmsnorm forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, 1, [&] { rmsnorm_forward(x, w, 1e-6, y, rstd); }));
     add("rmsnorm backward", 3 * act + 4.0 * tokens,
-        best_ms(device, repeats, [&] { rmsnorm_backward(dy, x, w, rstd, dx, dw); }));
+        best_ms(device, repeats, 1, [&] { rmsnorm_backward(dy, x, w, rstd, dx, dw); }));
   }
   if (name == "all" || name == "swiglu") {
     Tensor gu = random({tokens, 2 * width}, device, 4), dh = random({tokens, width}, device, 5);
     Tensor h = Tensor::empty({tokens, width}, DType::bf16, device), dgu = Tensor::empty(gu.shape(), DType::bf16, device);
-    add("swiglu forward", 3 * act, best_ms(device, repeats, [&] { swiglu_forward(gu, h); }));
-    add("swiglu backward", 5 * act, best_ms(device, repeats, [&] { swiglu_backward(dh, gu, dgu); }));
+    add("swiglu forward", 3 * act, best_ms(device, repeats, 1, [&] { swiglu_forward(gu, h); }));
+    add("swiglu backward", 5 * act, best_ms(device, repeats, 1, [&] { swiglu_backward(dh, gu, dgu); }));
   }
   if (name == "all" || name == "rope") {
     const int64_t head_dim = 128;
@@ -84,8 +82,8 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
     RopeConfig rc;
     rc.head_dim = static_cast<int>(head_dim);
     const RopeTable table(rc);
-    add("rope forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, [&] { rope_forward(x, seq.positions, table, y); }));
-    add("rope backward", 2 * act + 4.0 * tokens, best_ms(device, repeats, [&] { rope_backward(x, seq.positions, table, y); }));
+    add("rope forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, 1, [&] { rope_forward(x, seq.positions, table, y); }));
+    add("rope backward", 2 * act + 4.0 * tokens, best_ms(device, repeats, 1, [&] { rope_backward(x, seq.positions, table, y); }));
   }
   return result;
 }
@@ -124,7 +122,7 @@ std::vector<LmHeadBenchRow> run_lm_head_bench(Device device, int64_t tokens, int
     step();
     cuda::synchronize();
     const double extra = static_cast<double>(cuda::pool_peak_bytes(device.index) - held) / (1u << 30);
-    rows.push_back({arm, best_ms(device, repeats, step), extra});
+    rows.push_back({arm, best_ms(device, repeats, 1, step), extra});
   };
   measure("chunked (" + std::to_string(chunk_tokens) + " tokens)", chunk_tokens, false);
   measure("naive (all " + std::to_string(tokens) + " tokens' logits)", tokens, false);

@@ -3,6 +3,7 @@
 // copy bandwidth (both measured in the same run).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ struct KernelBenchResult {
   double copy_tb_per_s = 0;  // device-to-device copy, bytes read + written
   std::vector<KernelBenchRow> rows;
 };
+
+// Milliseconds per call of fn: one warm-up call, then the best of `repeats` timings of
+// `calls` back-to-back calls, each closed by a device synchronisation.
+double best_ms(Device device, int repeats, int calls, const std::function<void()>& fn);
 
 // `name`: rmsnorm, swiglu, rope or all. tokens x width is the activation shape
 // (width = 2048 at 65536 tokens in issue 5's acceptance).

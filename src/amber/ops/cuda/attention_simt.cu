@@ -102,14 +102,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-template <class T>
-struct ForwardArgs {
-  const T *q, *k, *v;
-  const float* sinks;  // [heads] or null
-  T* out;
-  float* lse;
-};
-
 // One block per (query tile, head). Key tiles run from the tile holding the first key
 // the tile's first row may see (window) to the tile's last row (causal): tiles that are
 // wholly masked are never loaded.

@@ -44,6 +44,21 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[K / 16][4], const T* rows) 
   for (int kk = 0; kk < K / 16; ++kk) ldmatrix_x4(a[kk], rows + (lane % 16) * S + kk * 16 + (lane / 16) * 8);
 }
 
+// The top of a pipeline step: starts copying stage + 1 (when there is one) into the
+// other buffer, waits for this stage's copies, and a barrier makes them visible to
+// every warp. load_stage(i) issues the cp.async copies of stage i.
+template <class Load>
+__device__ __forceinline__ void next_stage(int stage, int stages, const Load& load_stage) {
+  if (stage + 1 < stages) {
+    load_stage(stage + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 // acc[n / 8][4] += A[:, 16kk .. 16kk+15] B[:, same]^T for the warp: a is that 16x16
 // slice of A as a fragment, B is N rows row-major in shared memory with stride S.
 template <class T, int N, int S>
@@ -142,6 +157,19 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const F
         *reinterpret_cast<uint32_t*>(row + f.col(dt, 0)) = pack2<T>(lo, hi);
     }
   }
+}
+
+// Calls fn.template operator()<T, D>() for q's element type (bf16 or f16) and head dim
+// (64 or 128); `supports` has admitted the pair.
+template <class Fn>
+void with_types(const Tensor& q, const char* op, Fn&& fn) {
+  const auto by_dim = [&]<class T>() {
+    if (q.size(2) == 64) fn.template operator()<T, 64>();
+    else fn.template operator()<T, 128>();
+  };
+  if (q.dtype() == DType::bf16) by_dim.template operator()<__nv_bfloat16>();
+  else if (q.dtype() == DType::f16) by_dim.template operator()<__half>();
+  else fail(op, ": the tensor-core path takes bf16 or f16, got ", dtype_name(q.dtype()));
 }
 
 }  // namespace amber::cuda::tensor_core

@@ -66,14 +66,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Layout g, BackwardArgs<T> 
   float dq[D / 8][4] = {};
   uint32_t qa[D / 16][4], da[D / 16][4];  // this warp's q and dout, read once
   for (int stage = 0; stage < stages; ++stage) {
-    if (stage + 1 < stages) {
-      load_stage(stage + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_stage(stage, stages, load_stage);
     if (stage == 0) {
       load_a<T, D, S>(qa, sq + warp * 16 * S);
       load_a<T, D, S>(da, sdo + warp * 16 * S);
@@ -157,14 +150,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
   constexpr bool kHoldKV = D == 64;
   uint32_t ka[kHoldKV ? D / 16 : 1][4], va[kHoldKV ? D / 16 : 1][4];
   for (int stage = 0; stage < stages; ++stage) {
-    if (stage + 1 < stages) {
-      load_stage(stage + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_stage(stage, stages, load_stage);
     const int qt = t.begin + stage * kQueries, buf = stage % 2;
     const T* q_tile = sq + buf * F::kQElems;
     const T* do_tile = sdo + buf * F::kQElems;
@@ -230,23 +216,13 @@ __global__ void sum_group_kernel(const float* heads_part, int64_t tokens, int he
   }
 }
 
-template <class Fn>
-void with_types(const Tensor& q, Fn&& fn) {
-  const auto by_dim = [&]<class T>() {
-    if (q.size(2) == 64) fn.template operator()<T, 64>();
-    else fn.template operator()<T, 128>();
-  };
-  if (q.dtype() == DType::bf16) by_dim.template operator()<__nv_bfloat16>();
-  else by_dim.template operator()<__half>();
-}
-
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
               const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
               Tensor& dv) {
   const char* op = "attention_backward";
-  with_types(q, [&]<class T, int D>() {
+  with_types(q, op, [&]<class T, int D>() {
     const int64_t tokens = q.size(0);
     const bool grouped = g.heads != g.kv_heads;
     Tensor dk_heads, dv_heads;

@@ -19,14 +19,6 @@ struct ForwardShape {
   static constexpr int kSmemElems = kQElems + 4 * kKVElems;  // q, then k[2], v[2]
 };
 
-template <class T>
-struct ForwardArgs {
-  const T *q, *k, *v;
-  const float* sinks;  // [heads] or null
-  T* out;
-  float* lse;
-};
-
 template <class T, int D>
 __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
     forward_kernel(Layout g, ForwardArgs<T> a) {
@@ -61,14 +53,7 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
   }
   uint32_t qa[D / 16][4];  // this warp's queries, read from shared memory once
   for (int stage = 0; stage < stages; ++stage) {
-    if (stage + 1 < stages) {
-      load_stage(stage + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_stage(stage, stages, load_stage);
     if (stage == 0) load_a<T, D, S>(qa, sq + warp * 16 * S);
     const int kt = key_begin + stage * kKeys, buf = stage % 2;
     float s[kKeys / 8][4] = {};
@@ -122,17 +107,6 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
   store_rows<T, D>(o, f, 1.0f, tile_end, t.doc_start, g.heads, h, a.out);
-}
-
-template <class Fn>
-void with_types(const Tensor& q, const char* op, Fn&& fn) {
-  const auto by_dim = [&]<class T>() {
-    if (q.size(2) == 64) fn.template operator()<T, 64>();
-    else fn.template operator()<T, 128>();
-  };
-  if (q.dtype() == DType::bf16) by_dim.template operator()<__nv_bfloat16>();
-  else if (q.dtype() == DType::f16) by_dim.template operator()<__half>();
-  else fail(op, ": the tensor-core path takes bf16 or f16, got ", dtype_name(q.dtype()));
 }
 
 }  // namespace

@@ -53,6 +53,15 @@ __device__ __forceinline__ int first_key(int i, int window) {
   return window > 0 ? max(0, i - window + 1) : 0;
 }
 
+// The forward kernels' pointers, in either family.
+template <class T>
+struct ForwardArgs {
+  const T *q, *k, *v;
+  const float* sinks;  // [heads] or null
+  T* out;
+  float* lse;
+};
+
 // Blocks of (document, tile) slots by `heads`, checked against the grid limits.
 dim3 attention_grid(const Layout& g, int rows, int heads, const char* op);
 
