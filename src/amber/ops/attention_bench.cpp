@@ -1,40 +1,20 @@
 #include "amber/ops/attention_bench.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 
 #include <nlohmann/json.hpp>
 
-#include "amber/core/cuda_runtime.h"
 #include "amber/core/random.h"
 #include "amber/core/seq_info.h"
 #include "amber/ops/attention.h"
+#include "amber/ops/kernel_bench.h"
 
 namespace amber {
 namespace {
-
-// Best of `repeats` timings of `calls` back-to-back calls (after a warm-up), ms per call.
-double best_ms(Device device, int repeats, const std::function<void()>& fn) {
-  const auto wait = [&] {
-    if (device.is_cuda()) cuda::synchronize();
-  };
-  constexpr int calls = 5;
-  fn();
-  wait();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int c = 0; c < calls; ++c) fn();
-    wait();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best / calls;
-}
 
 double relative_error(const Tensor& got, const Tensor& ref) {
   const std::vector<double> a = got.to_doubles(), b = ref.to_doubles();
@@ -63,14 +43,29 @@ Tensor head_slice(const Tensor& t, int64_t tokens, int64_t heads) {
   return t.to(Device::cpu()).slice(0, 0, tokens).slice(1, 0, heads).contiguous().to(DType::f64);
 }
 
-void save_inputs(const std::string& dir, const AttentionBenchShape& shape,
-                 std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
-  std::filesystem::create_directories(dir);
+Tensor poisoned(const Shape& shape, DType dtype, Device device) {
+  return Tensor::full(shape, NAN, dtype).to(device);
+}
+
+}  // namespace
+
+void save_attention_inputs(const std::string& dir, const AttentionBenchShape& shape, const Tensor& q,
+                           const Tensor& k, const Tensor& v, const Tensor& dout) {
+  for (const Tensor* t : {&q, &k, &v, &dout})
+    AMBER_CHECK(t->dtype() == DType::bf16, "save_attention_inputs: the files hold bf16, got ",
+                dtype_name(t->dtype()), " ", t->shape());
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  AMBER_CHECK(!made, "bench kernel attention: cannot create --inputs-dir '", dir, "': ", made.message());
   const std::filesystem::path base = std::filesystem::path(dir) / shape.name;
   const nlohmann::json geometry = {{"lengths", shape.lengths},     {"heads", shape.heads},
                                    {"kv_heads", shape.kv_heads},   {"head_dim", shape.head_dim},
                                    {"window", shape.window}};
-  std::ofstream(base.string() + ".json") << geometry.dump() << "\n";
+  std::ofstream json(base.string() + ".json");
+  json << geometry.dump() << "\n";
+  AMBER_CHECK(json.good(), "bench kernel attention: cannot write ", base.string(),
+              ".json; check that --inputs-dir is writable");
+  const std::pair<const char*, const Tensor*> tensors[] = {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}};
   for (const auto& [name, t] : tensors) {
     const Tensor host = t->to(Device::cpu());
     std::ofstream out(base.string() + "." + name + ".bf16", std::ios::binary);
@@ -79,12 +74,6 @@ void save_inputs(const std::string& dir, const AttentionBenchShape& shape,
                 ".bf16; check that --inputs-dir is writable");
   }
 }
-
-Tensor poisoned(const Shape& shape, DType dtype, Device device) {
-  return Tensor::full(shape, NAN, dtype).to(device);
-}
-
-}  // namespace
 
 std::vector<int32_t> spread_lengths(int64_t tokens, int lo, int hi) {
   std::vector<int32_t> lengths;
@@ -133,7 +122,7 @@ AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device d
   };
   const Tensor q = random({t, h, d}, 1), k = random({t, kvh, d}, 2), v = random({t, kvh, d}, 3);
   const Tensor dout = random({t, h, d}, 4);
-  if (!inputs_dir.empty()) save_inputs(inputs_dir, shape, {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}});
+  if (!inputs_dir.empty()) save_attention_inputs(inputs_dir, shape, q, k, v, dout);
   AttentionOptions options;
   options.window = shape.window;
   Tensor out = poisoned(q.shape(), dt, device), lse = poisoned({t, h}, DType::f32, device);
@@ -165,8 +154,8 @@ AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device d
   row.error_dv = relative_error(head_slice(dv, n, 1), rdv);
 
   const double flops = attention_forward_flops(shape);
-  row.forward_ms = best_ms(device, repeats, forward);
-  row.backward_ms = best_ms(device, repeats, backward);
+  row.forward_ms = best_ms(device, repeats, 5, forward);
+  row.backward_ms = best_ms(device, repeats, 5, backward);
   row.forward_tflops = flops / (row.forward_ms * 1e-3) / 1e12;
   row.total_tflops = 3.5 * flops / ((row.forward_ms + row.backward_ms) * 1e-3) / 1e12;
   return row;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amber/core/device.h"
+#include "amber/core/tensor.h"
 
 namespace amber {
 
@@ -38,9 +39,13 @@ std::vector<AttentionBenchShape> attention_bench_shapes(const std::string& which
 // counts 2.5x this), per document, with the window.
 double attention_forward_flops(const AttentionBenchShape& shape);
 
-// With `inputs_dir`, the shape's bf16 inputs are also written there (<name>.json with the
-// geometry, <name>.{q,k,v,dout}.bf16 raw little-endian) so that
-// bench/compare/attention_torch.py --inputs-dir measures PyTorch's error on the same inputs.
+// Writes a shape's inputs for bench/compare/attention_torch.py --inputs-dir, which then
+// measures PyTorch's error on the same inputs: <dir>/<name>.json (lengths, heads,
+// kv_heads, head_dim, window) and <dir>/<name>.{q,k,v,dout}.bf16, raw little-endian.
+void save_attention_inputs(const std::string& dir, const AttentionBenchShape& shape, const Tensor& q,
+                           const Tensor& k, const Tensor& v, const Tensor& dout);
+
+// With `inputs_dir`, the shape's bf16 inputs are also saved there (save_attention_inputs).
 AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats,
                                       const std::string& inputs_dir);
 

@@ -1,0 +1,60 @@
+// Device names as configs and the CLI spell them, and the per-op GPU profiler's
+// contract (core/op_profile.h).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "amber/core/device.h"
+#include "amber/core/error.h"
+#include "amber/core/op_profile.h"
+#include "amber/core/tensor.h"
+#include "amber/ops/elementwise.h"
+
+namespace amber {
+namespace {
+
+TEST(Device, NamesParse) {
+  EXPECT_EQ(device_from_name("cpu"), Device::cpu());
+  EXPECT_EQ(device_from_name("cuda"), Device::cuda(0));
+  EXPECT_EQ(device_from_name("cuda:3"), Device::cuda(3));
+  // auto: the first GPU when one is visible, else the CPU.
+  EXPECT_EQ(device_from_name("auto"), cuda_available() ? Device::cuda(0) : Device::cpu());
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", ""}) {
+    try {
+      device_from_name(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("auto, cpu, cuda or cuda:N"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// CPU ops are never timed, and a report turns profiling off.
+TEST(OpProfile, CpuOpsAreNotRecordedAndReportStops) {
+  profile::start();
+  EXPECT_TRUE(profile::active());
+  Tensor x = Tensor::full({8}, 1.0, DType::f32);
+  add_scaled(x, x, 2.0);
+  EXPECT_TRUE(profile::report().empty());
+  EXPECT_FALSE(profile::active());
+}
+
+// GPU ops each get one row (nested entry points count once, in the outer op), with
+// their time summed over calls.
+TEST(OpProfileGpu, GpuOpsAreRecordedByName) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor x = Tensor::full({1 << 20}, 1.0, DType::f32).to(Device::cuda());
+  profile::start();
+  for (int i = 0; i < 3; ++i) add_scaled(x, x, 0.5);
+  scale_into(x, x, 2.0);
+  const auto rows = profile::report();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& [op, ms] : rows) {
+    EXPECT_TRUE(op == "add_scaled" || op == "scale_into") << op;
+    EXPECT_GT(ms, 0.0) << op;
+  }
+  EXPECT_FALSE(profile::active());
+}
+
+}  // namespace
+}  // namespace amber
