@@ -49,11 +49,14 @@ void run(BenchArgs& a) {
               << 100 * ms / r.step_ms << "% |\n";
 }
 
-void print_attention_bench(const std::string& which, Device device, int repeats, const std::string& inputs_dir) {
+void print_attention_bench(const std::string& which, Device device, int repeats, const std::string& inputs_dir,
+                           bool portable) {
+  std::cout << "amber attention, " << (portable ? "portable mma.sync kernels" : "fastest kernels for this card")
+            << "\n";
   std::cout << "| shape | heads, documents | error out / dq / dk / dv vs f64 | repeat | forward ms | forward "
                "TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|\n";
   for (const AttentionBenchShape& shape : attention_bench_shapes(which)) {
-    const AttentionBenchRow r = run_attention_bench(shape, device, repeats, inputs_dir);
+    const AttentionBenchRow r = run_attention_bench(shape, device, repeats, inputs_dir, portable);
     std::cout << std::scientific << std::setprecision(1) << "| " << shape.name << " | " << shape.summary << " | "
               << r.error_out << " / " << r.error_dq << " / " << r.error_dk << " / " << r.error_dv << " | "
               << (r.repeat_identical ? "identical" : "DIFFERS")
@@ -95,6 +98,7 @@ void add_bench_command(CLI::App& app) {
     int repeats = 20;
     std::string shape = "all";
     std::string inputs_dir;
+    bool portable = false;
     int64_t vocab = 65536, dim = 1280, chunk = 2048;
   };
   auto k = std::make_shared<KernelArgs>();
@@ -112,12 +116,14 @@ void add_bench_command(CLI::App& app) {
   kernel->add_option("--inputs-dir", k->inputs_dir,
                      "attention only: also write each shape's bf16 inputs here, for "
                      "bench/compare/attention_torch.py --inputs-dir (PyTorch's error on the same inputs)");
+  kernel->add_flag("--portable", k->portable,
+                   "attention only: the portable mma.sync kernels even on a Hopper card (to compare the paths)");
   kernel->add_option("--vocab", k->vocab, "lmhead only: vocabulary size")->capture_default_str();
   kernel->add_option("--dim", k->dim, "lmhead only: model width")->capture_default_str();
   kernel->add_option("--chunk", k->chunk, "lmhead only: tokens per logits chunk")->capture_default_str();
   kernel->callback([k] {
     if (k->name == "attention")
-      return print_attention_bench(k->shape, device_from_name(k->device), k->repeats, k->inputs_dir);
+      return print_attention_bench(k->shape, device_from_name(k->device), k->repeats, k->inputs_dir, k->portable);
     if (k->name == "lmhead") {
       const int64_t tokens = k->tokens > 0 ? k->tokens : 16384;
       const auto rows = run_lm_head_bench(device_from_name(k->device), tokens, k->vocab, k->dim, k->chunk, k->repeats);

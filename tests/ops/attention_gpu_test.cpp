@@ -142,11 +142,15 @@ void judge(const std::string& what, DType dt, bool narrow_output, const Tensor& 
   }
 }
 
+// Each dtype on the fastest kernels for this card and, for bf16/f16, again on the
+// portable mma.sync kernels (the same on a card without the Hopper path).
 void check_case(const Case& c, uint64_t seed) {
   const Inputs wide = make_inputs(c, seed);
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
-    const Inputs in = cast(wide, dt);
+  for (const auto& [dt, portable] : {std::pair{DType::f32, false}, {DType::bf16, false}, {DType::bf16, true},
+                                     {DType::f16, false}, {DType::f16, true}}) {
+    SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + (portable ? " portable" : ""));
+    Inputs in = cast(wide, dt);
+    in.options.portable_kernels = portable;
     const Results ref = run(cast(in, DType::f64), Device::cpu());  // the rounded inputs, in f64
     const Results cpu = run(in, Device::cpu());
     const Results gpu = run(in, Device::cuda());

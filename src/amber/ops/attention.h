@@ -24,6 +24,9 @@ namespace amber {
 struct AttentionOptions {
   double softmax_scale = 0.0;  // 0: head_dim^-0.5
   int window = 0;              // 0: unlimited; w: keys i-w+1 .. i
+  // CUDA: the portable mma.sync kernels even where the Hopper path exists (to compare
+  // the two and to test both on one card). The CPU ignores it.
+  bool portable_kernels = false;
 };
 
 // `sinks` is [H] or undefined (no sinks).

@@ -109,7 +109,7 @@ double attention_forward_flops(const AttentionBenchShape& shape) {
 }
 
 AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats,
-                                      const std::string& inputs_dir) {
+                                      const std::string& inputs_dir, bool portable) {
   AttentionBenchRow row;
   row.shape = shape;
   const SeqInfo seq = SeqInfo::from_lengths(shape.lengths, device);
@@ -125,6 +125,7 @@ AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device d
   if (!inputs_dir.empty()) save_attention_inputs(inputs_dir, shape, q, k, v, dout);
   AttentionOptions options;
   options.window = shape.window;
+  options.portable_kernels = portable;
   Tensor out = poisoned(q.shape(), dt, device), lse = poisoned({t, h}, DType::f32, device);
   Tensor dq = poisoned(q.shape(), dt, device), dk = poisoned(k.shape(), dt, device);
   Tensor dv = poisoned(v.shape(), dt, device), none;

@@ -45,8 +45,9 @@ double attention_forward_flops(const AttentionBenchShape& shape);
 void save_attention_inputs(const std::string& dir, const AttentionBenchShape& shape, const Tensor& q,
                            const Tensor& k, const Tensor& v, const Tensor& dout);
 
-// With `inputs_dir`, the shape's bf16 inputs are also saved there (save_attention_inputs).
+// With `inputs_dir`, the shape's bf16 inputs are also saved there (save_attention_inputs);
+// `portable` runs the mma.sync kernels even where the Hopper path exists.
 AttentionBenchRow run_attention_bench(const AttentionBenchShape& shape, Device device, int repeats,
-                                      const std::string& inputs_dir);
+                                      const std::string& inputs_dir, bool portable);
 
 }  // namespace amber

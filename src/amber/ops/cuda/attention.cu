@@ -98,7 +98,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (seq.total_tokens == 0) return;
   const Layout g = layout_of(q, k, seq, options, op);
   const Tensor sinks32 = sinks_f32(sinks, op);
-  if (tensor_core::supports(q.dtype(), q.size(2)))
+  if (!options.portable_kernels && hopper::supports(q))
+    hopper::forward(q, k, v, g, f32_or_null(sinks32), out, lse);
+  else if (tensor_core::supports(q.dtype(), q.size(2)))
     tensor_core::forward(q, k, v, g, f32_or_null(sinks32), out, lse);
   else
     simt::forward(q, k, v, g, f32_or_null(sinks32), out, lse);

@@ -1,6 +1,7 @@
 // What every CUDA attention kernel shares: the geometry of one call, the map from a
 // block to its (document, tile), the visibility rule, and the launchers of the two
-// kernel families (fp32 SIMT tiles; tensor-core mma.sync tiles for bf16/f16).
+// kernel families (fp32 SIMT tiles; tensor-core mma.sync tiles for bf16/f16) and of
+// the Hopper path.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -86,5 +87,12 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
               const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
               Tensor& dv);
 }  // namespace tensor_core
+
+// The Hopper path (sm_90a builds on a compute capability 9 device): TMA and wgmma.
+namespace hopper {
+bool supports(const Tensor& q);
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
+             const float* sinks, Tensor& out, Tensor& lse);
+}  // namespace hopper
 
 }  // namespace amber::cuda

@@ -1,0 +1,218 @@
+// Hopper attention forward (sm_90a; bf16/f16, head_dim 64 and 128). A block owns 128
+// query rows of one head: one producer warpgroup whose single thread issues TMA copies
+// of Q and of a two-stage ring of 128-key K/V tiles, each completing on an mbarrier,
+// and two consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma from
+// shared memory, run the online softmax in registers (log2 domain, fp32), and add
+// P V with P fed to wgmma from registers. Consumers hand a stage back by arriving on
+// its "empty" barrier; masks are applied only on tiles at the diagonal or the window's
+// edge. Keys past a document's end belong to the next document (or are TMA's zeros)
+// and are always masked; their V rows meet a zero probability.
+#include "amber/ops/cuda/attention_tc.cuh"
+#include "amber/ops/cuda/tensor_map.h"
+#include "amber/ops/cuda/wgmma.cuh"
+
+namespace amber::cuda::hopper {
+namespace {
+
+using tensor_core::Fragment;
+using tensor_core::kLn2;
+using tensor_core::kLog2e;
+using tensor_core::quad_max;
+using tensor_core::quad_sum;
+
+template <int D>
+struct ForwardShape {
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
+  static constexpr int kRows = 64 * kConsumers, kKeys = 128, kStages = 2;
+  static constexpr int kPanels = D / 64;  // 64-element column panels of one row
+  static constexpr int kQBytes = kRows * D * 2, kKVBytes = kKeys * D * 2;
+  static constexpr int kQPanelBytes = kRows * 128, kKVPanelBytes = kKeys * 128;
+  // q, k[stages], v[stages], then the barriers; +1024 to align the tiles.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 64 + 1024;
+};
+
+struct Maps {
+  CUtensorMap q, k, v;
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(ForwardShape<D>::kThreads, 1)
+    forward_kernel(const __grid_constant__ Maps maps, Layout g, ForwardArgs<T> a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using F = ForwardShape<D>;
+  constexpr int kKeys = F::kKeys;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* sq = base;
+  uint8_t* sk = sq + F::kQBytes;
+  uint8_t* sv = sk + F::kStages * F::kKVBytes;
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(sv + F::kStages * F::kKVBytes);
+  uint64_t* full = q_full + 1;               // [kStages]: K/V landed
+  uint64_t* empty = full + F::kStages;       // [kStages]: consumers are done with it
+  TileRange t;
+  if (!tile_of(g, F::kRows, true, t)) return;
+  const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
+  const int group = threadIdx.x / 128;  // 0: producer, 1..: consumers
+  const int tile_end = t.begin + t.rows;
+  const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
+  const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
+  if (threadIdx.x == 0) {
+    barrier_init(q_full, 1);
+    for (int s = 0; s < F::kStages; ++s) {
+      barrier_init(&full[s], 1);
+      barrier_init(&empty[s], 4 * F::kConsumers);  // one arrival per consumer warp
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (group == 0) {
+    release_registers<40>();
+    if (threadIdx.x != 0) return;
+    const int row0 = static_cast<int>(t.doc_start);
+    barrier_expect(q_full, F::kQBytes);
+    for (int p = 0; p < F::kPanels; ++p)
+      tma_load(sq + p * F::kQPanelBytes, maps.q, h * D + p * 64, row0 + t.begin, q_full);
+    for (int stage = 0; stage < stages; ++stage) {
+      const int buf = stage % F::kStages, kt = key_begin + stage * kKeys;
+      if (stage >= F::kStages) barrier_wait(&empty[buf], (stage / F::kStages - 1) & 1);
+      barrier_expect(&full[buf], 2 * F::kKVBytes);
+      for (int p = 0; p < F::kPanels; ++p) {
+        tma_load(sk + buf * F::kKVBytes + p * F::kKVPanelBytes, maps.k, kvh * D + p * 64, row0 + kt, &full[buf]);
+        tma_load(sv + buf * F::kKVBytes + p * F::kKVPanelBytes, maps.v, kvh * D + p * 64, row0 + kt, &full[buf]);
+      }
+    }
+    return;
+  }
+
+  claim_registers<232>();
+  const int consumer = group - 1, warp = (threadIdx.x / 32) % 4;
+  const int rows_begin = t.begin + 64 * consumer;  // this warpgroup's 64 rows
+  const int rows_end = min(rows_begin + 64, tile_end);
+  const Fragment f0{rows_begin + 16 * warp, 0};
+  const float scale_log2 = g.scale * kLog2e;
+  // The sink is a key of logit s_h seen first: (max, sum) start at (s_h, 1), the sum
+  // counted once per row (by the quad's first lane), and its zero value adds nothing.
+  float m[2], l[2], o[D / 8][4] = {};
+  for (int r = 0; r < 2; ++r) {
+    m[r] = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
+    l[r] = a.sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
+  }
+  const uint8_t* my_q = sq + consumer * 64 * 128;  // 64 rows into each panel
+  barrier_wait(q_full, 0);
+  for (int stage = 0; stage < stages; ++stage) {
+    const int buf = stage % F::kStages, kt = key_begin + stage * kKeys;
+    const bool needed = rows_begin < rows_end && kt < rows_end &&
+                        (g.window == 0 || kt + kKeys - 1 >= first_key(rows_begin, g.window));
+    barrier_wait(&full[buf], (stage / F::kStages) & 1);
+    if (needed) {
+      const uint8_t* k_tile = sk + buf * F::kKVBytes;
+      const uint8_t* v_tile = sv + buf * F::kKVBytes;
+      float s[kKeys / 8][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int panel = kk / 4, within = (kk % 4) * 32;
+        mma_ss<T, kKeys, 0>(s, sw128_desc(my_q + panel * F::kQPanelBytes + within, 16, 1024),
+                            sw128_desc(k_tile + panel * F::kKVPanelBytes + within, 16, 1024), kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      pin(s);
+      const Fragment f{f0.row0, kt};
+      const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
+      if (edge) {
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!visible(f.row(e), f.col(nt, e), g.window)) s[nt][e] = -INFINITY;
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
+        // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
+        // exp2 = 0 instead of NaN.
+        const float ref = m_new == -INFINITY ? 0.0f : m_new;
+        const float rescale = exp2f(m[r] - ref);
+        m[r] = m_new;
+        l[r] *= rescale;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale, o[dt][2 * r + 1] *= rescale;
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 2 * r; e < 2 * r + 2; ++e) {
+            s[nt][e] = exp2f(s[nt][e] * scale_log2 - ref);
+            l[r] += s[nt][e];
+          }
+      }
+      uint32_t p[kKeys / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) accumulators_to_a<T>(s[2 * kk], s[2 * kk + 1], p[kk]);
+      pin(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk)
+        mma_rs<T, D, 1>(o, p[kk], sw128_desc(v_tile + kk * 16 * 128, F::kKVPanelBytes, 1024), true);
+      wgmma_commit();
+      wgmma_wait<0>();
+      pin(o);
+    }
+    if (threadIdx.x % 32 == 0) barrier_arrive(&empty[buf]);
+  }
+  if (rows_begin >= rows_end) return;
+  float inv[2];
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    inv[r] = 1.0f / l[r];
+    const int i = f0.row(2 * r);
+    if (i < tile_end && threadIdx.x % 4 == 0) a.lse[(t.doc_start + i) * g.heads + h] = (m[r] + log2f(l[r])) * kLn2;
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
+  tensor_core::store_rows<T, D>(o, f0, 1.0f, tile_end, t.doc_start, g.heads, h, a.out);
+#endif
+}
+
+}  // namespace
+
+bool supports(const Tensor& q) {
+#if defined(AMBER_HOPPER_KERNELS)
+  if (!tensor_core::supports(q.dtype(), q.size(2))) return false;
+  static const bool hopper = [] {
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
+  }();
+  return hopper;
+#else
+  return false;
+#endif
+}
+
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g, const float* sinks, Tensor& out,
+             Tensor& lse) {
+  const char* op = "attention_forward";
+  tensor_core::with_types(q, op, [&]<class T, int D>() {
+    using F = ForwardShape<D>;
+    const Maps maps{swizzled_rows_map(q, F::kRows, op), swizzled_rows_map(k, F::kKeys, op),
+                    swizzled_rows_map(v, F::kKeys, op)};
+    allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), F::kSmemBytes, op);
+    forward_kernel<T, D><<<attention_grid(g, F::kRows, g.heads, op), F::kThreads, F::kSmemBytes,
+                           cudaStreamPerThread>>>(
+        maps, g,
+        ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
+                       static_cast<const T*>(v.raw()), sinks, static_cast<T*>(out.raw()),
+                       static_cast<float*>(lse.raw())});
+  });
+  check_launch(op, q.shape());
+}
+
+}  // namespace amber::cuda::hopper
