@@ -1,6 +1,7 @@
 // The CUDA attention entry points: they check the geometry, widen the sinks, compute
 // the backward's row statistic delta and the sink gradient, and hand the tiles to the
-// tensor-core kernels (bf16/f16, head_dim 64 and 128) or to the fp32 SIMT kernels.
+// Hopper kernels (sm_90a on compute capability 9), the portable tensor-core kernels
+// (bf16/f16, head_dim 64 and 128) or the fp32 SIMT kernels.
 #include <cmath>
 
 #include "amber/ops/cuda/attention.h"
@@ -123,7 +124,9 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
         static_cast<int>(q.size(2)), static_cast<float*>(delta.raw()));
   });
   check_launch(op, q.shape());
-  if (tensor_core::supports(q.dtype(), q.size(2)))
+  if (!options.portable_kernels && hopper::supports(q))
+    hopper::backward(dout, q, k, v, lse, delta, g, dq, dk, dv);
+  else if (tensor_core::supports(q.dtype(), q.size(2)))
     tensor_core::backward(dout, q, k, v, lse, delta, g, dq, dk, dv);
   else
     simt::backward(dout, q, k, v, lse, delta, g, dq, dk, dv);

@@ -7,9 +7,7 @@
 // its "empty" barrier; masks are applied only on tiles at the diagonal or the window's
 // edge. Keys past a document's end belong to the next document (or are TMA's zeros)
 // and are always masked; their V rows meet a zero probability.
-#include "amber/ops/cuda/attention_tc.cuh"
-#include "amber/ops/cuda/tensor_map.h"
-#include "amber/ops/cuda/wgmma.cuh"
+#include "amber/ops/cuda/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
 namespace {
@@ -20,69 +18,27 @@ using tensor_core::kLog2e;
 using tensor_core::quad_max;
 using tensor_core::quad_sum;
 
-template <int D>
-struct ForwardShape {
-  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
-  static constexpr int kRows = 64 * kConsumers, kKeys = 128, kStages = 2;
-  static constexpr int kPanels = D / 64;  // 64-element column panels of one row
-  static constexpr int kQBytes = kRows * D * 2, kKVBytes = kKeys * D * 2;
-  static constexpr int kQPanelBytes = kRows * 128, kKVPanelBytes = kKeys * 128;
-  // q, k[stages], v[stages], then the barriers; +1024 to align the tiles.
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 64 + 1024;
-};
-
-struct Maps {
-  CUtensorMap q, k, v;
-};
+constexpr int kKeys = 128;  // keys per streamed stage
 
 template <class T, int D>
-__global__ void __launch_bounds__(ForwardShape<D>::kThreads, 1)
-    forward_kernel(const __grid_constant__ Maps maps, Layout g, ForwardArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Maps maps, Layout g,
+                                                              ForwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using F = ForwardShape<D>;
-  constexpr int kKeys = F::kKeys;
+  using R = Ring<D, 1, kKeys>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  uint8_t* sq = base;
-  uint8_t* sk = sq + F::kQBytes;
-  uint8_t* sv = sk + F::kStages * F::kKVBytes;
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(sv + F::kStages * F::kKVBytes);
-  uint64_t* full = q_full + 1;               // [kStages]: K/V landed
-  uint64_t* empty = full + F::kStages;       // [kStages]: consumers are done with it
+  const R ring(smem_raw);
   TileRange t;
-  if (!tile_of(g, F::kRows, true, t)) return;
+  if (!tile_of(g, kOwnRows, true, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
   const int group = threadIdx.x / 128;  // 0: producer, 1..: consumers
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
-  if (threadIdx.x == 0) {
-    barrier_init(q_full, 1);
-    for (int s = 0; s < F::kStages; ++s) {
-      barrier_init(&full[s], 1);
-      barrier_init(&empty[s], 4 * F::kConsumers);  // one arrival per consumer warp
-    }
-    barrier_init_fence();
-  }
-  __syncthreads();
-
+  ring.init(0);
   if (group == 0) {
     release_registers<40>();
-    if (threadIdx.x != 0) return;
     const int row0 = static_cast<int>(t.doc_start);
-    barrier_expect(q_full, F::kQBytes);
-    for (int p = 0; p < F::kPanels; ++p)
-      tma_load(sq + p * F::kQPanelBytes, maps.q, h * D + p * 64, row0 + t.begin, q_full);
-    for (int stage = 0; stage < stages; ++stage) {
-      const int buf = stage % F::kStages, kt = key_begin + stage * kKeys;
-      if (stage >= F::kStages) barrier_wait(&empty[buf], (stage / F::kStages - 1) & 1);
-      barrier_expect(&full[buf], 2 * F::kKVBytes);
-      for (int p = 0; p < F::kPanels; ++p) {
-        tma_load(sk + buf * F::kKVBytes + p * F::kKVPanelBytes, maps.k, kvh * D + p * 64, row0 + kt, &full[buf]);
-        tma_load(sv + buf * F::kKVBytes + p * F::kKVPanelBytes, maps.v, kvh * D + p * 64, row0 + kt, &full[buf]);
-      }
-    }
+    if (threadIdx.x == 0) ring.produce(maps, h, row0 + t.begin, kvh, row0 + key_begin, stages);
     return;
   }
 
@@ -99,27 +55,17 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads, 1)
     m[r] = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
     l[r] = a.sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
   }
-  const uint8_t* my_q = sq + consumer * 64 * 128;  // 64 rows into each panel
-  barrier_wait(q_full, 0);
+  const uint8_t* my_q = ring.own(0) + consumer * 64 * 128;  // 64 rows into each panel
+  barrier_wait(ring.own_full(), 0);
   for (int stage = 0; stage < stages; ++stage) {
-    const int buf = stage % F::kStages, kt = key_begin + stage * kKeys;
+    const int kt = key_begin + stage * kKeys;
     const bool needed = rows_begin < rows_end && kt < rows_end &&
                         (g.window == 0 || kt + kKeys - 1 >= first_key(rows_begin, g.window));
-    barrier_wait(&full[buf], (stage / F::kStages) & 1);
+    barrier_wait(ring.full(stage), R::parity(stage));
     if (needed) {
-      const uint8_t* k_tile = sk + buf * F::kKVBytes;
-      const uint8_t* v_tile = sv + buf * F::kKVBytes;
       float s[kKeys / 8][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const int panel = kk / 4, within = (kk % 4) * 32;
-        mma_ss<T, kKeys, 0>(s, sw128_desc(my_q + panel * F::kQPanelBytes + within, 16, 1024),
-                            sw128_desc(k_tile + panel * F::kKVPanelBytes + within, 16, 1024), kk > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      pin(s);
+      product_abt<T, D, kKeys>(s, my_q, R::kOwnPanelBytes, ring.stream(stage, 0), R::kStreamPanelBytes);
+      complete(s);
       const Fragment f{f0.row0, kt};
       const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
       if (edge) {
@@ -151,19 +97,10 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads, 1)
             l[r] += s[nt][e];
           }
       }
-      uint32_t p[kKeys / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) accumulators_to_a<T>(s[2 * kk], s[2 * kk + 1], p[kk]);
-      pin(o);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk)
-        mma_rs<T, D, 1>(o, p[kk], sw128_desc(v_tile + kk * 16 * 128, F::kKVPanelBytes, 1024), true);
-      wgmma_commit();
-      wgmma_wait<0>();
-      pin(o);
+      product_pb<T, kKeys, D>(o, s, ring.stream(stage, 1), R::kStreamPanelBytes);
+      complete(o);
     }
-    if (threadIdx.x % 32 == 0) barrier_arrive(&empty[buf]);
+    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   }
   if (rows_begin >= rows_end) return;
   float inv[2];
@@ -201,11 +138,10 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
              Tensor& lse) {
   const char* op = "attention_forward";
   tensor_core::with_types(q, op, [&]<class T, int D>() {
-    using F = ForwardShape<D>;
-    const Maps maps{swizzled_rows_map(q, F::kRows, op), swizzled_rows_map(k, F::kKeys, op),
-                    swizzled_rows_map(v, F::kKeys, op)};
-    allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), F::kSmemBytes, op);
-    forward_kernel<T, D><<<attention_grid(g, F::kRows, g.heads, op), F::kThreads, F::kSmemBytes,
+    const Maps maps = make_maps<1>(q, q, k, v, kKeys, op);
+    constexpr int smem = Ring<D, 1, kKeys>::kSmemBytes;
+    allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
+    forward_kernel<T, D><<<attention_grid(g, kOwnRows, g.heads, op), kThreads, smem,
                            cudaStreamPerThread>>>(
         maps, g,
         ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),

@@ -159,6 +159,66 @@ __device__ __forceinline__ void store_rows(const float (&acc)[D / 8][4], const F
   }
 }
 
+// The pointers of one backward call; dk_heads and dv_heads are [T, heads, D] fp32
+// per-query-head partials under GQA (else null), which the dK/dV kernels write in
+// place of dk and dv.
+template <class T>
+struct BackwardArgs {
+  const T *q, *k, *v, *dout;
+  const float *lse, *delta;
+  T *dq, *dk, *dv;
+  float *dk_heads, *dv_heads;  // [T, heads, D] per-query-head partials (GQA), else null
+};
+
+// dk[t, j] = sum over the query heads h of KV head j, in head order, of the partials,
+// rounded once; two columns per thread.
+template <class T>
+__global__ void sum_group_kernel(const float* heads_part, int64_t tokens, int heads, int kv_heads, int dim,
+                                 T* out) {
+  const int group = heads / kv_heads, pairs = dim / 2;
+  const int64_t items = tokens * kv_heads * pairs;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / (kv_heads * pairs);
+    const int j = static_cast<int>(i / pairs % kv_heads), c = static_cast<int>(i % pairs) * 2;
+    float2 s = make_float2(0.0f, 0.0f);
+    for (int h = j * group; h < (j + 1) * group; ++h) {
+      const float2 x = *reinterpret_cast<const float2*>(heads_part + (t * heads + h) * dim + c);
+      s.x += x.x;
+      s.y += x.y;
+    }
+    *reinterpret_cast<uint32_t*>(out + (t * kv_heads + j) * dim + c) = pack2<T>(s.x, s.y);
+  }
+}
+
+// Runs launch(args) (the dQ and dK/dV kernels of one family) with the GQA partials
+// allocated when heads != kv_heads, then adds the partials into dk and dv in head order.
+template <class T, int D, class Launch>
+void with_backward_args(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                        const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk, Tensor& dv, const char* op,
+                        Launch&& launch) {
+  const int64_t tokens = q.size(0);
+  const bool grouped = g.heads != g.kv_heads;
+  Tensor dk_heads, dv_heads;
+  if (grouped) {
+    dk_heads = Tensor::empty({tokens, g.heads, D}, DType::f32, q.device());
+    dv_heads = Tensor::empty({tokens, g.heads, D}, DType::f32, q.device());
+  }
+  const auto f32 = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
+  launch(BackwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
+                         static_cast<const T*>(v.raw()), static_cast<const T*>(dout.raw()),
+                         static_cast<const float*>(lse.raw()), static_cast<const float*>(delta.raw()),
+                         static_cast<T*>(dq.raw()), static_cast<T*>(dk.raw()), static_cast<T*>(dv.raw()),
+                         f32(dk_heads), f32(dv_heads)});
+  if (!grouped) return;
+  const unsigned blocks = grid_for(tokens * g.kv_heads * D / 2, 256);
+  sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dk_heads), tokens, g.heads, g.kv_heads, D,
+                                                             static_cast<T*>(dk.raw()));
+  sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dv_heads), tokens, g.heads, g.kv_heads, D,
+                                                             static_cast<T*>(dv.raw()));
+  check_launch(op, k.shape());
+}
+
 // Calls fn.template operator()<T, D>() for q's element type (bf16 or f16) and head dim
 // (64 or 128); `supports` has admitted the pair.
 template <class Fn>

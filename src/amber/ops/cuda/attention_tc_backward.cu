@@ -14,14 +14,6 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps, kOwnedRows = 16 * kWarps;
 
-template <class T>
-struct BackwardArgs {
-  const T *q, *k, *v, *dout;
-  const float *lse, *delta;
-  T *dq, *dk, *dv;
-  float *dk_heads, *dv_heads;  // [T, heads, D] per-query-head partials (GQA), else null
-};
-
 template <int D>
 struct DqShape {
   static constexpr int kKeys = 64, S = stride_of<D>();
@@ -195,27 +187,6 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
   }
 }
 
-// dk[t, j] = sum over the query heads h of KV head j, in head order, of the partials,
-// rounded once; two columns per thread.
-template <class T>
-__global__ void sum_group_kernel(const float* heads_part, int64_t tokens, int heads, int kv_heads, int dim,
-                                 T* out) {
-  const int group = heads / kv_heads, pairs = dim / 2;
-  const int64_t items = tokens * kv_heads * pairs;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / (kv_heads * pairs);
-    const int j = static_cast<int>(i / pairs % kv_heads), c = static_cast<int>(i % pairs) * 2;
-    float2 s = make_float2(0.0f, 0.0f);
-    for (int h = j * group; h < (j + 1) * group; ++h) {
-      const float2 x = *reinterpret_cast<const float2*>(heads_part + (t * heads + h) * dim + c);
-      s.x += x.x;
-      s.y += x.y;
-    }
-    *reinterpret_cast<uint32_t*>(out + (t * kv_heads + j) * dim + c) = pack2<T>(s.x, s.y);
-  }
-}
-
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -223,39 +194,18 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
               Tensor& dv) {
   const char* op = "attention_backward";
   with_types(q, op, [&]<class T, int D>() {
-    const int64_t tokens = q.size(0);
-    const bool grouped = g.heads != g.kv_heads;
-    Tensor dk_heads, dv_heads;
-    if (grouped) {
-      dk_heads = Tensor::empty({tokens, g.heads, D}, DType::f32, q.device());
-      dv_heads = Tensor::empty({tokens, g.heads, D}, DType::f32, q.device());
-    }
-    const auto f32 = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
-    const BackwardArgs<T> args{static_cast<const T*>(q.raw()),     static_cast<const T*>(k.raw()),
-                               static_cast<const T*>(v.raw()),     static_cast<const T*>(dout.raw()),
-                               static_cast<const float*>(lse.raw()),
-                               static_cast<const float*>(delta.raw()),
-                               static_cast<T*>(dq.raw()),          static_cast<T*>(dk.raw()),
-                               static_cast<T*>(dv.raw()),          f32(dk_heads),
-                               f32(dv_heads)};
-    const size_t dq_smem = DqShape<D>::kSmemElems * sizeof(T);
-    allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
-    dq_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dq_smem,
-                      cudaStreamPerThread>>>(g, args);
-    check_launch(op, q.shape());
-    const size_t dkdv_smem = dkdv_smem_bytes<T, D>();
-    allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
-    dkdv_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dkdv_smem,
-                        cudaStreamPerThread>>>(g, args);
-    check_launch(op, k.shape());
-    if (grouped) {
-      const unsigned blocks = grid_for(tokens * g.kv_heads * D / 2, 256);
-      sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dk_heads), tokens, g.heads, g.kv_heads, D,
-                                                                 static_cast<T*>(dk.raw()));
-      sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dv_heads), tokens, g.heads, g.kv_heads, D,
-                                                                 static_cast<T*>(dv.raw()));
+    with_backward_args<T, D>(dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
+      const size_t dq_smem = DqShape<D>::kSmemElems * sizeof(T);
+      allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
+      dq_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dq_smem, cudaStreamPerThread>>>(g,
+                                                                                                          args);
+      check_launch(op, q.shape());
+      const size_t dkdv_smem = dkdv_smem_bytes<T, D>();
+      allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
+      dkdv_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dkdv_smem, cudaStreamPerThread>>>(
+          g, args);
       check_launch(op, k.shape());
-    }
+    });
   });
 }
 

@@ -93,6 +93,9 @@ namespace hopper {
 bool supports(const Tensor& q);
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
              const float* sinks, Tensor& out, Tensor& lse);
+void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+              const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
+              Tensor& dv);
 }  // namespace hopper
 
 }  // namespace amber::cuda

@@ -1,0 +1,135 @@
+// What the Hopper attention kernels share. Each block has one producer warpgroup and
+// two consumer warpgroups of 64 rows. The block "owns" a tile of one or two tensors
+// (Q; Q and dO; K and V), copied once, and streams tiles of two other tensors through
+// a two-stage ring (K and V; Q and dO), every copy a TMA box completing on an mbarrier.
+// A consumer warp hands a stage back by arriving on its "empty" barrier. Tiles are
+// rows of 64-element panels in the 128-byte swizzle (wgmma.cuh).
+#pragma once
+
+#include "amber/ops/cuda/attention_tc.cuh"
+#include "amber/ops/cuda/tensor_map.h"
+#include "amber/ops/cuda/wgmma.cuh"
+
+namespace amber::cuda::hopper {
+
+constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1), kOwnRows = 64 * kConsumers, kStages = 2;
+
+// Tensor maps of the owned tensors (boxes of kOwnRows rows) and the streamed ones.
+struct Maps {
+  CUtensorMap own[2], stream[2];
+};
+
+// Maps for tensors of [T, heads, D]; the second owned map is left unused with kOwn = 1.
+template <int kOwn>
+Maps make_maps(const Tensor& own0, const Tensor& own1, const Tensor& stream0, const Tensor& stream1,
+               int stream_rows, const char* op) {
+  Maps m{};
+  m.own[0] = swizzled_rows_map(own0, kOwnRows, op);
+  if constexpr (kOwn == 2) m.own[1] = swizzled_rows_map(own1, kOwnRows, op);
+  m.stream[0] = swizzled_rows_map(stream0, stream_rows, op);
+  m.stream[1] = swizzled_rows_map(stream1, stream_rows, op);
+  return m;
+}
+
+// Shared memory: owned tiles, then per stage two streamed tiles, then `extra_bytes`
+// the kernel adds per stage (row statistics), then the barriers.
+template <int D, int kOwn, int kStreamRows, int kExtraBytes = 0>
+struct Ring {
+  static constexpr int kPanels = D / 64;
+  static constexpr int kOwnBytes = kOwnRows * D * 2, kOwnPanelBytes = kOwnRows * 128;
+  static constexpr int kStreamBytes = kStreamRows * D * 2, kStreamPanelBytes = kStreamRows * 128;
+  static constexpr int kStageBytes = (2 * kStreamBytes + kExtraBytes + 1023) / 1024 * 1024;  // tiles stay aligned
+  static constexpr int kBarrierOffset = kOwn * kOwnBytes + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 64 + 1024;  // +1024: alignment of the tiles
+
+  uint8_t* base;
+  __device__ explicit Ring(uint8_t* raw)
+      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023})) {}
+  __device__ uint8_t* own(int i) const { return base + i * kOwnBytes; }
+  __device__ uint8_t* stream(int stage, int i) const {
+    return base + kOwn * kOwnBytes + (stage % kStages) * kStageBytes + i * kStreamBytes;
+  }
+  __device__ uint8_t* extra(int stage) const { return stream(stage, 2); }
+  __device__ uint64_t* own_full() const { return reinterpret_cast<uint64_t*>(base + kBarrierOffset); }
+  __device__ uint64_t* full(int stage) const { return own_full() + 1 + stage % kStages; }
+  __device__ uint64_t* empty(int stage) const { return own_full() + 1 + kStages + stage % kStages; }
+  __device__ static int parity(int stage) { return (stage / kStages) & 1; }
+
+  // By one thread, then a block barrier. `loaders` more arrivals complete each full
+  // barrier (threads that fill the extra bytes).
+  __device__ void init(int loaders) const {
+    if (threadIdx.x == 0) {
+      barrier_init(own_full(), 1);
+      for (int s = 0; s < kStages; ++s) {
+        barrier_init(full(s), 1 + loaders);
+        barrier_init(empty(s), 4 * kConsumers);  // one arrival per consumer warp
+      }
+      barrier_init_fence();
+    }
+    __syncthreads();
+  }
+
+  // The producer thread: the owned tiles at row own_row of head own_head, then
+  // `stages` streamed tiles from row first_row of head stream_head (rows absolute).
+  __device__ void produce(const Maps& maps, int own_head, int own_row, int stream_head, int first_row,
+                          int stages) const {
+    barrier_expect(own_full(), kOwn * kOwnBytes);
+    for (int i = 0; i < kOwn; ++i)
+      for (int p = 0; p < kPanels; ++p)
+        tma_load(own(i) + p * kOwnPanelBytes, maps.own[i], own_head * D + p * 64, own_row, own_full());
+    for (int stage = 0; stage < stages; ++stage) {
+      if (stage >= kStages) barrier_wait(empty(stage), parity(stage) ^ 1);
+      barrier_expect(full(stage), 2 * kStreamBytes);
+      for (int i = 0; i < 2; ++i)
+        for (int p = 0; p < kPanels; ++p)
+          tma_load(stream(stage, i) + p * kStreamPanelBytes, maps.stream[i], stream_head * D + p * 64,
+                   first_row + stage * kStreamRows, full(stage));
+    }
+  }
+};
+
+// A K-major operand of 64-element panels (rows hold k = head_dim): the descriptor of
+// k-step kk (16 elements) of the tile at `tile` with panels `panel_bytes` apart.
+__device__ __forceinline__ uint64_t k_major(const uint8_t* tile, int panel_bytes, int kk) {
+  return sw128_desc(tile + (kk / 4) * panel_bytes + (kk % 4) * 32, 16, 1024);
+}
+
+// An MN-major operand (rows hold k = the streamed or owned row index, columns n =
+// head_dim in panels): the descriptor of k-step kk (16 rows).
+__device__ __forceinline__ uint64_t mn_major(const uint8_t* tile, int panel_bytes, int kk) {
+  return sw128_desc(tile + kk * 16 * 128, panel_bytes, 1024);
+}
+
+// c (the warpgroup's 64 rows x N) = A B^T with A (64 rows of the K-major tile a) and
+// B (N rows of the K-major tile b), both D wide.
+template <class T, int D, int N>
+__device__ __forceinline__ void product_abt(float (&c)[N / 8][4], const uint8_t* a, int a_panel_bytes,
+                                            const uint8_t* b, int b_panel_bytes) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    mma_ss<T, N, 0>(c, k_major(a, a_panel_bytes, kk), k_major(b, b_panel_bytes, kk), kk > 0);
+}
+
+// c (64 x D) += P B with P (64 x K) held as accumulators (rounded to T here) and B the
+// K rows of an MN-major tile.
+template <class T, int K, int D>
+__device__ __forceinline__ void product_pb(float (&c)[D / 8][4], const float (&p)[K / 8][4], const uint8_t* b,
+                                           int b_panel_bytes) {
+  uint32_t a[K / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) accumulators_to_a<T>(p[2 * kk], p[2 * kk + 1], a[kk]);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) mma_rs<T, D, 1>(c, a[kk], mn_major(b, b_panel_bytes, kk), true);
+}
+
+// The issued products complete; their accumulators may be read.
+template <class... Acc>
+__device__ __forceinline__ void complete(Acc&... acc) {
+  wgmma_commit();
+  wgmma_wait<0>();
+  (pin(acc), ...);
+}
+
+}  // namespace amber::cuda::hopper
