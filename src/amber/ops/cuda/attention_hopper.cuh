@@ -1,7 +1,7 @@
 // What the Hopper attention kernels share. Each block has one producer warpgroup and
 // two consumer warpgroups of 64 rows. The block "owns" a tile of one or two tensors
 // (Q; Q and dO; K and V), copied once, and streams tiles of two other tensors through
-// a two-stage ring (K and V; Q and dO), every copy a TMA box completing on an mbarrier.
+// a ring of stages (K and V; Q and dO), every copy a TMA box completing on an mbarrier.
 // A consumer warp hands a stage back by arriving on its "empty" barrier. Tiles are
 // rows of 64-element panels in the 128-byte swizzle (wgmma.cuh).
 #pragma once
@@ -12,7 +12,7 @@
 
 namespace amber::cuda::hopper {
 
-constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1), kOwnRows = 64 * kConsumers, kStages = 2;
+constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1), kOwnRows = 64 * kConsumers;
 
 // Tensor maps of the owned tensors (boxes of kOwnRows rows) and the streamed ones.
 struct Maps {
@@ -31,16 +31,16 @@ Maps make_maps(const Tensor& own0, const Tensor& own1, const Tensor& stream0, co
   return m;
 }
 
-// Shared memory: owned tiles, then per stage two streamed tiles, then `extra_bytes`
-// the kernel adds per stage (row statistics), then the barriers.
-template <int D, int kOwn, int kStreamRows, int kExtraBytes = 0>
+// Shared memory: owned tiles, then per stage (kStages of them in the ring) two
+// streamed tiles and `kExtraBytes` the kernel adds (row statistics), then the barriers.
+template <int D, int kOwn, int kStreamRows, int kStages, int kExtraBytes = 0>
 struct Ring {
   static constexpr int kPanels = D / 64;
   static constexpr int kOwnBytes = kOwnRows * D * 2, kOwnPanelBytes = kOwnRows * 128;
   static constexpr int kStreamBytes = kStreamRows * D * 2, kStreamPanelBytes = kStreamRows * 128;
   static constexpr int kStageBytes = (2 * kStreamBytes + kExtraBytes + 1023) / 1024 * 1024;  // tiles stay aligned
   static constexpr int kBarrierOffset = kOwn * kOwnBytes + kStages * kStageBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + 64 + 1024;  // +1024: alignment of the tiles
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + 1024;  // +1024: alignment of the tiles
 
   uint8_t* base;
   __device__ explicit Ring(uint8_t* raw)
@@ -88,40 +88,49 @@ struct Ring {
   }
 };
 
-// A K-major operand of 64-element panels (rows hold k = head_dim): the descriptor of
-// k-step kk (16 elements) of the tile at `tile` with panels `panel_bytes` apart.
-__device__ __forceinline__ uint64_t k_major(const uint8_t* tile, int panel_bytes, int kk) {
-  return sw128_desc(tile + (kk / 4) * panel_bytes + (kk % 4) * 32, 16, 1024);
+// Descriptors of whole tiles; a k-step moves the start address, which sits in the
+// low bits in 16-byte units, so stepping is one addition. A K-major tile (rows hold
+// k = head_dim in 64-element panels): k-step kk is 32 bytes further inside a panel.
+// An MN-major tile (rows hold k = the row index; columns n = head_dim in panels):
+// k-step kk is 16 rows further.
+__device__ __forceinline__ uint64_t k_major(const uint8_t* tile) { return sw128_desc(tile, 16, 1024); }
+__device__ __forceinline__ uint64_t mn_major(const uint8_t* tile, int panel_bytes) {
+  return sw128_desc(tile, panel_bytes, 1024);
 }
-
-// An MN-major operand (rows hold k = the streamed or owned row index, columns n =
-// head_dim in panels): the descriptor of k-step kk (16 rows).
-__device__ __forceinline__ uint64_t mn_major(const uint8_t* tile, int panel_bytes, int kk) {
-  return sw128_desc(tile + kk * 16 * 128, panel_bytes, 1024);
+template <int kPanelBytes>
+__device__ __forceinline__ uint64_t k_step(uint64_t tile, int kk) {
+  return tile + (((kk / 4) * kPanelBytes + (kk % 4) * 32) >> 4);
 }
+__device__ __forceinline__ uint64_t mn_step(uint64_t tile, int kk) { return tile + ((kk * 16 * 128) >> 4); }
 
-// c (the warpgroup's 64 rows x N) = A B^T with A (64 rows of the K-major tile a) and
-// B (N rows of the K-major tile b), both D wide.
-template <class T, int D, int N>
-__device__ __forceinline__ void product_abt(float (&c)[N / 8][4], const uint8_t* a, int a_panel_bytes,
-                                            const uint8_t* b, int b_panel_bytes) {
+// Issues c (the warpgroup's 64 rows x N) = A B^T with A (64 rows of the K-major tile
+// a) and B (N rows of the K-major tile b), both D wide.
+template <class T, int D, int N, int kAPanelBytes, int kBPanelBytes>
+__device__ __forceinline__ void product_abt(float (&c)[N / 8][4], uint64_t a, uint64_t b) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    mma_ss<T, N, 0>(c, k_major(a, a_panel_bytes, kk), k_major(b, b_panel_bytes, kk), kk > 0);
+    mma_ss<T, N, 0>(c, k_step<kAPanelBytes>(a, kk), k_step<kBPanelBytes>(b, kk), kk > 0);
 }
 
-// c (64 x D) += P B with P (64 x K) held as accumulators (rounded to T here) and B the
-// K rows of an MN-major tile.
+// Issues c (64 x D) += P B with P (64 x K) held as accumulators (rounded to T here)
+// and B the K rows of the MN-major tile b.
 template <class T, int K, int D>
-__device__ __forceinline__ void product_pb(float (&c)[D / 8][4], const float (&p)[K / 8][4], const uint8_t* b,
-                                           int b_panel_bytes) {
+__device__ __forceinline__ void product_pb(float (&c)[D / 8][4], const float (&p)[K / 8][4], uint64_t b) {
   uint32_t a[K / 16][4];
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) accumulators_to_a<T>(p[2 * kk], p[2 * kk + 1], a[kk]);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) mma_rs<T, D, 1>(c, a[kk], mn_major(b, b_panel_bytes, kk), true);
+  for (int kk = 0; kk < K / 16; ++kk) mma_rs<T, D, 1>(c, a[kk], mn_step(b, kk), true);
+}
+
+// 2^x in one instruction; results below the smallest normal float flush to zero,
+// far under what a softmax weight can contribute.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // The issued products complete; their accumulators may be read.

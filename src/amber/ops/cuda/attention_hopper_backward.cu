@@ -15,16 +15,21 @@ using tensor_core::Fragment;
 using tensor_core::kLog2e;
 using tensor_core::store_rows;
 
-constexpr int kDqKeys = 64;        // keys per stage of the dQ kernel
-constexpr int kDkdvQueries = 64;   // queries per stage of the dK/dV kernel
+// Rows per streamed stage. The dQ kernel at head_dim 64 has room for 128 keys beside
+// its accumulators; the dK/dV kernel holds two (dK, dV) and spills at 128.
+template <int D>
+constexpr int kDqKeys = D == 64 ? 128 : 64;
+constexpr int kDkdvQueries = 64;
+// Short stages need a deeper ring to keep copies ahead of the products.
+constexpr int kBackwardStages = 4;
 
 // dQ = scale * sum_j dS_ij k_j with dS = P (dP - delta), dP = dout . v.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__ Maps maps, Layout g,
                                                          BackwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kKeys = kDqKeys;
-  using R = Ring<D, 2, kKeys>;
+  constexpr int kKeys = kDqKeys<D>;
+  using R = Ring<D, 2, kKeys, kBackwardStages>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
@@ -53,8 +58,8 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
     delta[r] = a.delta[stat];
   }
   float dq[D / 8][4] = {};
-  const uint8_t* my_q = ring.own(0) + consumer * 64 * 128;  // 64 rows into each panel
-  const uint8_t* my_do = ring.own(1) + consumer * 64 * 128;
+  const uint64_t q_desc = k_major(ring.own(0) + consumer * 64 * 128);  // 64 rows into each panel
+  const uint64_t do_desc = k_major(ring.own(1) + consumer * 64 * 128);
   barrier_wait(ring.own_full(), 0);
   for (int stage = 0; stage < stages; ++stage) {
     const int kt = key_begin + stage * kKeys;
@@ -62,10 +67,14 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
                         (g.window == 0 || kt + kKeys - 1 >= first_key(rows_begin, g.window));
     barrier_wait(ring.full(stage), R::parity(stage));
     if (needed) {
+      // dP's product runs while P is computed from the scores.
       float s[kKeys / 8][4], dp[kKeys / 8][4];
-      product_abt<T, D, kKeys>(s, my_q, R::kOwnPanelBytes, ring.stream(stage, 0), R::kStreamPanelBytes);
-      product_abt<T, D, kKeys>(dp, my_do, R::kOwnPanelBytes, ring.stream(stage, 1), R::kStreamPanelBytes);
-      complete(s, dp);
+      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
+      wgmma_commit();
+      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(dp, do_desc, k_major(ring.stream(stage, 1)));
+      wgmma_commit();
+      wgmma_wait<1>();
+      pin(s);
       const Fragment f{f0.row0, kt};
       const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
 #pragma unroll
@@ -73,10 +82,15 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const bool seen = !edge || visible(f.row(e), f.col(nt, e), g.window);
-          const float p = seen ? exp2f(s[nt][e] * scale_log2 - lse[e / 2]) : 0.0f;
-          s[nt][e] = p * (dp[nt][e] - delta[e / 2]);  // dS, in place of the scores
+          s[nt][e] = seen ? exp2_fast(s[nt][e] * scale_log2 - lse[e / 2]) : 0.0f;
         }
-      product_pb<T, kKeys, D>(dq, s, ring.stream(stage, 0), R::kStreamPanelBytes);
+      wgmma_wait<0>();
+      pin(dp);
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - delta[e / 2];  // dS, in place of P
+      product_pb<T, kKeys, D>(dq, s, mn_major(ring.stream(stage, 0), R::kStreamPanelBytes));
       complete(dq);
     }
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
@@ -93,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
                                                            BackwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kQueries = kDkdvQueries;
-  using R = Ring<D, 2, kQueries, 2 * kQueries * 4>;
+  using R = Ring<D, 2, kQueries, kBackwardStages, 2 * kQueries * 4>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
@@ -111,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
     if (warp != 1) return;
     for (int stage = 0; stage < stages; ++stage) {
-      if (stage >= kStages) barrier_wait(ring.empty(stage), R::parity(stage) ^ 1);
+      if (stage >= kBackwardStages) barrier_wait(ring.empty(stage), R::parity(stage) ^ 1);
       float* stats = reinterpret_cast<float*>(ring.extra(stage));
       for (int c = lane; c < kQueries; c += 32) {
         const int64_t stat = (t.doc_start + min(t.begin + stage * kQueries + c, query_end - 1)) * g.heads + h;
@@ -129,8 +143,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
   const Fragment f0{keys_begin + 16 * warp, 0};  // rows are keys j, columns queries i
   const float scale_log2 = g.scale * kLog2e;
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-  const uint8_t* my_k = ring.own(0) + consumer * 64 * 128;
-  const uint8_t* my_v = ring.own(1) + consumer * 64 * 128;
+  const uint64_t k_desc = k_major(ring.own(0) + consumer * 64 * 128);
+  const uint64_t v_desc = k_major(ring.own(1) + consumer * 64 * 128);
   barrier_wait(ring.own_full(), 0);
   for (int stage = 0; stage < stages; ++stage) {
     const int qt = t.begin + stage * kQueries;
@@ -140,10 +154,15 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     if (needed) {
       const float* lse = reinterpret_cast<const float*>(ring.extra(stage));
       const float* delta = lse + kQueries;
+      // Products overlap the arithmetic: dP^T runs while P^T is computed, and dV's
+      // accumulation while dS^T is.
       float st[kQueries / 8][4], dpt[kQueries / 8][4];  // keys x queries
-      product_abt<T, D, kQueries>(st, my_k, R::kOwnPanelBytes, ring.stream(stage, 0), R::kStreamPanelBytes);
-      product_abt<T, D, kQueries>(dpt, my_v, R::kOwnPanelBytes, ring.stream(stage, 1), R::kStreamPanelBytes);
-      complete(st, dpt);
+      product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(st, k_desc, k_major(ring.stream(stage, 0)));
+      wgmma_commit();
+      product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(dpt, v_desc, k_major(ring.stream(stage, 1)));
+      wgmma_commit();
+      wgmma_wait<1>();
+      pin(st);
       const Fragment f{f0.row0, qt};
       const bool edge = qt < keys_end || qt + kQueries > query_end ||
                         (g.window > 0 && qt + kQueries - 1 >= keys_begin + g.window);
@@ -151,14 +170,19 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
       for (int nt = 0; nt < kQueries / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int i = f.col(nt, e), c = i - qt;
+          const int i = f.col(nt, e);
           const bool seen = !edge || (i < query_end && visible(i, f.row(e), g.window));
-          const float p = seen ? exp2f(st[nt][e] * scale_log2 - lse[c]) : 0.0f;
-          dpt[nt][e] = p * (dpt[nt][e] - delta[c]);  // dS^T
-          st[nt][e] = p;                             // P^T
+          st[nt][e] = seen ? exp2_fast(st[nt][e] * scale_log2 - lse[i - qt]) : 0.0f;  // P^T
         }
-      product_pb<T, kQueries, D>(dv, st, ring.stream(stage, 1), R::kStreamPanelBytes);
-      product_pb<T, kQueries, D>(dk, dpt, ring.stream(stage, 0), R::kStreamPanelBytes);
+      product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
+      wgmma_commit();
+      wgmma_wait<1>();
+      pin(dpt);
+#pragma unroll
+      for (int nt = 0; nt < kQueries / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[f.col(nt, e) - qt]);  // dS^T
+      product_pb<T, kQueries, D>(dk, dpt, mn_major(ring.stream(stage, 0), R::kStreamPanelBytes));
       complete(dv, dk);
     }
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
@@ -183,12 +207,12 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     tensor_core::with_backward_args<T, D>(
         dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
           const dim3 grid = attention_grid(g, kOwnRows, g.heads, op);
-          constexpr int dq_smem = Ring<D, 2, kDqKeys>::kSmemBytes;
+          constexpr int dq_smem = Ring<D, 2, kDqKeys<D>, kBackwardStages>::kSmemBytes;
           allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
           dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(
-              make_maps<2>(q, dout, k, v, kDqKeys, op), g, args);
+              make_maps<2>(q, dout, k, v, kDqKeys<D>, op), g, args);
           check_launch(op, q.shape());
-          constexpr int dkdv_smem = Ring<D, 2, kDkdvQueries, 2 * kDkdvQueries * 4>::kSmemBytes;
+          constexpr int dkdv_smem = Ring<D, 2, kDkdvQueries, kBackwardStages, 2 * kDkdvQueries * 4>::kSmemBytes;
           allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
           dkdv_kernel<T, D><<<grid, kThreads, dkdv_smem, cudaStreamPerThread>>>(
               make_maps<2>(k, v, q, dout, kDkdvQueries, op), g, args);

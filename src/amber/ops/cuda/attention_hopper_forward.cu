@@ -1,6 +1,6 @@
 // Hopper attention forward (sm_90a; bf16/f16, head_dim 64 and 128). A block owns 128
 // query rows of one head: one producer warpgroup whose single thread issues TMA copies
-// of Q and of a two-stage ring of 128-key K/V tiles, each completing on an mbarrier,
+// of Q and of a ring of 128-key K/V tiles, each completing on an mbarrier,
 // and two consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma from
 // shared memory, run the online softmax in registers (log2 domain, fp32), and add
 // P V with P fed to wgmma from registers. Consumers hand a stage back by arriving on
@@ -19,12 +19,15 @@ using tensor_core::quad_max;
 using tensor_core::quad_sum;
 
 constexpr int kKeys = 128;  // keys per streamed stage
+// Stages in the ring: as many as shared memory holds, up to 3.
+template <int D>
+constexpr int kForwardStages = D == 64 ? 3 : 2;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Maps maps, Layout g,
                                                               ForwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using R = Ring<D, 1, kKeys>;
+  using R = Ring<D, 1, kKeys, kForwardStages<D>>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
     m[r] = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
     l[r] = a.sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
   }
-  const uint8_t* my_q = ring.own(0) + consumer * 64 * 128;  // 64 rows into each panel
+  const uint64_t q_desc = k_major(ring.own(0) + consumer * 64 * 128);  // 64 rows into each panel
   barrier_wait(ring.own_full(), 0);
   for (int stage = 0; stage < stages; ++stage) {
     const int kt = key_begin + stage * kKeys;
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
     barrier_wait(ring.full(stage), R::parity(stage));
     if (needed) {
       float s[kKeys / 8][4];
-      product_abt<T, D, kKeys>(s, my_q, R::kOwnPanelBytes, ring.stream(stage, 0), R::kStreamPanelBytes);
+      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
       complete(s);
       const Fragment f{f0.row0, kt};
       const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
         // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
         // exp2 = 0 instead of NaN.
         const float ref = m_new == -INFINITY ? 0.0f : m_new;
-        const float rescale = exp2f(m[r] - ref);
+        const float rescale = exp2_fast(m[r] - ref);
         m[r] = m_new;
         l[r] *= rescale;
 #pragma unroll
@@ -93,11 +96,11 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
         for (int nt = 0; nt < kKeys / 8; ++nt)
 #pragma unroll
           for (int e = 2 * r; e < 2 * r + 2; ++e) {
-            s[nt][e] = exp2f(s[nt][e] * scale_log2 - ref);
+            s[nt][e] = exp2_fast(s[nt][e] * scale_log2 - ref);
             l[r] += s[nt][e];
           }
       }
-      product_pb<T, kKeys, D>(o, s, ring.stream(stage, 1), R::kStreamPanelBytes);
+      product_pb<T, kKeys, D>(o, s, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
       complete(o);
     }
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
@@ -139,7 +142,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
   const char* op = "attention_forward";
   tensor_core::with_types(q, op, [&]<class T, int D>() {
     const Maps maps = make_maps<1>(q, q, k, v, kKeys, op);
-    constexpr int smem = Ring<D, 1, kKeys>::kSmemBytes;
+    constexpr int smem = Ring<D, 1, kKeys, kForwardStages<D>>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
     forward_kernel<T, D><<<attention_grid(g, kOwnRows, g.heads, op), kThreads, smem,
                            cudaStreamPerThread>>>(
