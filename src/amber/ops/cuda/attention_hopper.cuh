@@ -31,6 +31,15 @@ Maps make_maps(const Tensor& own0, const Tensor& own1, const Tensor& stream0, co
   return m;
 }
 
+// The most stages (up to 4) whose tiles fit in a block's 227 KB of shared memory
+// beside the owned tiles, the barriers and the alignment slack.
+template <int D, int kOwn, int kStreamRows, int kExtraBytes = 0>
+constexpr int ring_stages() {
+  constexpr int stage = (2 * kStreamRows * D * 2 + kExtraBytes + 1023) / 1024 * 1024;
+  constexpr int room = 227 * 1024 - 2048 - kOwn * kOwnRows * D * 2;
+  return room / stage < 4 ? room / stage : 4;
+}
+
 // Shared memory: owned tiles, then per stage (kStages of them in the ring) two
 // streamed tiles and `kExtraBytes` the kernel adds (row statistics), then the barriers.
 template <int D, int kOwn, int kStreamRows, int kStages, int kExtraBytes = 0>
@@ -54,6 +63,10 @@ struct Ring {
   __device__ uint64_t* full(int stage) const { return own_full() + 1 + stage % kStages; }
   __device__ uint64_t* empty(int stage) const { return own_full() + 1 + kStages + stage % kStages; }
   __device__ static int parity(int stage) { return (stage / kStages) & 1; }
+  // Before refilling: waits until the consumers are done with the stage's last use.
+  __device__ void wait_free(int stage) const {
+    if (stage >= kStages) barrier_wait(empty(stage), parity(stage) ^ 1);
+  }
 
   // By one thread, then a block barrier. `loaders` more arrivals complete each full
   // barrier (threads that fill the extra bytes).
@@ -78,7 +91,7 @@ struct Ring {
       for (int p = 0; p < kPanels; ++p)
         tma_load(own(i) + p * kOwnPanelBytes, maps.own[i], own_head * D + p * 64, own_row, own_full());
     for (int stage = 0; stage < stages; ++stage) {
-      if (stage >= kStages) barrier_wait(empty(stage), parity(stage) ^ 1);
+      wait_free(stage);
       barrier_expect(full(stage), 2 * kStreamBytes);
       for (int i = 0; i < 2; ++i)
         for (int p = 0; p < kPanels; ++p)

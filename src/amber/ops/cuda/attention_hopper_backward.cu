@@ -15,21 +15,23 @@ using tensor_core::Fragment;
 using tensor_core::kLog2e;
 using tensor_core::store_rows;
 
-// Rows per streamed stage. The dQ kernel at head_dim 64 has room for 128 keys beside
-// its accumulators; the dK/dV kernel holds two (dK, dV) and spills at 128.
+// Rows per streamed stage: 128 keys for the dQ kernel; the dK/dV kernel holds two
+// accumulators (dK, dV) and spills beyond 64 queries.
+constexpr int kDqKeys = 128, kDkdvQueries = 64;
+constexpr int kStatBytes = 2 * kDkdvQueries * 4;  // lse and delta per streamed query
+
 template <int D>
-constexpr int kDqKeys = D == 64 ? 128 : 64;
-constexpr int kDkdvQueries = 64;
-// Short stages need a deeper ring to keep copies ahead of the products.
-constexpr int kBackwardStages = 4;
+using DqRing = Ring<D, 2, kDqKeys, ring_stages<D, 2, kDqKeys>()>;
+template <int D>
+using DkdvRing = Ring<D, 2, kDkdvQueries, ring_stages<D, 2, kDkdvQueries, kStatBytes>(), kStatBytes>;
 
 // dQ = scale * sum_j dS_ij k_j with dS = P (dP - delta), dP = dout . v.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__ Maps maps, Layout g,
                                                          BackwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kKeys = kDqKeys<D>;
-  using R = Ring<D, 2, kKeys, kBackwardStages>;
+  constexpr int kKeys = kDqKeys;
+  using R = DqRing<D>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
                                                            BackwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kQueries = kDkdvQueries;
-  using R = Ring<D, 2, kQueries, kBackwardStages, 2 * kQueries * 4>;
+  using R = DkdvRing<D>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
     if (warp != 1) return;
     for (int stage = 0; stage < stages; ++stage) {
-      if (stage >= kBackwardStages) barrier_wait(ring.empty(stage), R::parity(stage) ^ 1);
+      ring.wait_free(stage);
       float* stats = reinterpret_cast<float*>(ring.extra(stage));
       for (int c = lane; c < kQueries; c += 32) {
         const int64_t stat = (t.doc_start + min(t.begin + stage * kQueries + c, query_end - 1)) * g.heads + h;
@@ -207,12 +209,12 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     tensor_core::with_backward_args<T, D>(
         dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
           const dim3 grid = attention_grid(g, kOwnRows, g.heads, op);
-          constexpr int dq_smem = Ring<D, 2, kDqKeys<D>, kBackwardStages>::kSmemBytes;
+          constexpr int dq_smem = DqRing<D>::kSmemBytes;
           allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
           dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(
-              make_maps<2>(q, dout, k, v, kDqKeys<D>, op), g, args);
+              make_maps<2>(q, dout, k, v, kDqKeys, op), g, args);
           check_launch(op, q.shape());
-          constexpr int dkdv_smem = Ring<D, 2, kDkdvQueries, kBackwardStages, 2 * kDkdvQueries * 4>::kSmemBytes;
+          constexpr int dkdv_smem = DkdvRing<D>::kSmemBytes;
           allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
           dkdv_kernel<T, D><<<grid, kThreads, dkdv_smem, cudaStreamPerThread>>>(
               make_maps<2>(k, v, q, dout, kDkdvQueries, op), g, args);

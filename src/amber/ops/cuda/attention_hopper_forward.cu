@@ -19,15 +19,14 @@ using tensor_core::quad_max;
 using tensor_core::quad_sum;
 
 constexpr int kKeys = 128;  // keys per streamed stage
-// Stages in the ring: as many as shared memory holds, up to 3.
 template <int D>
-constexpr int kForwardStages = D == 64 ? 3 : 2;
+using ForwardRing = Ring<D, 1, kKeys, ring_stages<D, 1, kKeys>()>;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Maps maps, Layout g,
                                                               ForwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using R = Ring<D, 1, kKeys, kForwardStages<D>>;
+  using R = ForwardRing<D>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
@@ -142,7 +141,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
   const char* op = "attention_forward";
   tensor_core::with_types(q, op, [&]<class T, int D>() {
     const Maps maps = make_maps<1>(q, q, k, v, kKeys, op);
-    constexpr int smem = Ring<D, 1, kKeys, kForwardStages<D>>::kSmemBytes;
+    constexpr int smem = ForwardRing<D>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
     forward_kernel<T, D><<<attention_grid(g, kOwnRows, g.heads, op), kThreads, smem,
                            cudaStreamPerThread>>>(
