@@ -42,13 +42,13 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
   ring.init(0);
   if (role == 0) {
-    release_registers<40>();
+    release_registers<24>();
     const int row0 = static_cast<int>(t.doc_start);
     if (threadIdx.x == 0) ring.produce(maps, h, row0 + t.begin, kvh, row0 + key_begin, stages);
     return;
   }
 
-  claim_registers<232>();
+  claim_registers<240>();
   const int consumer = role - 1, warp = (threadIdx.x / 32) % 4;
   const int rows_begin = t.begin + 64 * consumer, rows_end = min(rows_begin + 64, tile_end);
   const Fragment f0{rows_begin + 16 * warp, 0};
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
   const int stages = (query_end - t.begin + kQueries - 1) / kQueries;
   ring.init(32);
   if (role == 0) {
-    release_registers<40>();
+    release_registers<24>();
     const int row0 = static_cast<int>(t.doc_start), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
     if (warp != 1) return;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     return;
   }
 
-  claim_registers<232>();
+  claim_registers<240>();
   const int consumer = role - 1, warp = (threadIdx.x / 32) % 4;
   const int keys_begin = t.begin + 64 * consumer, keys_end = min(keys_begin + 64, tile_end);
   const Fragment f0{keys_begin + 16 * warp, 0};  // rows are keys j, columns queries i

@@ -38,13 +38,13 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
   ring.init(0);
   if (group == 0) {
-    release_registers<40>();
+    release_registers<24>();
     const int row0 = static_cast<int>(t.doc_start);
     if (threadIdx.x == 0) ring.produce(maps, h, row0 + t.begin, kvh, row0 + key_begin, stages);
     return;
   }
 
-  claim_registers<232>();
+  claim_registers<240>();
   const int consumer = group - 1, warp = (threadIdx.x / 32) % 4;
   const int rows_begin = t.begin + 64 * consumer;  // this warpgroup's 64 rows
   const int rows_end = min(rows_begin + 64, tile_end);
