@@ -10,12 +10,74 @@
 
 namespace amber::cuda {
 
-dim3 attention_grid(const Layout& g, int rows, int heads, const char* op) {
-  const int64_t slots = static_cast<int64_t>(g.num_docs) * tiles_per_doc(g, rows);
-  AMBER_CHECK(slots < (int64_t{1} << 31) && heads <= 65535, op, ": ", g.num_docs,
-              " documents of up to ", g.max_seqlen, " tokens with ", heads,
-              " heads exceed the launch grid");
-  return dim3(static_cast<unsigned>(slots), static_cast<unsigned>(heads));
+namespace {
+
+constexpr int kPlanThreads = 1024;
+
+// Exclusive prefix sum of one value per thread over the block (1024 threads); *total
+// receives the sum of all.
+__device__ int block_exclusive_scan(int value, int* total) {
+  __shared__ int warp_sums[kPlanThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int inclusive = value;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  if (lane == 31) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int w = warp_sums[lane];
+    for (int o = 1; o < 32; o <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += up;
+    }
+    warp_sums[lane] = w;  // inclusive over warps
+  }
+  __syncthreads();
+  *total = warp_sums[kPlanThreads / 32 - 1];
+  return inclusive - value + (warp > 0 ? warp_sums[warp - 1] : 0);
+}
+
+// One block: each thread takes a run of documents, counts their tiles, finds its
+// offset by a block scan and writes (document, k) for each; the rest of the slots get
+// document -1.
+__global__ void __launch_bounds__(kPlanThreads) tile_plan_kernel(const int32_t* cu_seqlens, int num_docs, int rows,
+                                                                 int slots, int2* plan) {
+  const int per = (num_docs + kPlanThreads - 1) / kPlanThreads;
+  const int lo = min(num_docs, static_cast<int>(threadIdx.x) * per), hi = min(num_docs, lo + per);
+  const auto tiles = [&](int d) { return (cu_seqlens[d + 1] - cu_seqlens[d] + rows - 1) / rows; };
+  int mine = 0;
+  for (int d = lo; d < hi; ++d) mine += tiles(d);
+  int total = 0;
+  int at = block_exclusive_scan(mine, &total);
+  for (int d = lo; d < hi; ++d)
+    for (int k = 0, n = tiles(d); k < n; ++k) plan[at++] = make_int2(d, k);
+  for (int i = total + threadIdx.x; i < slots; i += kPlanThreads) plan[i] = make_int2(-1, 0);
+}
+
+}  // namespace
+
+Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage, const char* op) {
+  // Every document's last tile may be partial: at most tokens / rows full tiles plus
+  // one per document.
+  const int64_t slots = (g.tokens + rows - 1) / rows + g.num_docs;
+  AMBER_CHECK(slots < (int64_t{1} << 31), op, ": ", g.tokens, " tokens in ", g.num_docs,
+              " documents exceed the launch grid");
+  storage = Tensor::empty({slots, 2}, DType::i32, device);
+  Layout planned = g;
+  planned.tiles = static_cast<const int2*>(storage.raw());
+  planned.tile_rows = rows;
+  planned.tile_slots = static_cast<int>(slots);
+  tile_plan_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, planned.tile_slots,
+                                                                static_cast<int2*>(storage.raw()));
+  check_launch(op, storage.shape());
+  return planned;
+}
+
+dim3 attention_grid(const Layout& g, int heads, const char* op) {
+  AMBER_CHECK(heads <= 65535, op, ": ", heads, " heads exceed the launch grid");
+  return dim3(static_cast<unsigned>(g.tile_slots), static_cast<unsigned>(heads));
 }
 
 // Set on every call because the attribute is per device.
@@ -75,13 +137,8 @@ Tensor sinks_f32(const Tensor& sinks, const char* op) {
   return out;
 }
 
-Layout layout_of(const Tensor& q, const Tensor& k, const SeqInfo& seq,
-                 const AttentionOptions& options, const char* op) {
-  // The grid is sized by max_seqlen; a smaller value would leave rows unwritten.
-  for (int d = 0; d < seq.num_docs; ++d)
-    AMBER_CHECK(seq.doc_length(d) <= seq.max_seqlen, op, ": document ", d, " has ",
-                seq.doc_length(d), " tokens but seq.max_seqlen is ", seq.max_seqlen);
-  return {static_cast<const int32_t*>(seq.cu_seqlens.raw()), seq.num_docs, seq.max_seqlen,
+Layout layout_of(const Tensor& q, const Tensor& k, const SeqInfo& seq, const AttentionOptions& options) {
+  return {static_cast<const int32_t*>(seq.cu_seqlens.raw()), seq.num_docs, seq.total_tokens,
           static_cast<int>(q.size(1)), static_cast<int>(k.size(1)), options.window,
           static_cast<float>(options.softmax_scale)};
 }
@@ -97,7 +154,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        Tensor& lse) {
   const char* op = "attention_forward";
   if (seq.total_tokens == 0) return;
-  const Layout g = layout_of(q, k, seq, options, op);
+  const Layout g = layout_of(q, k, seq, options);
   const Tensor sinks32 = sinks_f32(sinks, op);
   if (!options.portable_kernels && hopper::supports(q))
     hopper::forward(q, k, v, g, f32_or_null(sinks32), out, lse);
@@ -113,7 +170,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         Tensor& dk, Tensor& dv, Tensor& dsinks) {
   const char* op = "attention_backward";
   if (seq.total_tokens == 0) return;
-  const Layout g = layout_of(q, k, seq, options, op);
+  const Layout g = layout_of(q, k, seq, options);
   const int64_t rows = seq.total_tokens * g.heads;
   Tensor delta = Tensor::empty({seq.total_tokens, g.heads}, DType::f32, q.device());
   with_element_type(q.dtype(), op, [&](auto tag) {

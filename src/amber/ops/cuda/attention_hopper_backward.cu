@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
-  if (!tile_of(g, kOwnRows, true, t)) return;
+  if (!tile_of(g, true, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads), role = threadIdx.x / 128;
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
-  if (!tile_of(g, kOwnRows, false, t)) return;
+  if (!tile_of(g, false, t)) return;
   const int h = blockIdx.y, group = g.heads / g.kv_heads, kvh = h / group, role = threadIdx.x / 128;
   const int tile_end = t.begin + t.rows;
   // Query i sees key j iff j <= i < j + window: queries from the tile's first key to
@@ -203,12 +203,14 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
-              const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk, Tensor& dv) {
+              const Tensor& delta, const Layout& unplanned, Tensor& dq, Tensor& dk, Tensor& dv) {
   const char* op = "attention_backward";
+  Tensor plan;
+  const Layout g = with_tile_plan(unplanned, kOwnRows, q.device(), plan, op);
   tensor_core::with_types(q, op, [&]<class T, int D>() {
     tensor_core::with_backward_args<T, D>(
         dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
-          const dim3 grid = attention_grid(g, kOwnRows, g.heads, op);
+          const dim3 grid = attention_grid(g, g.heads, op);
           constexpr int dq_smem = DqRing<D>::kSmemBytes;
           allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
           dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(

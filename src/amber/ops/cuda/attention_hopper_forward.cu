@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
   TileRange t;
-  if (!tile_of(g, kOwnRows, true, t)) return;
+  if (!tile_of(g, true, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
   const int group = threadIdx.x / 128;  // 0: producer, 1..: consumers
   const int tile_end = t.begin + t.rows;
@@ -136,14 +136,16 @@ bool supports(const Tensor& q) {
 #endif
 }
 
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g, const float* sinks, Tensor& out,
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned, const float* sinks, Tensor& out,
              Tensor& lse) {
   const char* op = "attention_forward";
+  Tensor plan;
+  const Layout g = with_tile_plan(unplanned, kOwnRows, q.device(), plan, op);
   tensor_core::with_types(q, op, [&]<class T, int D>() {
     const Maps maps = make_maps<1>(q, q, k, v, kKeys, op);
     constexpr int smem = ForwardRing<D>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
-    forward_kernel<T, D><<<attention_grid(g, kOwnRows, g.heads, op), kThreads, smem,
+    forward_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, smem,
                            cudaStreamPerThread>>>(
         maps, g,
         ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),

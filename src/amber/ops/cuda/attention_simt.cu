@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
   float* sv = sk + kCols * S;                     // [kCols][S]
   float* sp = sv + kCols * S;                     // [kRows][kCols] probabilities
   TileRange t;
-  if (!tile_of(g, kRows, false, t)) return;
+  if (!tile_of(g, false, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * kRowsPerWarp;
   const int tile_end = t.begin + t.rows;
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
   float* sv = sk + kCols * S;                     // [kCols][S]
   float* sds = sv + kCols * S;                    // [kRows][kCols]
   TileRange t;
-  if (!tile_of(g, kRows, false, t)) return;
+  if (!tile_of(g, false, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * kRowsPerWarp;
   const int tile_end = t.begin + t.rows;
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads)
   float* slse = sds + kRows * kCols;              // [kCols]
   float* sdelta = slse + kCols;                   // [kCols]
   TileRange t;
-  if (!tile_of(g, kRows, false, t)) return;
+  if (!tile_of(g, false, t)) return;
   const int kvh = blockIdx.y, group = g.heads / g.kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * kRowsPerWarp;
   const int tile_end = t.begin + t.rows;
@@ -335,10 +335,12 @@ const T* ptr(const Tensor& t) {
 
 namespace simt {
 
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned,
              const float* sinks, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
-  const dim3 grid = attention_grid(g, kRows, g.heads, op);
+  Tensor plan;
+  const Layout g = with_tile_plan(unplanned, kRows, q.device(), plan, op);
+  const dim3 grid = attention_grid(g, g.heads, op);
   with_element_type(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     with_head_dim(q.size(2), q.shape(), op, [&]<int D>() {
@@ -353,9 +355,11 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
 }
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-              const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
+              const Tensor& lse, const Tensor& delta, const Layout& unplanned, Tensor& dq, Tensor& dk,
               Tensor& dv) {
   const char* op = "attention_backward";
+  Tensor plan;
+  const Layout g = with_tile_plan(unplanned, kRows, q.device(), plan, op);
   with_element_type(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const BackwardArgs<T> a{ptr<T>(q),        ptr<T>(k),           ptr<T>(v),
@@ -366,14 +370,14 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
       const size_t dq_smem =
           ((2 * kRows + 2 * kCols) * stride_of<D>() + kRows * kCols) * sizeof(float);
       allow_smem(reinterpret_cast<const void*>(backward_dq_kernel<T, D>), dq_smem, op);
-      backward_dq_kernel<T, D><<<attention_grid(g, kRows, g.heads, op), kThreads, dq_smem,
+      backward_dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem,
                                  cudaStreamPerThread>>>(g, a);
       check_launch(op, q.shape());
       const size_t dkdv_smem =
           ((2 * kRows + 2 * kCols) * stride_of<D>() + 2 * kRows * kCols + 2 * kCols) *
           sizeof(float);
       allow_smem(reinterpret_cast<const void*>(backward_dkdv_kernel<T, D>), dkdv_smem, op);
-      backward_dkdv_kernel<T, D><<<attention_grid(g, kRows, g.kv_heads, op), kThreads,
+      backward_dkdv_kernel<T, D><<<attention_grid(g, g.kv_heads, op), kThreads,
                                    dkdv_smem, cudaStreamPerThread>>>(g, a);
       check_launch(op, k.shape());
     });

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Layout g, BackwardArgs<T> 
   T* sk = sdo + F::kOwnElems;    // two stages
   T* sv = sk + 2 * F::kKVElems;  // two stages
   TileRange t;
-  if (!tile_of(g, kOwnedRows, true, t)) return;
+  if (!tile_of(g, true, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads), warp = threadIdx.x / 32;
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
   float* slse = reinterpret_cast<float*>(sdo + 2 * F::kQElems);  // two stages, log2 units
   float* sdelta = slse + 2 * kQueries;                            // two stages
   TileRange t;
-  if (!tile_of(g, kOwnedRows, false, t)) return;
+  if (!tile_of(g, false, t)) return;
   const int h = blockIdx.y, group = g.heads / g.kv_heads, kvh = h / group, warp = threadIdx.x / 32;
   const int tile_end = t.begin + t.rows;
   // Query i sees key j iff j <= i < j + window: queries from the tile's first key to
@@ -190,19 +190,21 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-              const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
+              const Tensor& lse, const Tensor& delta, const Layout& unplanned, Tensor& dq, Tensor& dk,
               Tensor& dv) {
   const char* op = "attention_backward";
+  Tensor plan;
+  const Layout g = with_tile_plan(unplanned, kOwnedRows, q.device(), plan, op);
   with_types(q, op, [&]<class T, int D>() {
     with_backward_args<T, D>(dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
       const size_t dq_smem = DqShape<D>::kSmemElems * sizeof(T);
       allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
-      dq_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dq_smem, cudaStreamPerThread>>>(g,
+      dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem, cudaStreamPerThread>>>(g,
                                                                                                           args);
       check_launch(op, q.shape());
       const size_t dkdv_smem = dkdv_smem_bytes<T, D>();
       allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
-      dkdv_kernel<T, D><<<attention_grid(g, kOwnedRows, g.heads, op), kThreads, dkdv_smem, cudaStreamPerThread>>>(
+      dkdv_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dkdv_smem, cudaStreamPerThread>>>(
           g, args);
       check_launch(op, k.shape());
     });

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
   T* sk = sq + F::kQElems;       // two stages
   T* sv = sk + 2 * F::kKVElems;  // two stages
   TileRange t;
-  if (!tile_of(g, F::kRows, true, t)) return;
+  if (!tile_of(g, true, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads), warp = threadIdx.x / 32;
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
@@ -115,14 +115,16 @@ bool supports(DType dtype, int64_t head_dim) {
   return (dtype == DType::bf16 || dtype == DType::f16) && (head_dim == 64 || head_dim == 128);
 }
 
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned,
              const float* sinks, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
+  Tensor plan;
+  const Layout g = with_tile_plan(unplanned, ForwardShape<64>::kRows, q.device(), plan, op);
   with_types(q, op, [&]<class T, int D>() {
     using F = ForwardShape<D>;
     const size_t smem = F::kSmemElems * sizeof(T);
     allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
-    forward_kernel<T, D><<<attention_grid(g, F::kRows, g.heads, op), F::kThreads, smem,
+    forward_kernel<T, D><<<attention_grid(g, g.heads, op), F::kThreads, smem,
                            cudaStreamPerThread>>>(
         g, ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
                           static_cast<const T*>(v.raw()), sinks, static_cast<T*>(out.raw()),

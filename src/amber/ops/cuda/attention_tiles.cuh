@@ -12,13 +12,19 @@
 
 namespace amber::cuda {
 
-// Tiles start at document starts (cu_seqlens on the device). grid.x enumerates
-// (document, tile) slots with ceil(max_seqlen / rows) tiles per document; slots past a
-// document's end exit at once.
+// Tiles start at document starts (cu_seqlens on the device). A tile plan, built on the
+// device from cu_seqlens (with_tile_plan), lists every (document, k) with k counting
+// the document's tiles of `tile_rows` rows; block x of a launch takes slot x, and
+// slots past the plan's end hold document -1 and exit at once. Nothing here reads the
+// host's document lengths, so the grid depends only on the token and document counts.
 struct Layout {
   const int32_t* cu_seqlens;
-  int num_docs, max_seqlen, heads, kv_heads, window;
+  int num_docs;
+  int64_t tokens;
+  int heads, kv_heads, window;
   float scale;
+  const int2* tiles = nullptr;  // [tile_slots] (document, k) or (-1, 0)
+  int tile_rows = 0, tile_slots = 0;
 };
 
 struct TileRange {
@@ -26,22 +32,18 @@ struct TileRange {
   int length, begin, rows;  // rows = tile rows that exist (<= the tile size)
 };
 
-__host__ __device__ inline int tiles_per_doc(const Layout& g, int rows) {
-  return (g.max_seqlen + rows - 1) / rows;
-}
-
-// The (document, tile) of this block. With last_first, a document's tiles run from its
-// end: under a causal mask the last query tile has the most keys, and starting the
-// longest blocks first shortens the tail of the grid.
-__device__ __forceinline__ bool tile_of(const Layout& g, int rows, bool last_first, TileRange& t) {
-  const int per_doc = tiles_per_doc(g, rows);
-  const int doc = blockIdx.x / per_doc, index = blockIdx.x % per_doc;
-  t.doc_start = g.cu_seqlens[doc];
-  t.length = g.cu_seqlens[doc + 1] - g.cu_seqlens[doc];
-  const int tiles = (t.length + rows - 1) / rows;
-  if (index >= tiles) return false;
-  t.begin = (last_first ? tiles - 1 - index : index) * rows;
-  t.rows = min(rows, t.length - t.begin);
+// The (document, tile) of this block. The plan lists a document's tiles in order; with
+// last_first, k counts from the document's end: under a causal mask the last query
+// tile has the most keys, and starting the longest blocks first shortens the tail of
+// the grid.
+__device__ __forceinline__ bool tile_of(const Layout& g, bool last_first, TileRange& t) {
+  const int2 slot = g.tiles[blockIdx.x];
+  if (slot.x < 0) return false;
+  t.doc_start = g.cu_seqlens[slot.x];
+  t.length = g.cu_seqlens[slot.x + 1] - g.cu_seqlens[slot.x];
+  const int tiles = (t.length + g.tile_rows - 1) / g.tile_rows;
+  t.begin = (last_first ? tiles - 1 - slot.y : slot.y) * g.tile_rows;
+  t.rows = min(g.tile_rows, t.length - t.begin);
   return true;
 }
 
@@ -63,8 +65,12 @@ struct ForwardArgs {
   float* lse;
 };
 
-// Blocks of (document, tile) slots by `heads`, checked against the grid limits.
-dim3 attention_grid(const Layout& g, int rows, int heads, const char* op);
+// g with a plan of `rows`-row tiles, built on `device` into `storage` (one small
+// kernel, no host synchronisation).
+Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage, const char* op);
+
+// The plan's slots by `heads`, checked against the grid limits.
+dim3 attention_grid(const Layout& g, int heads, const char* op);
 
 // Raises a kernel's dynamic shared-memory limit (a host-side attribute, no sync).
 void allow_smem(const void* kernel, size_t bytes, const char* op);
