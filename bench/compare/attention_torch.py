@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.varlen import varlen_attn
 
+from doc_lengths import spread_lengths
+
 SHAPES = {
     "A": (20, 4, 64, 0, "8x2048"),
     "B": (16, 4, 128, 0, "8x2048"),
@@ -31,17 +33,6 @@ SHAPES = {
     "E": (16, 16, 128, 1024, "4x8192"),
 }
 VARLEN_PARAMS = inspect.signature(varlen_attn).parameters
-
-
-def spread_lengths(tokens, lo, hi):
-    """The fixed sequence amber's spread_lengths uses (src/amber/ops/attention_bench.cpp)."""
-    lengths, left, i = [], tokens, 0
-    while left > 0:
-        n = min(left, lo + (i * 7919 + 13) % (hi - lo + 1))
-        lengths.append(n)
-        left -= n
-        i += 1
-    return lengths
 
 
 def lengths_of(spec):

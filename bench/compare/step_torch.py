@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.varlen import varlen_attn
 
+from doc_lengths import parse_range, spread_lengths
+
 VARLEN_PARAMS = inspect.signature(varlen_attn).parameters
 
 
@@ -95,7 +97,7 @@ def main():
     p.add_argument("--mlp-hidden", type=int, required=True)
     p.add_argument("--vocab", type=int, default=65536)
     p.add_argument("--tokens", type=int, default=16384)
-    p.add_argument("--doc-len", default="2048", help="length or MIN-MAX (uniform, seeded)")
+    p.add_argument("--doc-len", default="2048", help="length or MIN-MAX (the fixed spread amber uses too)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--peak-tflops", type=float, default=989.0)
@@ -105,13 +107,7 @@ def main():
 
     torch.manual_seed(a.seed)
     g = torch.Generator().manual_seed(a.seed)
-    lo, _, hi = a.doc_len.partition("-")
-    lo, hi = int(lo), int(hi or lo)
-    lengths, used = [], 0
-    while used < a.tokens:
-        n = min(int(torch.randint(lo, hi + 1, (1,), generator=g)), a.tokens - used)
-        lengths.append(n)
-        used += n
+    lengths = spread_lengths(a.tokens, *parse_range(a.doc_len))
     dev = "cuda"
     cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device=dev)
     positions = torch.cat([torch.arange(n) for n in lengths]).to(dev)

@@ -29,7 +29,8 @@ struct AttentionBenchRow {
 };
 
 // Document lengths uniform-looking in [lo, hi], filling `tokens` exactly, from a fixed
-// integer sequence (bench/compare/attention_torch.py generates the same lengths).
+// integer sequence (bench/compare/doc_lengths.py generates the same lengths; the
+// attention and step benches of both arms use it).
 std::vector<int32_t> spread_lengths(int64_t tokens, int lo, int hi);
 
 // `which`: one of A, B, C, D, E, or all.

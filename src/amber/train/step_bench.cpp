@@ -7,6 +7,7 @@
 #include "amber/core/random.h"
 #include "amber/model/flops.h"
 #include "amber/model/language_model.h"
+#include "amber/ops/attention_bench.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/step.h"
 
@@ -42,22 +43,16 @@ double measure_gemm_tflops(Device device, DType dtype) {
 }
 
 data::Batch synthetic_batch(const StepBenchOptions& o) {
-  Tensor u = Tensor::empty({o.tokens * 2}, DType::f64);
+  Tensor u = Tensor::empty({o.tokens}, DType::f64);
   fill_uniform(u, o.seed, 0);
-  std::vector<int32_t> lengths;
-  int64_t used = 0, draw = 0;
-  while (used < o.tokens) {
-    int32_t l = o.doc_min + static_cast<int32_t>(u.item(draw++) * (o.doc_max - o.doc_min + 1));
-    l = static_cast<int32_t>(std::min<int64_t>(l, o.tokens - used));
-    lengths.push_back(l);
-    used += l;
-  }
+  // The lengths bench/compare/step_torch.py uses too (doc_lengths.py), so both arms
+  // see the same document boundaries.
   std::vector<std::vector<int32_t>> docs;
   int64_t t = 0;
-  for (int32_t l : lengths) {
+  for (int32_t l : spread_lengths(o.tokens, o.doc_min, o.doc_max)) {
     std::vector<int32_t> doc;
     for (int32_t i = 0; i < l; ++i, ++t)
-      doc.push_back(static_cast<int32_t>(u.item(o.tokens + t) * o.model.vocab_size) % o.model.vocab_size);
+      doc.push_back(static_cast<int32_t>(u.item(t) * o.model.vocab_size) % o.model.vocab_size);
     docs.push_back(doc);
   }
   return data::pack_documents(docs);
