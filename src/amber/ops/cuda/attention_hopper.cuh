@@ -82,6 +82,22 @@ struct Ring {
     __syncthreads();
   }
 
+  // Splits the block by warpgroup for kernels with a producer and nothing else
+  // beside the consumers: the producer warpgroup gives its registers back, its first
+  // thread runs produce(), and it gets false; the consumers take the registers and get
+  // true.
+  __device__ bool consumer(const Maps& maps, int own_head, int64_t own_row, int stream_head, int64_t first_row,
+                           int stages) const {
+    if (threadIdx.x >= 128) {
+      claim_registers<240>();
+      return true;
+    }
+    release_registers<24>();
+    if (threadIdx.x == 0)
+      produce(maps, own_head, static_cast<int>(own_row), stream_head, static_cast<int>(first_row), stages);
+    return false;
+  }
+
   // The producer thread: the owned tiles at row own_row of head own_head, then
   // `stages` streamed tiles from row first_row of head stream_head (rows absolute).
   __device__ void produce(const Maps& maps, int own_head, int own_row, int stream_head, int first_row,
@@ -145,6 +161,10 @@ __device__ __forceinline__ float exp2_fast(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+struct Exp2Fast {
+  __device__ __forceinline__ float operator()(float x) const { return exp2_fast(x); }
+};
 
 // The issued products complete; their accumulators may be read.
 template <class... Acc>

@@ -36,20 +36,13 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
   const R ring(smem_raw);
   TileRange t;
   if (!tile_of(g, true, t)) return;
-  const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads), role = threadIdx.x / 128;
+  const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
   ring.init(0);
-  if (role == 0) {
-    release_registers<24>();
-    const int row0 = static_cast<int>(t.doc_start);
-    if (threadIdx.x == 0) ring.produce(maps, h, row0 + t.begin, kvh, row0 + key_begin, stages);
-    return;
-  }
-
-  claim_registers<240>();
-  const int consumer = role - 1, warp = (threadIdx.x / 32) % 4;
+  if (!ring.consumer(maps, h, t.doc_start + t.begin, kvh, t.doc_start + key_begin, stages)) return;
+  const int consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4;
   const int rows_begin = t.begin + 64 * consumer, rows_end = min(rows_begin + 64, tile_end);
   const Fragment f0{rows_begin + 16 * warp, 0};
   const float scale_log2 = g.scale * kLog2e;

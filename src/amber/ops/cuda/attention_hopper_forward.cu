@@ -13,10 +13,7 @@ namespace amber::cuda::hopper {
 namespace {
 
 using tensor_core::Fragment;
-using tensor_core::kLn2;
 using tensor_core::kLog2e;
-using tensor_core::quad_max;
-using tensor_core::quad_sum;
 
 constexpr int kKeys = 128;  // keys per streamed stage
 template <int D>
@@ -32,31 +29,18 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   TileRange t;
   if (!tile_of(g, true, t)) return;
   const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
-  const int group = threadIdx.x / 128;  // 0: producer, 1..: consumers
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
   ring.init(0);
-  if (group == 0) {
-    release_registers<24>();
-    const int row0 = static_cast<int>(t.doc_start);
-    if (threadIdx.x == 0) ring.produce(maps, h, row0 + t.begin, kvh, row0 + key_begin, stages);
-    return;
-  }
-
-  claim_registers<240>();
-  const int consumer = group - 1, warp = (threadIdx.x / 32) % 4;
+  if (!ring.consumer(maps, h, t.doc_start + t.begin, kvh, t.doc_start + key_begin, stages)) return;
+  const int consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4;
   const int rows_begin = t.begin + 64 * consumer;  // this warpgroup's 64 rows
   const int rows_end = min(rows_begin + 64, tile_end);
   const Fragment f0{rows_begin + 16 * warp, 0};
   const float scale_log2 = g.scale * kLog2e;
-  // The sink is a key of logit s_h seen first: (max, sum) start at (s_h, 1), the sum
-  // counted once per row (by the quad's first lane), and its zero value adds nothing.
-  float m[2], l[2], o[D / 8][4] = {};
-  for (int r = 0; r < 2; ++r) {
-    m[r] = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
-    l[r] = a.sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
-  }
+  tensor_core::OnlineSoftmax softmax(a.sinks, h);
+  float o[D / 8][4] = {};
   const uint64_t q_desc = k_major(ring.own(0) + consumer * 64 * 128);  // 64 rows into each panel
   barrier_wait(ring.own_full(), 0);
   for (int stage = 0; stage < stages; ++stage) {
@@ -68,54 +52,15 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
       float s[kKeys / 8][4];
       product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
       complete(s);
-      const Fragment f{f0.row0, kt};
       const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
-      if (edge) {
-#pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (!visible(f.row(e), f.col(nt, e), g.window)) s[nt][e] = -INFINITY;
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-        const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
-        // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
-        // exp2 = 0 instead of NaN.
-        const float ref = m_new == -INFINITY ? 0.0f : m_new;
-        const float rescale = exp2_fast(m[r] - ref);
-        m[r] = m_new;
-        l[r] *= rescale;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale, o[dt][2 * r + 1] *= rescale;
-#pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt)
-#pragma unroll
-          for (int e = 2 * r; e < 2 * r + 2; ++e) {
-            s[nt][e] = exp2_fast(s[nt][e] * scale_log2 - ref);
-            l[r] += s[nt][e];
-          }
-      }
+      softmax.stage<kKeys, D>(s, o, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{});
       product_pb<T, kKeys, D>(o, s, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
       complete(o);
     }
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   }
   if (rows_begin >= rows_end) return;
-  float inv[2];
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    inv[r] = 1.0f / l[r];
-    const int i = f0.row(2 * r);
-    if (i < tile_end && threadIdx.x % 4 == 0) a.lse[(t.doc_start + i) * g.heads + h] = (m[r] + log2f(l[r])) * kLn2;
-  }
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
+  softmax.finish<D>(o, f0, tile_end, t.doc_start, g.heads, h, a.lse);
   tensor_core::store_rows<T, D>(o, f0, 1.0f, tile_end, t.doc_start, g.heads, h, a.out);
 #endif
 }

@@ -136,6 +136,81 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The forward's online softmax for the warp's two rows per lane, in the log2 domain:
+// the running max m and sum l per row. The sink is a key of logit s_h seen first:
+// (max, sum) start at (s_h, 1), the sum counted once per row (by the quad's first
+// lane), and its zero value adds nothing.
+struct OnlineSoftmax {
+  float m[2], l[2];
+
+  __device__ OnlineSoftmax(const float* sinks, int head) {
+    for (int r = 0; r < 2; ++r) {
+      m[r] = sinks ? sinks[head] * kLog2e : -INFINITY;
+      l[r] = sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
+    }
+  }
+
+  // One stage of raw scores s (16 rows x N keys, this warp's, at fragment f): masks
+  // the invisible keys when `edge`, rescales o and the sums to the new max, and
+  // leaves the stage's unnormalised probabilities in s. exp2 is the family's.
+  template <int N, int D, class Exp2>
+  __device__ __forceinline__ void stage(float (&s)[N / 8][4], float (&o)[D / 8][4], const Fragment& f, bool edge,
+                                        int window, float scale_log2, Exp2 exp2) {
+    if (edge) {
+#pragma unroll
+      for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!visible(f.row(e), f.col(nt, e), window)) s[nt][e] = -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < N / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
+      // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
+      // exp2 = 0 instead of NaN.
+      const float ref = m_new == -INFINITY ? 0.0f : m_new;
+      const float rescale = exp2(m[r] - ref);
+      m[r] = m_new;
+      l[r] *= rescale;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale, o[dt][2 * r + 1] *= rescale;
+#pragma unroll
+      for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          s[nt][e] = exp2(s[nt][e] * scale_log2 - ref);
+          l[r] += s[nt][e];
+        }
+    }
+  }
+
+  // Writes each row's log-sum-exp (natural log; rows at or past `limit` skipped) into
+  // lse [T, heads] and divides o by the row sums, which differ between the lane's rows.
+  template <int D>
+  __device__ __forceinline__ void finish(float (&o)[D / 8][4], const Fragment& f, int limit, int64_t doc_start,
+                                         int heads, int head, float* lse) {
+    float inv[2];
+    for (int r = 0; r < 2; ++r) {
+      l[r] = quad_sum(l[r]);
+      inv[r] = 1.0f / l[r];
+      const int i = f.row(2 * r);
+      if (i < limit && threadIdx.x % 4 == 0) lse[(doc_start + i) * heads + head] = (m[r] + log2f(l[r])) * kLn2;
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
+  }
+};
+
+// IEEE exp2 for the portable kernels.
+struct Exp2Ieee {
+  __device__ __forceinline__ float operator()(float x) const { return exp2f(x); }
+};
+
 // Stores this lane's two rows (r = 0: row g, r = 1: row g + 8) of a 16 x D accumulator
 // tile times `scale` into rows of a [T, heads, D] tensor of T (bf16, f16 or f32
 // partials); rows at or past `limit` are skipped.

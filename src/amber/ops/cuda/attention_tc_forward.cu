@@ -44,13 +44,8 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
   cp_async_commit();
 
   const float scale_log2 = g.scale * kLog2e;
-  // The sink is a key of logit s_h seen first: (max, sum) start at (s_h, 1), the sum
-  // counted once per row (by the quad's first lane), and its zero value adds nothing.
-  float m[2], l[2], o[D / 8][4] = {};
-  for (int r = 0; r < 2; ++r) {
-    m[r] = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
-    l[r] = a.sinks && threadIdx.x % 4 == 0 ? 1.0f : 0.0f;
-  }
+  OnlineSoftmax softmax(a.sinks, h);
+  float o[D / 8][4] = {};
   uint32_t qa[D / 16][4];  // this warp's queries, read from shared memory once
   for (int stage = 0; stage < stages; ++stage) {
     next_stage(stage, stages, load_stage);
@@ -60,52 +55,12 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads)
     warp_abt<T, D, kKeys, S>(s, qa, sk + buf * F::kKVElems);
     const Fragment f{t.begin + warp * 16, kt};
     const bool edge = kt + kKeys - 1 > t.begin || (g.window > 0 && kt <= tile_end - g.window);
-    if (edge) {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!visible(f.row(e), f.col(nt, e), g.window)) s[nt][e] = -INFINITY;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
-      // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
-      // exp2 = 0 instead of NaN.
-      const float ref = m_new == -INFINITY ? 0.0f : m_new;
-      const float rescale = exp2f(m[r] - ref);
-      m[r] = m_new;
-      l[r] *= rescale;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale, o[dt][2 * r + 1] *= rescale;
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt)
-#pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[nt][e] = exp2f(s[nt][e] * scale_log2 - ref);
-          l[r] += s[nt][e];
-        }
-    }
+    softmax.stage<kKeys, D>(s, o, f, edge, g.window, scale_log2, Exp2Ieee{});
     warp_pb<T, kKeys, D, S>(o, s, sv + buf * F::kKVElems);
     __syncthreads();  // the next stage's load overwrites this buffer
   }
-  float inv[2];
   const Fragment f{t.begin + warp * 16, 0};
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    inv[r] = 1.0f / l[r];
-    const int i = f.row(2 * r);
-    if (i < tile_end && threadIdx.x % 4 == 0)
-      a.lse[(t.doc_start + i) * g.heads + h] = (m[r] + log2f(l[r])) * kLn2;
-  }
-  // Rows differ in 1/l: scale each row's half of the accumulators before the store.
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
+  softmax.finish<D>(o, f, tile_end, t.doc_start, g.heads, h, a.lse);
   store_rows<T, D>(o, f, 1.0f, tile_end, t.doc_start, g.heads, h, a.out);
 }
 
