@@ -1,10 +1,13 @@
-// Hopper attention backward (sm_90a; bf16/f16, head_dim 64 and 128), deterministic, in
-// the portable path's two kernels (attention_tc_backward.cu says why): the dQ kernel
-// owns 128 query rows of one head (Q and dO) and streams K and V; the dK/dV kernel owns
-// 128 keys (K and V) for one query head and streams Q, dO and their row statistics.
-// Both recompute P = exp2(scale q.k - lse) from the saved log-sum-exp. Every product is
-// a wgmma: the scores and dP from shared memory, the accumulations (dS K; P^T dO and
-// dS^T Q) with P or dS from registers and the streamed tile read MN-major.
+// Hopper attention backward (sm_90a; bf16/f16, head_dim 64 and 128), deterministic.
+// The dK/dV kernel owns 128 keys (K and V) for one query head and streams Q, dO and
+// their row statistics (lse, delta) in stages of 64 queries. At head_dim 64 it also
+// computes dQ (a fifth product per stage, summed across key tiles in a fixed order);
+// at 128, where its registers hold two 64 x 128 accumulators already, a separate dQ
+// kernel owns 128 query rows (Q and dO) and streams K and V, as the portable path does
+// (attention_tc_backward.cu). Both recompute P = exp2(scale q.k - lse) from the saved
+// log-sum-exp. Every product is a wgmma: the scores and dP from shared memory, the
+// accumulations (dS K; P^T dO and dS^T Q) with P or dS from registers and the streamed
+// tile read MN-major, and the folded dQ with both operands in shared memory.
 #include "amber/ops/cuda/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
@@ -18,12 +21,9 @@ using tensor_core::store_rows;
 // Rows per streamed stage: 128 keys for the dQ kernel; the dK/dV kernel holds two
 // accumulators (dK, dV) and spills beyond 64 queries.
 constexpr int kDqKeys = 128, kDkdvQueries = 64;
-constexpr int kStatBytes = 2 * kDkdvQueries * 4;  // lse and delta per streamed query
 
 template <int D>
 using DqRing = Ring<D, 2, kDqKeys, ring_stages<D, 2, kDqKeys>()>;
-template <int D>
-using DkdvRing = Ring<D, 2, kDkdvQueries, ring_stages<D, 2, kDkdvQueries, kStatBytes>(), kStatBytes>;
 
 // dQ = scale * sum_j dS_ij k_j with dS = P (dP - delta), dP = dout . v.
 template <class T, int D>
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
-  ring.init(0);
+  ring.init();
   if (!ring.consumer(maps, h, t.doc_start + t.begin, kvh, t.doc_start + key_begin, stages)) return;
   const int consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4;
   const int rows_begin = t.begin + 64 * consumer, rows_end = min(rows_begin + 64, tile_end);
@@ -94,41 +94,128 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
 #endif
 }
 
+// Head dim 64 folds dQ into the dK/dV kernel: a fifth product per stage, dQ of the
+// stage's queries over the block's 128 keys = dS K. Both consumers write their dS^T
+// rows into a shared tile and take turns by stage computing the product; its fp32
+// tile goes to a writer thread, which stores it (the first key tile of that query
+// stage) or adds it (every later one) into DqSum by bulk copy. Determinism: the key
+// tiles of one query stage add in a fixed order, from the diagonal tile down, each
+// waiting on a per-stage counter for the tiles before it. Blocks draw a ticket at start
+// and take the plan's slots in ticket order, a document's last tile first, so a block
+// waits only on blocks that started before it (no deadlock), and with queries streamed
+// upwards the tile it waits on reached the stage two stages earlier.
+struct DqSum {
+  float* sum;     // [heads, T, 64]
+  int* counters;  // the ticket, then one per (query stage's first row, head); zeroed
+};
+
+constexpr int kDsTileBytes = kOwnRows * kDkdvQueries * 2;  // dS^T, keys x queries
+constexpr int kDqTileBytes = kDkdvQueries * 64 * 4;        // dQ, queries x 64, fp32
+constexpr int kDqReserveBytes = 2 * kDsTileBytes + 2 * kDqTileBytes + 1024;
+
+template <int D, bool kDq>
+using DkdvRing = Ring<D, 2, kDkdvQueries, ring_stages<D, 2, kDkdvQueries, true, kDq ? kDqReserveBytes : 0>(), true>;
+
+// The dQ tiles past the ring: two dS^T tiles and two fp32 dQ tiles (one per consumer),
+// their full/empty barriers and the ticket.
+template <class R>
+struct DqTiles {
+  static constexpr int kOffset = (R::kEndOffset + 1023) / 1024 * 1024;
+  uint8_t* base;
+  __device__ explicit DqTiles(const R& ring) : base(ring.base + kOffset) {}
+  __device__ uint8_t* ds(int stage) const { return base + (stage & 1) * kDsTileBytes; }
+  __device__ float* dq(int consumer) const {
+    return reinterpret_cast<float*>(base + 2 * kDsTileBytes + consumer * kDqTileBytes);
+  }
+  __device__ uint64_t* full(int consumer) const {
+    return reinterpret_cast<uint64_t*>(base + 2 * kDsTileBytes + 2 * kDqTileBytes) + consumer;
+  }
+  __device__ uint64_t* empty(int consumer) const { return full(2 + consumer); }
+  __device__ int* ticket() const { return reinterpret_cast<int*>(full(4)); }
+  __device__ void init() const {
+    for (int c = 0; c < kConsumers; ++c) {
+      barrier_init(full(c), 128);
+      barrier_init(empty(c), 1);
+    }
+  }
+};
+
+template <class R>
+constexpr int kDqTilesSmemBytes = DqTiles<R>::kOffset + kDqReserveBytes + 1024;
+
+// The writer thread: stage by stage, the consumer's fp32 dQ tile into the sum, in the
+// order the counters keep.
+template <class R>
+__device__ void write_dq(const DqTiles<R>& tiles, const DqSum& out, const Layout& g, const TileRange& t, int h,
+                         int stages) {
+  const int tile = t.begin / kOwnRows;
+  for (int stage = 0; stage < stages; ++stage) {
+    const int consumer = stage % kConsumers;
+    barrier_wait(tiles.full(consumer), (stage / kConsumers) & 1);
+    const int qt = t.begin + stage * kDkdvQueries, diagonal = qt / kOwnRows;
+    const int64_t row = t.doc_start + qt;
+    int* counter = out.counters + 1 + row * g.heads + h;
+    float* dst = out.sum + (h * g.tokens + row) * 64;
+    const uint32_t bytes = min(kDkdvQueries, t.length - qt) * 64 * 4;
+    if (tile == diagonal) {
+      bulk_store(dst, tiles.dq(consumer), bytes);
+    } else {
+      flag_wait_at_least(counter, diagonal - tile);
+      bulk_add_f32(dst, tiles.dq(consumer), bytes);
+    }
+    bulk_commit();
+    bulk_wait_read();
+    barrier_arrive(tiles.empty(consumer));
+    bulk_wait();
+    flag_release_add(counter);
+  }
+}
+
+// Writes this warpgroup's rows of dS^T (64 keys x 64 queries) into the swizzled tile.
+template <class T>
+__device__ __forceinline__ void store_ds(uint8_t* tile, const float (&ds)[kDkdvQueries / 8][4], int first_row) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = first_row + 16 * ((threadIdx.x / 32) % 4) + lane / 4 + 8 * r;
+#pragma unroll
+    for (int nt = 0; nt < kDkdvQueries / 8; ++nt)
+      *reinterpret_cast<uint32_t*>(tile + row * 128 + ((nt ^ (row % 8)) * 16) + (lane % 4) * 4) =
+          pack2<T>(ds[nt][2 * r], ds[nt][2 * r + 1]);
+  }
+}
+
 // dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of one head,
-// computed transposed (keys as rows). Warp 1 of the producer warpgroup copies each
-// stage's lse (in log2 units) and delta into the ring beside its tiles.
-template <class T, int D>
+// computed transposed (keys as rows); with kDq also dQ (above). Each stage brings its
+// queries' lse (in log2 units) and delta beside its tiles.
+template <class T, int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ Maps maps, Layout g,
-                                                           BackwardArgs<T> a) {
+                                                           BackwardArgs<T> a, DqSum dq_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kQueries = kDkdvQueries;
-  using R = DkdvRing<D>;
+  using R = DkdvRing<D, kDq>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
+  const DqTiles<R> dq_tiles(ring);
+  if (kDq && threadIdx.x == 0) {
+    *dq_tiles.ticket() = atomicAdd(dq_out.counters, 1);
+    dq_tiles.init();
+  }
+  ring.init();
+  const int work = kDq ? *dq_tiles.ticket() : static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
   TileRange t;
-  if (!tile_of(g, false, t)) return;
-  const int h = blockIdx.y, group = g.heads / g.kv_heads, kvh = h / group, role = threadIdx.x / 128;
+  if (!tile_of(g, work % g.tile_slots, kDq, t)) return;
+  const int h = work / g.tile_slots, group = g.heads / g.kv_heads, kvh = h / group, role = threadIdx.x / 128;
   const int tile_end = t.begin + t.rows;
   // Query i sees key j iff j <= i < j + window: queries from the tile's first key to
   // the last key's window end.
   const int query_end = g.window > 0 ? min(t.length, tile_end - 1 + g.window) : t.length;
   const int stages = (query_end - t.begin + kQueries - 1) / kQueries;
-  ring.init(32);
   if (role == 0) {
     release_registers<24>();
-    const int row0 = static_cast<int>(t.doc_start), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
-    if (warp != 1) return;
-    for (int stage = 0; stage < stages; ++stage) {
-      ring.wait_free(stage);
-      float* stats = reinterpret_cast<float*>(ring.extra(stage));
-      for (int c = lane; c < kQueries; c += 32) {
-        const int64_t stat = (t.doc_start + min(t.begin + stage * kQueries + c, query_end - 1)) * g.heads + h;
-        stats[c] = a.lse[stat] * kLog2e;
-        stats[kQueries + c] = a.delta[stat];
-      }
-      barrier_arrive(ring.full(stage));
-    }
+    const int row0 = static_cast<int>(t.doc_start) + t.begin;
+    if (threadIdx.x == 0) ring.produce(maps, kvh, row0, h, row0, stages);
+    if (kDq && threadIdx.x == 32) write_dq(dq_tiles, dq_out, g, t, h, stages);
     return;
   }
 
@@ -146,12 +233,17 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     const bool needed = keys_begin < keys_end && qt + kQueries - 1 >= keys_begin &&
                         (g.window == 0 || qt <= keys_end - 2 + g.window);
     barrier_wait(ring.full(stage), R::parity(stage));
-    if (needed) {
+    float st[kQueries / 8][4], dpt[kQueries / 8][4];  // keys x queries
+    if (!needed) {
+#pragma unroll
+      for (int nt = 0; nt < kQueries / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[nt][e] = 0.0f;
+    } else {
       const float* lse = reinterpret_cast<const float*>(ring.extra(stage));
       const float* delta = lse + kQueries;
       // Products overlap the arithmetic: dP^T runs while P^T is computed, and dV's
       // accumulation while dS^T is.
-      float st[kQueries / 8][4], dpt[kQueries / 8][4];  // keys x queries
       product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(st, k_desc, k_major(ring.stream(stage, 0)));
       wgmma_commit();
       product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(dpt, v_desc, k_major(ring.stream(stage, 1)));
@@ -178,8 +270,45 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
 #pragma unroll
         for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[f.col(nt, e) - qt]);  // dS^T
       product_pb<T, kQueries, D>(dk, dpt, mn_major(ring.stream(stage, 0), R::kStreamPanelBytes));
-      complete(dv, dk);
+      wgmma_commit();
     }
+    if constexpr (kDq) {
+      // Both halves of dS^T land in the stage's tile; this stage's consumer waits for
+      // them, the other only announces its half.
+      store_ds<T>(dq_tiles.ds(stage), dpt, 64 * consumer);
+      fence_async_shared();
+      const int barrier = 1 + (stage & 1);
+      if (stage % kConsumers != consumer) {
+        named_arrive(barrier, 2 * 128);
+        wgmma_wait<0>();
+      } else {
+        named_sync(barrier, 2 * 128);
+        float dq[D / 8][4];
+        const uint64_t ds_desc = mn_major(dq_tiles.ds(stage), kOwnRows * 128);
+        const uint64_t k_rows = mn_major(ring.own(0), R::kOwnPanelBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kOwnRows / 16; ++kk)
+          mma_ss<T, D, 1, 1>(dq, mn_step(ds_desc, kk), mn_step(k_rows, kk), kk > 0);
+        complete(dq);
+        const int use = stage / kConsumers;
+        if (use > 0) barrier_wait(dq_tiles.empty(consumer), (use - 1) & 1);
+        float* out = dq_tiles.dq(consumer);
+        const Fragment q0{16 * warp, 0};
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            *reinterpret_cast<float2*>(out + q0.row(2 * r) * 64 + q0.col(nt, 0)) =
+                make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
+        fence_async_shared();
+        barrier_arrive(dq_tiles.full(consumer));
+      }
+    } else {
+      wgmma_wait<0>();
+    }
+    pin(dv);
+    pin(dk);
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   }
   if (keys_begin >= keys_end) return;
@@ -193,6 +322,32 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
 #endif
 }
 
+// dq[t, h] = scale * sum[h, t], four elements per thread.
+template <class T>
+__global__ void dq_from_sum_kernel(const float* sum, int64_t tokens, int heads, float scale, T* dq) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * heads * 16) return;
+  const int64_t row = i / 16;  // t * heads + h
+  const int c = static_cast<int>(i % 16) * 4, h = static_cast<int>(row % heads);
+  const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + row / heads) * 64 + c);
+  uint2 packed;
+  packed.x = pack2<T>(s.x * scale, s.y * scale);
+  packed.y = pack2<T>(s.z * scale, s.w * scale);
+  *reinterpret_cast<uint2*>(dq + row * 64 + c) = packed;
+}
+
+// stats[2h, t] = lse[t, h] in log2 units, stats[2h + 1, t] = delta[t, h]: each head's
+// rows contiguous, for the dK/dV kernels' copies; the padding columns get zeros.
+__global__ void row_stats_kernel(const float* lse, const float* delta, int64_t tokens, int heads, int64_t columns,
+                                 float* stats) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= columns * heads) return;
+  const int64_t t = i / heads;
+  const int h = static_cast<int>(i % heads);
+  stats[2 * h * columns + t] = t < tokens ? lse[i] * kLog2e : 0.0f;
+  stats[(2 * h + 1) * columns + t] = t < tokens ? delta[i] : 0.0f;
+}
+
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
@@ -204,16 +359,37 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     tensor_core::with_backward_args<T, D>(
         dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
           const dim3 grid = attention_grid(g, g.heads, op);
-          constexpr int dq_smem = DqRing<D>::kSmemBytes;
-          allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
-          dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(
-              make_maps<2>(q, dout, k, v, kDqKeys, op), g, args);
-          check_launch(op, q.shape());
-          constexpr int dkdv_smem = DkdvRing<D>::kSmemBytes;
-          allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
-          dkdv_kernel<T, D><<<grid, kThreads, dkdv_smem, cudaStreamPerThread>>>(
-              make_maps<2>(k, v, q, dout, kDkdvQueries, op), g, args);
-          check_launch(op, k.shape());
+          const int64_t tokens = q.size(0);
+          Tensor stats = Tensor::empty({2 * g.heads, (tokens + 3) / 4 * 4}, DType::f32, q.device());
+          row_stats_kernel<<<grid_for(stats.size(1) * g.heads, 256), 256, 0, cudaStreamPerThread>>>(
+              args.lse, args.delta, tokens, g.heads, stats.size(1), static_cast<float*>(stats.raw()));
+          check_launch(op, stats.shape());
+          Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries, op);
+          dkdv_maps.stats = f32_rows_map(stats, kDkdvQueries, op);
+          if constexpr (D == 64) {
+            Tensor sum = Tensor::empty({g.heads, tokens, D}, DType::f32, q.device());
+            Tensor counters = Tensor::empty({1 + tokens * g.heads}, DType::i32, q.device());
+            AMBER_CHECK(cudaMemsetAsync(counters.raw(), 0, counters.bytes(), cudaStreamPerThread) == cudaSuccess,
+                        op, ": cannot clear the dQ counters");
+            constexpr int smem = kDqTilesSmemBytes<DkdvRing<D, true>>;
+            allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, true>), smem, op);
+            dkdv_kernel<T, D, true><<<grid, kThreads, smem, cudaStreamPerThread>>>(
+                dkdv_maps, g, args, DqSum{static_cast<float*>(sum.raw()), static_cast<int*>(counters.raw())});
+            check_launch(op, k.shape());
+            dq_from_sum_kernel<T><<<grid_for(tokens * g.heads * 16, 256), 256, 0, cudaStreamPerThread>>>(
+                static_cast<const float*>(sum.raw()), tokens, g.heads, g.scale, args.dq);
+            check_launch(op, q.shape());
+          } else {
+            constexpr int dq_smem = DqRing<D>::kSmemBytes;
+            allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
+            dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(
+                make_maps<2>(q, dout, k, v, kDqKeys, op), g, args);
+            check_launch(op, q.shape());
+            constexpr int dkdv_smem = DkdvRing<D, false>::kSmemBytes;
+            allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, false>), dkdv_smem, op);
+            dkdv_kernel<T, D, false><<<grid, kThreads, dkdv_smem, cudaStreamPerThread>>>(dkdv_maps, g, args, DqSum{});
+            check_launch(op, k.shape());
+          }
         });
   });
 }

@@ -32,12 +32,13 @@ struct TileRange {
   int length, begin, rows;  // rows = tile rows that exist (<= the tile size)
 };
 
-// The (document, tile) of this block. The plan lists a document's tiles in order; with
+// The (document, tile) of plan slot slot_index (of this block's slot, blockIdx.x, by
+// default). The plan lists a document's tiles in order; with
 // last_first, k counts from the document's end: under a causal mask the last query
 // tile has the most keys, and starting the longest blocks first shortens the tail of
 // the grid.
-__device__ __forceinline__ bool tile_of(const Layout& g, bool last_first, TileRange& t) {
-  const int2 slot = g.tiles[blockIdx.x];
+__device__ __forceinline__ bool tile_of(const Layout& g, int slot_index, bool last_first, TileRange& t) {
+  const int2 slot = g.tiles[slot_index];
   if (slot.x < 0) return false;
   t.doc_start = g.cu_seqlens[slot.x];
   t.length = g.cu_seqlens[slot.x + 1] - g.cu_seqlens[slot.x];
@@ -45,6 +46,9 @@ __device__ __forceinline__ bool tile_of(const Layout& g, bool last_first, TileRa
   t.begin = (last_first ? tiles - 1 - slot.y : slot.y) * g.tile_rows;
   t.rows = min(g.tile_rows, t.length - t.begin);
   return true;
+}
+__device__ __forceinline__ bool tile_of(const Layout& g, bool last_first, TileRange& t) {
+  return tile_of(g, static_cast<int>(blockIdx.x), last_first, t);
 }
 
 // Query i sees key j of its document iff j <= i and (no window or j > i - window).

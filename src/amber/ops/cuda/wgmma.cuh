@@ -48,12 +48,12 @@ __device__ __forceinline__ void pin(float (&acc)[N][4]) {
   asm volatile(                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                  \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "    \
-      "%32, %33, p, 1, 1, 0, %35;\n}\n"                                           \
+      "%32, %33, p, 1, 1, %35, %36;\n}\n"                                           \
       : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]), "+f"(c[1][2]), "+f"(c[1][3]), \
       "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]), "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3]), \
       "+f"(c[4][0]), "+f"(c[4][1]), "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]), \
       "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), "+f"(c[7][0]), "+f"(c[7][1]), "+f"(c[7][2]), "+f"(c[7][3]) \
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB))
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB))
 
 #define AMBER_WGMMA_RS_N64(TY)                                                        \
   asm volatile(                                                                      \
@@ -70,7 +70,7 @@ __device__ __forceinline__ void pin(float (&acc)[N][4]) {
   asm volatile(                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                  \
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "    \
-      "%64, %65, p, 1, 1, 0, %67;\n}\n"                                           \
+      "%64, %65, p, 1, 1, %67, %68;\n}\n"                                           \
       : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]), "+f"(c[1][2]), "+f"(c[1][3]), \
       "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]), "+f"(c[3][0]), "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3]), \
       "+f"(c[4][0]), "+f"(c[4][1]), "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]), \
@@ -79,7 +79,7 @@ __device__ __forceinline__ void pin(float (&acc)[N][4]) {
       "+f"(c[10][0]), "+f"(c[10][1]), "+f"(c[10][2]), "+f"(c[10][3]), "+f"(c[11][0]), "+f"(c[11][1]), "+f"(c[11][2]), "+f"(c[11][3]), \
       "+f"(c[12][0]), "+f"(c[12][1]), "+f"(c[12][2]), "+f"(c[12][3]), "+f"(c[13][0]), "+f"(c[13][1]), "+f"(c[13][2]), "+f"(c[13][3]), \
       "+f"(c[14][0]), "+f"(c[14][1]), "+f"(c[14][2]), "+f"(c[14][3]), "+f"(c[15][0]), "+f"(c[15][1]), "+f"(c[15][2]), "+f"(c[15][3]) \
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB))
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB))
 
 #define AMBER_WGMMA_RS_N128(TY)                                                        \
   asm volatile(                                                                      \
@@ -97,8 +97,9 @@ __device__ __forceinline__ void pin(float (&acc)[N][4]) {
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB))
 
 // c (64 x N) = (accumulate ? c : 0) + A B, A (64 x 16) and B (16 x N) described in
-// shared memory; kTransB = 1 when B is MN-major (rows of n, one per k).
-template <class T, int N, int kTransB>
+// shared memory; kTransB = 1 when B is MN-major (rows of n, one per k), kTransA = 1
+// when A is (rows of m, one per k).
+template <class T, int N, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void mma_ss(float (&c)[N / 8][4], uint64_t a, uint64_t b, bool accumulate) {
   static_assert(N == 64 || N == 128, "m64n64 or m64n128");
   if constexpr (N == 64) {
@@ -174,6 +175,50 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap& map, int 
           smem_address(dst)),
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(x), "r"(y), "r"(smem_address(bar))
       : "memory");
+}
+
+// Shared-memory writes by this thread become visible to the async proxy (wgmma
+// operands, bulk copies) once the readers synchronise after this fence.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Bulk copies of `bytes` (a multiple of 16) from shared memory to global memory: a plain
+// store, or an element-wise fp32 addition into the destination. The waits cover the
+// groups committed so far: `_read` until their sources may be overwritten, the other
+// until their writes are done.
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_address(src)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_add_f32(float* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_address(src)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// A counter other blocks wait on: the writer's global writes (bulk copies included)
+// happen before a reader that acquires the incremented value.
+__device__ __forceinline__ void flag_release_add(int* flag) {
+  asm volatile("fence.proxy.async.global;\nred.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(flag) : "memory");
+}
+__device__ __forceinline__ void flag_wait_at_least(const int* flag, int value) {
+  int seen;
+  do asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
+  while (seen < value);
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// Named barriers (ids 1-15) over `threads` threads: sync waits, arrive does not.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace amber::cuda::hopper
