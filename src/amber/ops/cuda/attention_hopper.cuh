@@ -14,11 +14,9 @@ namespace amber::cuda::hopper {
 
 constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1), kOwnRows = 64 * kConsumers;
 
-// Tensor maps of the owned tensors (boxes of kOwnRows rows), the streamed ones, and
-// the streamed rows' statistics where a kernel takes them (f32_rows_map of [2 heads,
-// T]: row 2h the lse of head h in log2 units, row 2h + 1 its delta).
+// Tensor maps of the owned tensors (boxes of kOwnRows rows) and the streamed ones.
 struct Maps {
-  CUtensorMap own[2], stream[2], stats;
+  CUtensorMap own[2], stream[2];
 };
 
 // Maps for tensors of [T, heads, D]; the second owned map is left unused with kOwn = 1.
@@ -36,19 +34,17 @@ Maps make_maps(const Tensor& own0, const Tensor& own1, const Tensor& stream0, co
 // The most stages (up to 4) whose tiles fit in a block's 227 KB of shared memory
 // beside the owned tiles, the barriers, the alignment slack and `kReserveBytes` the
 // kernel keeps for itself.
-template <int D, int kOwn, int kStreamRows, bool kStats = false, int kReserveBytes = 0>
+template <int D, int kOwn, int kStreamRows, int kExtraBytes = 0, int kReserveBytes = 0>
 constexpr int ring_stages() {
-  constexpr int stage = (2 * kStreamRows * D * 2 + (kStats ? 2 * kStreamRows * 4 : 0) + 1023) / 1024 * 1024;
+  constexpr int stage = (2 * kStreamRows * D * 2 + kExtraBytes + 1023) / 1024 * 1024;
   constexpr int room = 227 * 1024 - 2048 - kOwn * kOwnRows * D * 2 - kReserveBytes;
   return room / stage < 4 ? room / stage : 4;
 }
 
 // Shared memory: owned tiles, then per stage (kStages of them in the ring) two
-// streamed tiles and, with kStats, the streamed rows' lse and delta (kStreamRows
-// floats each), then the barriers.
-template <int D, int kOwn, int kStreamRows, int kStages, bool kStats = false>
+// streamed tiles and `kExtraBytes` the kernel adds (row statistics), then the barriers.
+template <int D, int kOwn, int kStreamRows, int kStages, int kExtraBytes = 0>
 struct Ring {
-  static constexpr int kExtraBytes = kStats ? 2 * kStreamRows * 4 : 0;
   static constexpr int kPanels = D / 64;
   static constexpr int kOwnBytes = kOwnRows * D * 2, kOwnPanelBytes = kOwnRows * 128;
   static constexpr int kStreamBytes = kStreamRows * D * 2, kStreamPanelBytes = kStreamRows * 128;
@@ -74,12 +70,13 @@ struct Ring {
     if (stage >= kStages) barrier_wait(empty(stage), parity(stage) ^ 1);
   }
 
-  // By one thread, then a block barrier.
-  __device__ void init() const {
+  // By one thread, then a block barrier. `loaders` more arrivals complete each full
+  // barrier (threads that fill the extra bytes).
+  __device__ void init(int loaders) const {
     if (threadIdx.x == 0) {
       barrier_init(own_full(), 1);
       for (int s = 0; s < kStages; ++s) {
-        barrier_init(full(s), 1);
+        barrier_init(full(s), 1 + loaders);
         barrier_init(empty(s), 4 * kConsumers);  // one arrival per consumer warp
       }
       barrier_init_fence();
@@ -113,14 +110,11 @@ struct Ring {
         tma_load(own(i) + p * kOwnPanelBytes, maps.own[i], own_head * D + p * 64, own_row, own_full());
     for (int stage = 0; stage < stages; ++stage) {
       wait_free(stage);
-      barrier_expect(full(stage), 2 * kStreamBytes + kExtraBytes);
-      const int row = first_row + stage * kStreamRows;
-      for (int i = 0; i < 2; ++i) {
+      barrier_expect(full(stage), 2 * kStreamBytes);
+      for (int i = 0; i < 2; ++i)
         for (int p = 0; p < kPanels; ++p)
-          tma_load(stream(stage, i) + p * kStreamPanelBytes, maps.stream[i], stream_head * D + p * 64, row,
-                   full(stage));
-        if constexpr (kStats) tma_load(extra(stage) + i * kStreamRows * 4, maps.stats, row, 2 * stream_head + i, full(stage));
-      }
+          tma_load(stream(stage, i) + p * kStreamPanelBytes, maps.stream[i], stream_head * D + p * 64,
+                   first_row + stage * kStreamRows, full(stage));
     }
   }
 };

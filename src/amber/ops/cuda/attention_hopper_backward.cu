@@ -1,13 +1,13 @@
 // Hopper attention backward (sm_90a; bf16/f16, head_dim 64 and 128), deterministic.
 // The dK/dV kernel owns 128 keys (K and V) for one query head and streams Q, dO and
-// their row statistics (lse, delta) in stages of 64 queries. At head_dim 64 it also
-// computes dQ (a fifth product per stage, summed across key tiles in a fixed order);
-// at 128, where its registers hold two 64 x 128 accumulators already, a separate dQ
-// kernel owns 128 query rows (Q and dO) and streams K and V, as the portable path does
-// (attention_tc_backward.cu). Both recompute P = exp2(scale q.k - lse) from the saved
-// log-sum-exp. Every product is a wgmma: the scores and dP from shared memory, the
-// accumulations (dS K; P^T dO and dS^T Q) with P or dS from registers and the streamed
-// tile read MN-major, and the folded dQ with both operands in shared memory.
+// their row statistics in stages of 64 queries. At head_dim 64 it also computes dQ (a
+// fifth product per stage, summed across key tiles in a fixed order; see DqSum); at
+// 128 a separate dQ kernel owns 128 query rows (Q and dO) and streams K and V, as the
+// portable path does (attention_tc_backward.cu). Both recompute P = exp2(scale q.k -
+// lse) from the saved log-sum-exp. Every product is a wgmma: the scores and dP from
+// shared memory, the accumulations (dS K; P^T dO and dS^T Q) with P or dS from
+// registers and the streamed tile read MN-major, and the folded dQ with both operands
+// in shared memory.
 #include "amber/ops/cuda/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
@@ -21,6 +21,7 @@ using tensor_core::store_rows;
 // Rows per streamed stage: 128 keys for the dQ kernel; the dK/dV kernel holds two
 // accumulators (dK, dV) and spills beyond 64 queries.
 constexpr int kDqKeys = 128, kDkdvQueries = 64;
+constexpr int kStatBytes = 2 * kDkdvQueries * 4;  // lse and delta per streamed query
 
 template <int D>
 using DqRing = Ring<D, 2, kDqKeys, ring_stages<D, 2, kDqKeys>()>;
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
-  ring.init();
+  ring.init(0);
   if (!ring.consumer(maps, h, t.doc_start + t.begin, kvh, t.doc_start + key_begin, stages)) return;
   const int consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4;
   const int rows_begin = t.begin + 64 * consumer, rows_end = min(rows_begin + 64, tile_end);
@@ -114,7 +115,8 @@ constexpr int kDqTileBytes = kDkdvQueries * 64 * 4;        // dQ, queries x 64, 
 constexpr int kDqReserveBytes = 2 * kDsTileBytes + 2 * kDqTileBytes + 1024;
 
 template <int D, bool kDq>
-using DkdvRing = Ring<D, 2, kDkdvQueries, ring_stages<D, 2, kDkdvQueries, true, kDq ? kDqReserveBytes : 0>(), true>;
+using DkdvRing = Ring<D, 2, kDkdvQueries,
+                      ring_stages<D, 2, kDkdvQueries, kStatBytes, kDq ? kDqReserveBytes : 0>(), kStatBytes>;
 
 // The dQ tiles past the ring: two dS^T tiles and two fp32 dQ tiles (one per consumer),
 // their full/empty barriers and the ticket.
@@ -186,8 +188,9 @@ __device__ __forceinline__ void store_ds(uint8_t* tile, const float (&ds)[kDkdvQ
 }
 
 // dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of one head,
-// computed transposed (keys as rows); with kDq also dQ (above). Each stage brings its
-// queries' lse (in log2 units) and delta beside its tiles.
+// computed transposed (keys as rows); with kDq also dQ (above). Warp 1 of the producer
+// warpgroup copies each stage's lse (in log2 units) and delta into the ring beside its
+// tiles.
 template <class T, int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ Maps maps, Layout g,
                                                            BackwardArgs<T> a, DqSum dq_out) {
@@ -201,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     *dq_tiles.ticket() = atomicAdd(dq_out.counters, 1);
     dq_tiles.init();
   }
-  ring.init();
+  ring.init(32);
   const int work = kDq ? *dq_tiles.ticket() : static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
   TileRange t;
   if (!tile_of(g, work % g.tile_slots, kDq, t)) return;
@@ -213,9 +216,20 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
   const int stages = (query_end - t.begin + kQueries - 1) / kQueries;
   if (role == 0) {
     release_registers<24>();
-    const int row0 = static_cast<int>(t.doc_start) + t.begin;
-    if (threadIdx.x == 0) ring.produce(maps, kvh, row0, h, row0, stages);
-    if (kDq && threadIdx.x == 32) write_dq(dq_tiles, dq_out, g, t, h, stages);
+    const int row0 = static_cast<int>(t.doc_start), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
+    if (kDq && warp == 2 && lane == 0) write_dq(dq_tiles, dq_out, g, t, h, stages);
+    if (warp != 1) return;
+    for (int stage = 0; stage < stages; ++stage) {
+      ring.wait_free(stage);
+      float* stats = reinterpret_cast<float*>(ring.extra(stage));
+      for (int c = lane; c < kQueries; c += 32) {
+        const int64_t stat = (t.doc_start + min(t.begin + stage * kQueries + c, query_end - 1)) * g.heads + h;
+        stats[c] = a.lse[stat] * kLog2e;
+        stats[kQueries + c] = a.delta[stat];
+      }
+      barrier_arrive(ring.full(stage));
+    }
     return;
   }
 
@@ -336,18 +350,6 @@ __global__ void dq_from_sum_kernel(const float* sum, int64_t tokens, int heads, 
   *reinterpret_cast<uint2*>(dq + row * 64 + c) = packed;
 }
 
-// stats[2h, t] = lse[t, h] in log2 units, stats[2h + 1, t] = delta[t, h]: each head's
-// rows contiguous, for the dK/dV kernels' copies; the padding columns get zeros.
-__global__ void row_stats_kernel(const float* lse, const float* delta, int64_t tokens, int heads, int64_t columns,
-                                 float* stats) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= columns * heads) return;
-  const int64_t t = i / heads;
-  const int h = static_cast<int>(i % heads);
-  stats[2 * h * columns + t] = t < tokens ? lse[i] * kLog2e : 0.0f;
-  stats[(2 * h + 1) * columns + t] = t < tokens ? delta[i] : 0.0f;
-}
-
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
@@ -359,14 +361,9 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     tensor_core::with_backward_args<T, D>(
         dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
           const dim3 grid = attention_grid(g, g.heads, op);
-          const int64_t tokens = q.size(0);
-          Tensor stats = Tensor::empty({2 * g.heads, (tokens + 3) / 4 * 4}, DType::f32, q.device());
-          row_stats_kernel<<<grid_for(stats.size(1) * g.heads, 256), 256, 0, cudaStreamPerThread>>>(
-              args.lse, args.delta, tokens, g.heads, stats.size(1), static_cast<float*>(stats.raw()));
-          check_launch(op, stats.shape());
-          Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries, op);
-          dkdv_maps.stats = f32_rows_map(stats, kDkdvQueries, op);
+          const Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries, op);
           if constexpr (D == 64) {
+            const int64_t tokens = q.size(0);
             Tensor sum = Tensor::empty({g.heads, tokens, D}, DType::f32, q.device());
             Tensor counters = Tensor::empty({1 + tokens * g.heads}, DType::i32, q.device());
             AMBER_CHECK(cudaMemsetAsync(counters.raw(), 0, counters.bytes(), cudaStreamPerThread) == cudaSuccess,

@@ -3,12 +3,10 @@
 // of Q and of a ring of 128-key K/V tiles, each completing on an mbarrier,
 // and two consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma from
 // shared memory, run the online softmax in registers (log2 domain, fp32), and add
-// P V with P fed to wgmma from registers. Within a warpgroup the products overlap the
-// softmax: the next stage's scores and this stage's P V are issued together, and the
-// next probabilities are computed while P V runs. Consumers hand a stage back by
-// arriving on its "empty" barrier; masks are applied only on tiles at the diagonal or
-// the window's edge. Keys past a document's end belong to the next document (or are
-// TMA's zeros) and are always masked; their V rows meet a zero probability.
+// P V with P fed to wgmma from registers. Consumers hand a stage back by arriving on
+// its "empty" barrier; masks are applied only on tiles at the diagonal or the window's
+// edge. Keys past a document's end belong to the next document (or are TMA's zeros)
+// and are always masked; their V rows meet a zero probability.
 #include "amber/ops/cuda/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
@@ -34,7 +32,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   const int tile_end = t.begin + t.rows;
   const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
   const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
-  ring.init();
+  ring.init(0);
   if (!ring.consumer(maps, h, t.doc_start + t.begin, kvh, t.doc_start + key_begin, stages)) return;
   const int consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4;
   const int rows_begin = t.begin + 64 * consumer;  // this warpgroup's 64 rows
@@ -45,52 +43,21 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   float o[D / 8][4] = {};
   const uint64_t q_desc = k_major(ring.own(0) + consumer * 64 * 128);  // 64 rows into each panel
   barrier_wait(ring.own_full(), 0);
-  // The stages this warpgroup needs are a suffix (a window leaves out leading ones);
-  // it hands the others back unread.
-  int first = 0;
-  while (first < stages && !(rows_begin < rows_end && (g.window == 0 || key_begin + (first + 1) * kKeys - 1 >=
-                                                                           first_key(rows_begin, g.window)))) {
-    barrier_wait(ring.full(first), R::parity(first));
-    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(first));
-    ++first;
-  }
-  const auto scores = [&](float (&s)[kKeys / 8][4], int stage) {
-    barrier_wait(ring.full(stage), R::parity(stage));
-    product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
-    wgmma_commit();
-  };
-  const auto probabilities = [&](float (&s)[kKeys / 8][4], float (&rescale)[2], int stage) {
+  for (int stage = 0; stage < stages; ++stage) {
     const int kt = key_begin + stage * kKeys;
-    const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
-    softmax.probabilities<kKeys>(s, rescale, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{});
-  };
-  // With P of `stage` in cur: issues the next stage's scores into next, then P V, and
-  // computes the next probabilities while P V runs; o takes their rescale after it.
-  const auto step = [&](float (&cur)[kKeys / 8][4], float (&next)[kKeys / 8][4], int stage) {
-    const bool more = stage + 1 < stages;
-    if (more) scores(next, stage + 1);
-    product_pb<T, kKeys, D>(o, cur, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
-    wgmma_commit();
-    float rescale[2];
-    if (more) {
-      wgmma_wait<1>();
-      pin(next);
-      probabilities(next, rescale, stage + 1);
+    const bool needed = rows_begin < rows_end && kt < rows_end &&
+                        (g.window == 0 || kt + kKeys - 1 >= first_key(rows_begin, g.window));
+    barrier_wait(ring.full(stage), R::parity(stage));
+    if (needed) {
+      float s[kKeys / 8][4];
+      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
+      complete(s);
+      const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
+      softmax.stage<kKeys, D>(s, o, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{});
+      product_pb<T, kKeys, D>(o, s, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
+      complete(o);
     }
-    wgmma_wait<0>();
-    pin(o);
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
-    if (more) tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
-  };
-  if (first < stages) {
-    float s0[kKeys / 8][4], s1[kKeys / 8][4], unused[2];
-    scores(s0, first);
-    complete(s0);
-    probabilities(s0, unused, first);  // o is still zero
-    for (int stage = first; stage < stages; stage += 2) {
-      step(s0, s1, stage);
-      if (stage + 1 < stages) step(s1, s0, stage + 1);
-    }
   }
   if (rows_begin >= rows_end) return;
   softmax.finish<D>(o, f0, tile_end, t.doc_start, g.heads, h, a.lse);

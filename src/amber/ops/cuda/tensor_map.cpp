@@ -43,21 +43,4 @@ CUtensorMap swizzled_rows_map(const Tensor& t, int box_rows, const char* op) {
   return map;
 }
 
-CUtensorMap f32_rows_map(const Tensor& t, int box, const char* op) {
-  AMBER_CHECK(t.dtype() == DType::f32 && t.ndim() == 2 && t.size(1) % 4 == 0, op,
-              ": an fp32 row map takes a [rows, columns] f32 tensor with columns a multiple of 4, got ",
-              dtype_name(t.dtype()), " ", t.shape());
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(t.size(1)), static_cast<cuuint64_t>(t.size(0))};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(t.size(1) * 4)};
-  const cuuint32_t boxes[2] = {static_cast<cuuint32_t>(box), 1};
-  const cuuint32_t steps[2] = {1, 1};
-  const CUresult rc = encoder(op)(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(t.raw()), dims, strides,
-                                  boxes, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  AMBER_CHECK(rc == CUDA_SUCCESS, op, ": cuTensorMapEncodeTiled failed (error ", static_cast<int>(rc), ") for ",
-              t.shape(), " in boxes of ", box);
-  return map;
-}
-
 }  // namespace amber::cuda

@@ -14,8 +14,4 @@ namespace amber::cuda {
 // Rows past the end arrive as zeros. `op` names the caller in errors.
 CUtensorMap swizzled_rows_map(const Tensor& t, int box_rows, const char* op);
 
-// A [rows, columns] fp32 tensor (columns a multiple of 4) copied in boxes of `box`
-// consecutive elements of one row, unswizzled. Elements past the end arrive as zeros.
-CUtensorMap f32_rows_map(const Tensor& t, int box, const char* op);
-
 }  // namespace amber::cuda
