@@ -336,18 +336,20 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
 #endif
 }
 
-// dq[t, h] = scale * sum[h, t], four elements per thread.
+// dq[t, h] = scale * sum[h, t], four elements per thread and step of a grid-stride
+// loop (grid_for caps the grid).
 template <class T>
 __global__ void dq_from_sum_kernel(const float* sum, int64_t tokens, int heads, float scale, T* dq) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= tokens * heads * 16) return;
-  const int64_t row = i / 16;  // t * heads + h
-  const int c = static_cast<int>(i % 16) * 4, h = static_cast<int>(row % heads);
-  const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + row / heads) * 64 + c);
-  uint2 packed;
-  packed.x = pack2<T>(s.x * scale, s.y * scale);
-  packed.y = pack2<T>(s.z * scale, s.w * scale);
-  *reinterpret_cast<uint2*>(dq + row * 64 + c) = packed;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * heads * 16;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / 16;  // t * heads + h
+    const int c = static_cast<int>(i % 16) * 4, h = static_cast<int>(row % heads);
+    const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + row / heads) * 64 + c);
+    uint2 packed;
+    packed.x = pack2<T>(s.x * scale, s.y * scale);
+    packed.y = pack2<T>(s.z * scale, s.w * scale);
+    *reinterpret_cast<uint2*>(dq + row * 64 + c) = packed;
+  }
 }
 
 }  // namespace
