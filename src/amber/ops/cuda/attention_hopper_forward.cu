@@ -69,13 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
 
 bool supports(const Tensor& q) {
 #if defined(AMBER_HOPPER_KERNELS)
-  if (!tensor_core::supports(q.dtype(), q.size(2))) return false;
-  static const bool hopper = [] {
-    int device = 0, major = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
-  }();
-  return hopper;
+  return tensor_core::supports(q.dtype(), q.size(2)) && compute_major(q.device().index) == 9;
 #else
   return false;
 #endif

@@ -98,7 +98,8 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
               Tensor& dv);
 }  // namespace tensor_core
 
-// The Hopper path (sm_90a builds on a compute capability 9 device): TMA and wgmma.
+// The Hopper path (sm_90a builds, on a q whose device has compute capability 9): TMA
+// and wgmma.
 namespace hopper {
 bool supports(const Tensor& q);
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,

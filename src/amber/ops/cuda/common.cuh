@@ -122,6 +122,18 @@ inline int sm_count() {
   return counts[device];
 }
 
+// The compute capability's major version of CUDA device `device`, read once per device
+// (one process may drive cards of different generations).
+inline int compute_major(int device) {
+  static int majors[64] = {};
+  if (majors[device] == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    majors[device] = major > 0 ? major : -1;
+  }
+  return majors[device];
+}
+
 // out[j] += sum over b of partial[b, j], b in order: the second, fixed-order half of
 // every deterministic parameter-gradient reduction.
 template <class P>
