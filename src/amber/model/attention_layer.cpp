@@ -104,13 +104,11 @@ class CausalAttention final : public AttentionLayer {
     position_->backward(dq, dk, seq.positions);
     if (q_norm_) dq = q_norm_->backward(dq, s.q_norm, arena);
     if (k_norm_) dk = k_norm_->backward(dk, s.k_norm, arena);
-    // dh = dq Wq + dk Wk + dv Wv
-    Tensor dh = arena.alloc(s.h.shape(), dt), part = arena.alloc(s.h.shape(), dt);
+    // dh = dq Wq + dk Wk + dv Wv, the last two added by the products themselves.
+    Tensor dh = arena.alloc(s.h.shape(), dt);
     linear_backward(dq.view({tokens, dq.numel() / tokens}), s.h, q_->work, dh, q_->grad, dqb);
-    linear_backward(dk.view({tokens, dk.numel() / tokens}), s.h, k_->work, part, k_->grad, dkb);
-    add_scaled(dh, part);
-    linear_backward(dv.view({tokens, dv.numel() / tokens}), s.h, v_->work, part, v_->grad, dvb);
-    add_scaled(dh, part);
+    linear_backward(dk.view({tokens, dk.numel() / tokens}), s.h, k_->work, dh, k_->grad, dkb, true);
+    linear_backward(dv.view({tokens, dv.numel() / tokens}), s.h, v_->work, dh, v_->grad, dvb, true);
     return dh;
   }
 

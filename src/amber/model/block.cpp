@@ -60,14 +60,21 @@ Tensor Block::infer(const Tensor& x, const CachedStep& step, LayerCache& cache, 
 
 void Block::backward(Tensor& dx, const SeqInfo& seq, const Saved& s, Arena& arena) const {
   // MLP branch: d(branch) = rs * dx; dx += norm_backward(mlp_backward(...)).
-  Tensor dm = arena.alloc(dx.shape(), dx.dtype());
-  scale_into(dm, dx, residual_scale_);
+  Tensor dm = branch_gradient(dx, arena);
   if (post_mlp_norm_) dm = post_mlp_norm_->backward(dm, s.post_mlp_norm, arena);
   add_scaled(dx, mlp_norm_->backward(mlp_->backward(dm, s.mlp, arena), s.mlp_norm, arena));
-  Tensor da = arena.alloc(dx.shape(), dx.dtype());
-  scale_into(da, dx, residual_scale_);
+  Tensor da = branch_gradient(dx, arena);
   if (post_attn_norm_) da = post_attn_norm_->backward(da, s.post_attn_norm, arena);
   add_scaled(dx, attn_norm_->backward(attn_->backward(da, seq, s.attn, arena), s.attn_norm, arena));
+}
+
+// rs * dx. With rs = 1 it is dx itself: a branch's backward only reads its gradient,
+// and dx changes only after the branch is done.
+Tensor Block::branch_gradient(const Tensor& dx, Arena& arena) const {
+  if (residual_scale_ == 1.0) return dx;
+  Tensor scaled = arena.alloc(dx.shape(), dx.dtype());
+  scale_into(scaled, dx, residual_scale_);
+  return scaled;
 }
 
 }  // namespace amber

@@ -39,6 +39,8 @@ class Block {
   Tensor infer(const Tensor& x, const CachedStep& step, LayerCache& cache, Arena& arena) const;
 
  private:
+  Tensor branch_gradient(const Tensor& dx, Arena& arena) const;
+
   double residual_scale_;
   std::unique_ptr<Norm> attn_norm_, mlp_norm_, post_attn_norm_, post_mlp_norm_;
   std::unique_ptr<AttentionLayer> attn_;

@@ -15,9 +15,9 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
 // y [N, out] = x [N, in] * w [out, in]^T + bias [out] (bias may be undefined).
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
 
-// dx = dy * w (overwritten; skipped when dx is undefined), dw += dy^T * x,
-// dbias += column sums of dy (when defined).
+// dx = dy * w (overwritten, or added to with accumulate_dx; skipped when dx is
+// undefined), dw += dy^T * x, dbias += column sums of dy (when defined).
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                     Tensor& dbias);
+                     Tensor& dbias, bool accumulate_dx = false);
 
 }  // namespace amber
