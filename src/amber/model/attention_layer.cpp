@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "amber/ops/attention.h"
-#include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/norm.h"
 
