@@ -16,6 +16,7 @@ namespace {
 using tensor_core::BackwardArgs;
 using tensor_core::Fragment;
 using tensor_core::kLog2e;
+using tensor_core::store_dkdv;
 using tensor_core::store_rows;
 
 // Rows per streamed stage: 128 keys for the dQ kernel; the dK/dV kernel holds two
@@ -325,14 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     pin(dk);
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   }
-  if (keys_begin >= keys_end) return;
-  if (group == 1) {
-    store_rows<T, D>(dk, f0, g.scale, tile_end, t.doc_start, g.kv_heads, kvh, a.dk);
-    store_rows<T, D>(dv, f0, 1.0f, tile_end, t.doc_start, g.kv_heads, kvh, a.dv);
-  } else {
-    store_rows<float, D>(dk, f0, g.scale, tile_end, t.doc_start, g.heads, h, a.dk_heads);
-    store_rows<float, D>(dv, f0, 1.0f, tile_end, t.doc_start, g.heads, h, a.dv_heads);
-  }
+  if (keys_begin < keys_end) store_dkdv<T, D>(dk, dv, f0, g, tile_end, t.doc_start, kvh, h, a);
 #endif
 }
 

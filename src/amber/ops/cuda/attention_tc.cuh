@@ -245,6 +245,22 @@ struct BackwardArgs {
   float *dk_heads, *dv_heads;  // [T, heads, D] per-query-head partials (GQA), else null
 };
 
+// A dK/dV kernel's two accumulators for its rows (fragment f, rows at or past `limit`
+// skipped): dK times the softmax scale. Without GQA into dk and dv at KV head kvh; with
+// it into the fp32 partials of query head h.
+template <class T, int D>
+__device__ __forceinline__ void store_dkdv(const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
+                                           const Fragment& f, const Layout& g, int limit, int64_t doc_start,
+                                           int kvh, int h, const BackwardArgs<T>& a) {
+  if (g.heads == g.kv_heads) {
+    store_rows<T, D>(dk, f, g.scale, limit, doc_start, g.kv_heads, kvh, a.dk);
+    store_rows<T, D>(dv, f, 1.0f, limit, doc_start, g.kv_heads, kvh, a.dv);
+  } else {
+    store_rows<float, D>(dk, f, g.scale, limit, doc_start, g.heads, h, a.dk_heads);
+    store_rows<float, D>(dv, f, 1.0f, limit, doc_start, g.heads, h, a.dv_heads);
+  }
+}
+
 // dk[t, j] = sum over the query heads h of KV head j, in head order, of the partials,
 // rounded once; two columns per thread.
 template <class T>

@@ -177,14 +177,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
     warp_pb<T, kQueries, D, S>(dk, dpt, q_tile);
     __syncthreads();  // the next stage's load overwrites this buffer
   }
-  const Fragment f{t.begin + warp * 16, 0};
-  if (group == 1) {
-    store_rows<T, D>(dk, f, g.scale, tile_end, t.doc_start, g.kv_heads, kvh, a.dk);
-    store_rows<T, D>(dv, f, 1.0f, tile_end, t.doc_start, g.kv_heads, kvh, a.dv);
-  } else {
-    store_rows<float, D>(dk, f, g.scale, tile_end, t.doc_start, g.heads, h, a.dk_heads);
-    store_rows<float, D>(dv, f, 1.0f, tile_end, t.doc_start, g.heads, h, a.dv_heads);
-  }
+  store_dkdv<T, D>(dk, dv, Fragment{t.begin + warp * 16, 0}, g, tile_end, t.doc_start, kvh, h, a);
 }
 
 }  // namespace
