@@ -29,7 +29,8 @@ void run(BenchArgs& a) {
   const StepBenchResult r = run_step_bench(a.options);
   std::cout << std::fixed << std::setprecision(2) << "config " << a.config << " | " << a.options.tokens
             << " tokens in " << r.lengths.size() << " documents (" << a.doc_lengths << ") | " << a.options.device
-            << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name << "\n"
+            << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name
+            << (r.replayed ? " | CUDA graph" : " | eager") << "\n"
             << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | MFU "
             << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of " << std::setprecision(0)
             << a.options.peak_tflops << " TFLOP/s";
@@ -88,7 +89,9 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU (H100/H200 SXM: 989)")
       ->capture_default_str();
   step->add_flag("--profile", a->options.profile,
-                 "Also print GPU time per op (CUDA events around every op entry point)");
+                 "Also print GPU time per op (CUDA events around every op entry point; runs eagerly)");
+  step->add_flag("!--no-graph", a->options.cuda_graph,
+                 "Issue every step's kernels from the host instead of replaying a captured CUDA graph");
   step->callback([a] { run(*a); });
 
   struct KernelArgs {

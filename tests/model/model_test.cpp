@@ -46,7 +46,8 @@ Batch make_batch(const std::vector<int32_t>& lengths, int vocab, uint64_t seed) 
 // Forward and backward of one batch; its summed loss read back from the device sums.
 double forward_backward_loss(LanguageModel& model, const Batch& b, double loss_scale) {
   Tensor sums = LMHead::Loss::zero_sums(model.device());
-  model.forward_backward(b.tokens, b.targets, b.seq, loss_scale, sums);
+  const Tensor scale = Tensor::full({1}, loss_scale, DType::f64).to(model.device());
+  model.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
   return LMHead::Loss::read(sums).sum;
 }
 

@@ -46,10 +46,9 @@ data::Batch random_batch(const std::vector<int32_t>& lengths, int vocab, uint64_
 // One step's statistics (loss sums and global gradient norm), measured on the model's
 // device and read back once.
 AccumulatedStep measure_step(LanguageModel& model, const std::vector<data::Batch>& batches) {
-  StepStats stats(model);
-  accumulate_gradients(model, batches, stats);
-  global_grad_norm(model, stats);
-  return stats.read();
+  TrainStep step(model, nullptr, {});
+  step.run(batches, 1.0);
+  return step.read();
 }
 
 // The whole f32 training step on the GPU against the CPU step: same Philox
@@ -82,8 +81,8 @@ TEST(TrainStepGpu, StepMatchesCpu) {
     oc.name = optimizer;
     oc.lr = 1e-3;
     auto oc_cpu = build_optimizer(oc, cpu.params()), oc_gpu = build_optimizer(oc, gpu.params());
-    oc_cpu->step(1.0);
-    oc_gpu->step(1.0);
+    oc_cpu->step(always_apply(1.0, Device::cpu()));
+    oc_gpu->step(always_apply(1.0, Device::cuda()));
     worst = 0;
     for (size_t i = 0; i < cpu.params().size(); ++i)
       worst = std::max(worst, testing::relative_error(gpu.params()[i]->value, cpu.params()[i]->value));
@@ -118,12 +117,35 @@ TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
   Tensor pg = p.to(Device::cuda()), mg = Tensor::zeros(p.shape(), DType::f32, Device::cuda());
   Tensor vg = Tensor::zeros(p.shape(), DType::f32, Device::cuda());
   const Tensor gg = g.to(Device::cuda());
+  const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8, 0.1};
+  Tensor sc = Tensor::zeros({kScheduleSize}, DType::f64), sg = Tensor::zeros({kScheduleSize}, DType::f64, Device::cuda());
   for (int64_t step = 1; step <= 3; ++step) {
-    const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8, 0.1, step};
-    adamw_step(pc, g, mc, vc, h);
-    adamw_step(pg, gg, mg, vg, h);
+    // Step 2 is gated off on both devices: nothing moves, the count stays.
+    const double apply = step == 2 ? 0.0 : 1.0;
+    advance_schedule(sc, Tensor::from_vector(std::vector<double>{apply, 0.5}, {2}), 0.9, 0.95);
+    advance_schedule(sg, Tensor::from_vector(std::vector<double>{apply, 0.5}, {2}).to(Device::cuda()), 0.9, 0.95);
+    adamw_step(pc, g, mc, vc, h, sc);
+    adamw_step(pg, gg, mg, vg, h, sg);
   }
+  EXPECT_LT(testing::relative_error(sg, sc), 1e-15);
+  EXPECT_EQ(sg.to_doubles()[kScheduleSteps], 2.0);
   EXPECT_LT(testing::relative_error(pg, pc), 1e-6);
+  // Muon's two gated element-wise updates.
+  Tensor momc = testing::random_tensor(p.shape(), DType::f32, 7), momg = momc.to(Device::cuda());
+  momentum_step(momc, g, 0.95, sc);
+  momentum_step(momg, gg, 0.95, sg);
+  EXPECT_LT(testing::relative_error(momg, momc), 1e-6);
+  apply_update(pc, momc, 1e-3, 2e-2, sc);
+  apply_update(pg, momg, 1e-3, 2e-2, sg);
+  EXPECT_LT(testing::relative_error(pg, pc), 1e-6);
+  Tensor flag_c = Tensor::zeros({1}, DType::f64), flag_g = Tensor::zeros({1}, DType::f64, Device::cuda());
+  const Tensor checks = Tensor::from_vector(std::vector<double>{1.0, 2.0, NAN}, {3});
+  finite_flag(checks, flag_c);
+  finite_flag(checks.to(Device::cuda()), flag_g);
+  EXPECT_EQ(flag_c.item(0), 0.0);
+  EXPECT_EQ(flag_g.to(Device::cpu()).item(0), 0.0);
+  finite_flag(checks.slice(0, 0, 2).contiguous().to(Device::cuda()), flag_g);
+  EXPECT_EQ(flag_g.to(Device::cpu()).item(0), 1.0);
   EXPECT_NEAR(squared_norm(gg), squared_norm(g), 1e-6 * squared_norm(g));
   EXPECT_EQ(squared_norm(gg), squared_norm(gg));  // deterministic
   EXPECT_TRUE(all_finite(gg));
@@ -205,6 +227,50 @@ TEST(TrainStepGpu, GradNormAndClipMatchCpu) {
   divide_by_norm_(cpu_x, cpu_sq, 1e-7, 1.01);
   divide_by_norm_(gpu_x, gpu_sq, 1e-7, 1.01);
   EXPECT_LT(testing::relative_error(gpu_x.to(Device::cpu()), cpu_x), 1e-6);
+}
+
+// The captured step replays exactly what eager execution computes: two identical
+// models, one stepping eagerly and one from the CUDA graph, over steps whose document
+// lengths change (a batch shorter than the slots gets a padding document), with AdamW
+// and Muon, clipping on, bf16 compute. Weights, losses and norms match bit for bit,
+// and the graph is captured once.
+TEST(TrainStepGpu, GraphReplayEqualsEager) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const char* optimizer : {"adamw", "muon"}) {
+    LanguageModel eager(small_model(), DType::f32, Device::cuda(), DType::bf16);
+    LanguageModel graphed(small_model(), DType::f32, Device::cuda(), DType::bf16);
+    eager.init_weights(5);
+    graphed.init_weights(5);
+    OptimizerConfig oc;
+    oc.name = optimizer;
+    auto opt_eager = build_optimizer(oc, eager.params()), opt_graphed = build_optimizer(oc, graphed.params());
+    TrainStep step_eager(eager, opt_eager.get(), {.grad_clip = 0.5, .cuda_graph = false});
+    TrainStep step_graphed(graphed, opt_graphed.get(), {.grad_clip = 0.5, .cuda_graph = true});
+    const std::vector<std::vector<int32_t>> lengths = {{1, 127, 128, 129, 50}, {300, 7, 13, 115},
+                                                       {200, 200, 35}, {435}, {5, 5, 5, 5, 400, 15},
+                                                       {100, 100, 100}};
+    int replays = 0;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const std::vector<data::Batch> micro = {random_batch(lengths[s], 300, 10 + s),
+                                              random_batch({64, 371}, 300, 20 + s)};
+      step_eager.run(micro, 0.5 + 0.1 * static_cast<double>(s));
+      step_graphed.run(micro, 0.5 + 0.1 * static_cast<double>(s));
+      EXPECT_FALSE(step_eager.replayed());
+      replays += step_graphed.replayed() ? 1 : 0;
+      const AccumulatedStep a = step_eager.read(), b = step_graphed.read();
+      EXPECT_EQ(a.loss_sum, b.loss_sum) << optimizer << " step " << s;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << optimizer << " step " << s;
+      EXPECT_EQ(a.trained_tokens, b.trained_tokens);
+      EXPECT_TRUE(a.applied && b.applied);
+      for (size_t i = 0; i < eager.params().size(); ++i)
+        ASSERT_EQ(eager.params()[i]->value.to_doubles(), graphed.params()[i]->value.to_doubles())
+            << optimizer << " step " << s << " " << eager.params()[i]->name;
+    }
+    // The slots fit every batch here (435 tokens, at most 7 documents): two eager
+    // runs, then one capture and its replays.
+    EXPECT_EQ(replays, static_cast<int>(lengths.size()) - 2) << optimizer;
+    EXPECT_EQ(opt_graphed->steps(), static_cast<int64_t>(lengths.size()));
+  }
 }
 
 // A checkpoint written from the GPU resumes on the CPU, and the reverse.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "amber/ops/elementwise.h"
 #include "amber/ops/optim.h"
 #include "amber/train/optimizer.h"
 #include "amber/train/schedule.h"
@@ -17,7 +18,8 @@ TEST(AdamW, MatchesFloat64ReferenceOverSeveralSteps) {
   std::vector<double> p = random_tensor({n}, DType::f64, 1).to_doubles(), m(n, 0), v(n, 0);
   Tensor value = Tensor::from_vector(std::vector<float>(p.begin(), p.end()), {n});
   Tensor m32 = Tensor::zeros({n}, DType::f32), v32 = Tensor::zeros({n}, DType::f32);
-  const AdamWHyper base{1e-2, 0.9, 0.95, 1e-8, 0.1, 1};
+  const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8, 0.1};
+  Tensor schedule = Tensor::zeros({kScheduleSize}, DType::f64);
   for (int64_t step = 1; step <= 3; ++step) {
     const Tensor g = random_tensor({n}, DType::f64, 10 + step, 0.5f);
     const std::vector<double> gd = g.to_doubles();
@@ -27,9 +29,8 @@ TEST(AdamW, MatchesFloat64ReferenceOverSeveralSteps) {
       const double mh = m[i] / (1 - std::pow(0.9, step)), vh = v[i] / (1 - std::pow(0.95, step));
       p[i] = p[i] - 1e-2 * 0.1 * p[i] - 1e-2 * mh / (std::sqrt(vh) + 1e-8);
     }
-    AdamWHyper h = base;
-    h.step = step;
-    adamw_step(value, g.to(DType::f32), m32, v32, h);
+    advance_schedule(schedule, always_apply(1.0, Device::cpu()), 0.9, 0.95);
+    adamw_step(value, g.to(DType::f32), m32, v32, h, schedule);
   }
   EXPECT_LT(testing::relative_error(value, Tensor::from_vector(p, {n})), 1e-6);
 }
@@ -135,7 +136,7 @@ TEST(Muon, StepAppliesOrthogonalisedScaledUpdate) {
   c.name = "muon";
   c.weight_decay = 0.0;
   auto opt = build_optimizer(c, {p});
-  opt->step(1.0);
+  opt->step(always_apply(1.0, Device::cpu()));
   Tensor delta = p->value.clone();
   std::vector<double> d = delta.to_doubles(), b = before.to_doubles();
   for (size_t i = 0; i < d.size(); ++i) delta.data<float>()[i] = static_cast<float>((b[i] - d[i]) / 0.02);
@@ -145,6 +146,37 @@ TEST(Muon, StepAppliesOrthogonalisedScaledUpdate) {
   EXPECT_LT(*std::max_element(sv.begin(), sv.end()), 1.35);
   EXPECT_EQ(opt->steps(), 1);
   EXPECT_EQ(opt->state().size(), 1u);
+}
+
+// A gate that does not apply leaves weights, state and the step count alone; the next
+// applied step uses bias corrections of step 1, and the lr multiplier scales the update.
+TEST(Optimizer, GateSkipsAndMultiplierScales) {
+  for (const char* name : {"adamw", "muon"}) {
+    auto p = make_param("layers.0.mlp.down_proj.weight", {16, 32}, Placement{});
+    p->value.copy_from(random_tensor({16, 32}, DType::f32, 5, 0.02f));
+    p->grad.copy_from(random_tensor({16, 32}, DType::f32, 6));
+    auto twin = make_param("layers.0.mlp.down_proj.weight", {16, 32}, Placement{});
+    twin->value.copy_from(p->value);
+    twin->grad.copy_from(p->grad);
+    OptimizerConfig c;
+    c.name = name;
+    auto opt = build_optimizer(c, {p}), reference = build_optimizer(c, {twin});
+    const Tensor before = p->value.clone();
+    opt->step(Tensor::from_vector(std::vector<double>{0.0, 1.0}, {2}));
+    EXPECT_EQ(p->value.to_doubles(), before.to_doubles()) << name;
+    EXPECT_EQ(opt->steps(), 0) << name;
+    for (const StateTensor& s : opt->state())
+      for (double x : s.tensor->to_doubles()) ASSERT_EQ(x, 0.0) << name << " " << s.name;
+    opt->step(always_apply(0.5, Device::cpu()));
+    EXPECT_EQ(opt->steps(), 1) << name;
+    reference->step(always_apply(1.0, Device::cpu()));
+    // Half the learning rate: half the step (weight decay included, both linear in lr).
+    Tensor half = p->value.clone(), full = twin->value.clone();
+    add_scaled(half, before, -1.0);
+    add_scaled(full, before, -1.0);
+    scale_(full, 0.5);
+    EXPECT_LT(testing::relative_error(half, full), 1e-5) << name;
+  }
 }
 
 TEST(Schedule, WarmupThenEachShape) {

@@ -67,23 +67,23 @@ TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
   for (int p = 0; p < 4; ++p)
     parts.push_back(data::pack_documents(std::vector<std::vector<int32_t>>(docs.begin() + 32 * p, docs.begin() + 32 * p + 32)));
   for (const data::Batch& b : parts) ASSERT_EQ(b.tokens.numel(), 2048);
-  StepStats stats_one(one), stats_four(four);
-  accumulate_gradients(one, whole, stats_one);
-  accumulate_gradients(four, parts, stats_four);
-  const AccumulatedStep a = stats_one.read(), b = stats_four.read();
+  OptimizerConfig oc;
+  oc.lr = 1e-2;
+  auto opt_one = build_optimizer(oc, one.params()), opt_four = build_optimizer(oc, four.params());
+  std::vector<Tensor> initial;
+  for (const auto& p : one.params()) initial.push_back(p->value.clone());
+  TrainStep step_one(one, opt_one.get(), {}), step_four(four, opt_four.get(), {});
+  step_one.run(whole, 1.0);
+  step_four.run(parts, 1.0);
+  const AccumulatedStep a = step_one.read(), b = step_four.read();
+  EXPECT_TRUE(a.applied);
+  EXPECT_TRUE(b.applied);
   int64_t trained = 0;
   for (const data::Batch& p : parts) trained += p.trained_tokens;
   EXPECT_EQ(a.trained_tokens, whole[0].trained_tokens);
   EXPECT_EQ(b.trained_tokens, trained);
   EXPECT_EQ(a.trained_tokens, b.trained_tokens);
   EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-9 * a.loss_sum);
-  std::vector<Tensor> initial;
-  for (const auto& p : one.params()) initial.push_back(p->value.clone());
-  OptimizerConfig oc;
-  oc.lr = 1e-2;
-  auto opt_one = build_optimizer(oc, one.params()), opt_four = build_optimizer(oc, four.params());
-  opt_one->step(1.0);
-  opt_four->step(1.0);
   for (size_t i = 0; i < one.params().size(); ++i) {
     EXPECT_LT(testing::relative_error(four.params()[i]->grad, one.params()[i]->grad), 1e-6) << one.params()[i]->name;
     // The AdamW update itself: m / sqrt(v) normalises each coordinate, so compare
@@ -104,10 +104,11 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   model.init_weights(4);
   const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8))};
   const LMHead::Loss eval = model.evaluate(batch[0].tokens, batch[0].targets, batch[0].seq);
-  StepStats stats(model);
-  accumulate_gradients(model, batch, stats);
-  global_grad_norm(model, stats);
-  const AccumulatedStep a = stats.read();
+  TrainStep step(model, nullptr, {});
+  step.run(batch, 1.0);
+  StepStats& stats = step.stats();
+  const AccumulatedStep a = step.read();
+  EXPECT_FALSE(a.applied);  // no optimizer: gradients only
   EXPECT_EQ(a.loss_sum, eval.sum);
   EXPECT_EQ(a.z_loss_sum, eval.z_loss_sum);
   EXPECT_EQ(a.trained_tokens, batch[0].trained_tokens);
@@ -125,6 +126,40 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   const AccumulatedStep bad = stats.read();
   EXPECT_TRUE(std::isnan(bad.grad_norm));
   EXPECT_EQ(bad.loss_sum, a.loss_sum);
+}
+
+// A non-finite loss closes the gate on the device: no weight, optimizer state or step
+// count changes, and the host learns it from the step's one read.
+TEST(Trainer, NonFiniteStepLeavesWeightsAlone) {
+  LanguageModel model(tiny_model());
+  model.init_weights(4);
+  OptimizerConfig oc;
+  auto optimizer = build_optimizer(oc, model.params());
+  TrainStep step(model, optimizer.get(), {.grad_clip = 1.0});
+  const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8))};
+  step.run(batch, 1.0);
+  ASSERT_TRUE(step.read().applied);
+  ASSERT_EQ(optimizer->steps(), 1);
+  // A norm weight reaches every token's loss.
+  for (const auto& p : model.params())
+    if (p->name.find("norm.weight") != std::string::npos) {
+      p->value.data<float>()[0] = NAN;
+      break;
+    }
+  model.refresh_working_copies();
+  std::vector<std::vector<double>> before;
+  for (const auto& p : model.params()) before.push_back(p->value.to_doubles());
+  step.run(batch, 1.0);
+  const AccumulatedStep bad = step.read();
+  EXPECT_FALSE(bad.applied);
+  EXPECT_FALSE(std::isfinite(bad.loss_sum) && std::isfinite(bad.grad_norm));
+  EXPECT_EQ(optimizer->steps(), 1);
+  for (size_t i = 0; i < model.params().size(); ++i) {
+    const std::vector<double> after = model.params()[i]->value.to_doubles();
+    for (size_t j = 0; j < after.size(); ++j)
+      ASSERT_TRUE(after[j] == before[i][j] || (std::isnan(after[j]) && std::isnan(before[i][j])))
+          << model.params()[i]->name;
+  }
 }
 
 // A tokenized-corpus folder the loader reads: shards and their manifest.

@@ -21,8 +21,10 @@ size_t Arena::capacity_bytes() const {
 
 Tensor Arena::alloc(Shape shape, DType dtype) {
   const size_t bytes = align_up(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
-  if (blocks_.empty() || blocks_.back().used + bytes > blocks_.back().storage->bytes)
+  if (blocks_.empty() || blocks_.back().used + bytes > blocks_.back().storage->bytes) {
     blocks_.push_back({allocate_storage(std::max(bytes, std::max(kMinBlock, capacity_bytes())), device_)});
+    ++layout_version_;
+  }
   Block& block = blocks_.back();
   // A window into the block; keep_alive ties the window's lifetime to the block.
   auto window = std::make_shared<Storage>();
@@ -47,6 +49,7 @@ void Arena::reset() {
     const size_t total = std::max(high_water_, capacity_bytes());
     blocks_.clear();
     blocks_.push_back({allocate_storage(align_up(total), device_)});
+    ++layout_version_;
   }
   for (Block& b : blocks_) b.used = 0;
   used_ = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,10 @@ class Arena {
   size_t used_bytes() const { return used_; }
   size_t high_water_bytes() const { return high_water_; }
   size_t capacity_bytes() const;
+  // Changes whenever the arena's blocks do (a spill or a merge): tensors handed out
+  // at equal versions of one allocation sequence sit at equal addresses, which a
+  // captured CUDA graph relies on.
+  uint64_t layout_version() const { return layout_version_; }
   Device device() const { return device_; }
 
  private:
@@ -35,6 +40,7 @@ class Arena {
   std::vector<Block> blocks_;
   size_t used_ = 0;
   size_t high_water_ = 0;
+  uint64_t layout_version_ = 0;
 };
 
 }  // namespace amber

@@ -14,6 +14,20 @@ void pool_free(void* data, int device);
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);
 void zero(void* dst, size_t bytes);
 void synchronize();
+// Page-locked host memory: a copy from it to the device is queued without waiting,
+// and a captured graph reads it again at every replay.
+void* pinned_allocate(size_t bytes);
+void pinned_free(void* data);
+void copy_from_pinned(void* device_dst, const void* pinned_src, size_t bytes);
+// Capture of the calling thread's stream into a CUDA graph: the work issued between
+// begin_capture and end_capture is recorded, not run; end_capture returns the
+// instantiated graph, which launch_graph replays on that stream.
+void begin_capture();
+void* end_capture();
+// Ends a capture that failed part-way, dropping what it recorded.
+void discard_capture();
+void launch_graph(void* graph);
+void destroy_graph(void* graph);
 // Bytes allocated from the device's memory pool at most since the last reset (in use,
 // like PyTorch's max_memory_allocated; a reset starts again from the bytes in use now).
 size_t pool_peak_bytes(int device);

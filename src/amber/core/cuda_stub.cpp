@@ -18,6 +18,14 @@ void pool_free(void*, int) {}
 void copy(void*, bool, const void*, bool, size_t) { no_cuda(); }
 void zero(void*, size_t) { no_cuda(); }
 void synchronize() {}
+void* pinned_allocate(size_t) { no_cuda(); }
+void pinned_free(void*) {}
+void copy_from_pinned(void*, const void*, size_t) { no_cuda(); }
+void begin_capture() { no_cuda(); }
+void* end_capture() { no_cuda(); }
+void discard_capture() {}
+void launch_graph(void*) { no_cuda(); }
+void destroy_graph(void*) {}
 size_t pool_peak_bytes(int) { return 0; }
 void reset_pool_peak(int) {}
 bool convert(void*, DType, const void*, DType, size_t) { no_cuda(); }

@@ -85,7 +85,7 @@ void LanguageModel::zero_grad() {
 // Batches may arrive on the host; they move to the model's device here (a no-op
 // when they are there already).
 void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
-                                     double loss_scale, Tensor& loss_sums) {
+                                     const Tensor& loss_scale, Tensor& loss_sums) {
   activations_.reset();
   scratch_.reset();
   const SeqInfo layout = seq.to(device_);

@@ -35,8 +35,9 @@ class LanguageModel {
 
   // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params). The
   // batch's loss is added to `loss_sums` (LMHead::Loss::zero_sums on this device), so a
-  // step of several micro-batches reads its loss from the device once.
-  void forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq, double loss_scale,
+  // step of several micro-batches reads its loss from the device once. loss_scale is
+  // one f64 element on this device.
+  void forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq, const Tensor& loss_scale,
                         Tensor& loss_sums);
   // Loss without gradients (validation), read back to the host.
   LMHead::Loss evaluate(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq);
@@ -49,6 +50,8 @@ class LanguageModel {
   Tensor infer_last_logits(const Tensor& tokens, const CachedStep& step, std::vector<LayerCache>& caches);
 
   size_t activation_bytes_high_water() const { return activations_.high_water_bytes(); }
+  // Changes whenever the activation or scratch arena moves its memory (Arena::layout_version).
+  uint64_t arena_version() const { return activations_.layout_version() + scratch_.layout_version(); }
 
  private:
   ModelConfig config_;

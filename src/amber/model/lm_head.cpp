@@ -1,5 +1,6 @@
 #include "amber/model/lm_head.h"
 
+#include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/norm.h"
 
@@ -38,13 +39,13 @@ void LMHead::forward(const Tensor& hidden, const Tensor& targets, Arena& arena, 
   linear_cross_entropy_sums(losses, lse, targets, options_, sums);
 }
 
-Tensor LMHead::forward_backward(const Tensor& hidden, const Tensor& targets, double loss_scale, Arena& arena,
+Tensor LMHead::forward_backward(const Tensor& hidden, const Tensor& targets, const Tensor& loss_scale, Arena& arena,
                                 Tensor& sums) const {
   const int64_t tokens = hidden.size(0);
   const DType stat = norm_stat_dtype(hidden.dtype());
   Tensor losses = arena.alloc({tokens}, stat), lse = arena.alloc({tokens}, stat);
   Tensor dlosses = arena.alloc({tokens}, stat);
-  dlosses.fill(loss_scale);
+  fill_from_scalar(dlosses, loss_scale);
   Tensor dhidden = arena.alloc(hidden.shape(), hidden.dtype());
   linear_cross_entropy_forward_backward(dlosses, hidden, weight_->work, targets, options_, losses, lse, dhidden,
                                         weight_->grad);

@@ -36,8 +36,9 @@ class LMHead {
   // without waiting for the host.
   void forward(const Tensor& hidden, const Tensor& targets, Arena& arena, Tensor& sums) const;
   // Training: forward as above and, in the same pass over the logits, returns
-  // d(loss_scale * sum)/d(hidden); the head weight gradient accumulates.
-  Tensor forward_backward(const Tensor& hidden, const Tensor& targets, double loss_scale, Arena& arena,
+  // d(loss_scale * sum)/d(hidden); the head weight gradient accumulates. loss_scale is
+  // one f64 element on the device of `hidden`, read there.
+  Tensor forward_backward(const Tensor& hidden, const Tensor& targets, const Tensor& loss_scale, Arena& arena,
                           Tensor& sums) const;
   // Materialised logits [T, V] for sampling and analysis (never in training).
   Tensor logits(const Tensor& hidden) const;

@@ -20,4 +20,13 @@ void scale_into(Tensor& out, const Tensor& in, double alpha) {
                   cpu::scale_into(out, in, alpha));
 }
 
+void fill_from_scalar(Tensor& out, const Tensor& scalar) {
+  const char* op = "fill_from_scalar";
+  require_contiguous(out, op);
+  AMBER_CHECK(scalar.dtype() == DType::f64 && scalar.numel() == 1, op, ": the scalar must be one f64 element, got ",
+              dtype_name(scalar.dtype()), " ", scalar.shape());
+  AMBER_ON_DEVICE(ops::common_device(op, {&out, &scalar}), op, cuda::fill_from_scalar(out, scalar),
+                  cpu::fill_from_scalar(out, scalar));
+}
+
 }  // namespace amber

@@ -9,5 +9,8 @@ namespace amber {
 void add_scaled(Tensor& x, const Tensor& y, double alpha = 1.0);
 // out = alpha * in.
 void scale_into(Tensor& out, const Tensor& in, double alpha);
+// Every element of out = scalar (one f64 element on out's device), read where it
+// lives: a value the host changes between replays of a captured step.
+void fill_from_scalar(Tensor& out, const Tensor& scalar);
 
 }  // namespace amber

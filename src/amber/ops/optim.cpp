@@ -12,15 +12,73 @@
 
 namespace amber {
 
-void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
+namespace {
+
+void require_schedule(const Tensor& schedule, const char* op) {
+  AMBER_CHECK(schedule.dtype() == DType::f64 && schedule.numel() == kScheduleSize && schedule.is_contiguous(), op,
+              ": the schedule must be ", kScheduleSize, " contiguous f64 elements, got ",
+              dtype_name(schedule.dtype()), " ", schedule.shape());
+}
+
+}  // namespace
+
+void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
+  const char* op = "advance_schedule";
+  require_schedule(schedule, op);
+  AMBER_CHECK(gate.dtype() == DType::f64 && gate.numel() == 2 && gate.is_contiguous(), op,
+              ": the gate must be 2 contiguous f64 elements (apply, lr multiplier), got ", gate.shape());
+  AMBER_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, op, ": betas must lie in [0, 1), got ", beta1,
+              " and ", beta2);
+  AMBER_ON_DEVICE(ops::common_device(op, {&schedule, &gate}), op, cuda::advance_schedule(schedule, gate, beta1, beta2),
+                  cpu::advance_schedule(schedule, gate, beta1, beta2));
+}
+
+void finite_flag(const Tensor& values, Tensor& flag) {
+  const char* op = "finite_flag";
+  AMBER_CHECK(values.dtype() == DType::f64 && values.is_contiguous() && flag.dtype() == DType::f64 &&
+                  flag.numel() == 1,
+              op, ": takes contiguous f64 values and one f64 flag, got ", dtype_name(values.dtype()), " and ",
+              dtype_name(flag.dtype()), " ", flag.shape());
+  AMBER_ON_DEVICE(ops::common_device(op, {&values, &flag}), op, cuda::finite_flag(values, flag),
+                  cpu::finite_flag(values, flag));
+}
+
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
+                const Tensor& schedule) {
   const char* op = "adamw_step";
   require_same_shape(value, grad, "adamw_step grad");
   require_same_shape(value, m, "adamw_step first moment");
   require_same_shape(value, v, "adamw_step second moment");
-  AMBER_CHECK(h.step >= 1, "adamw_step: step must be >= 1, got ", h.step);
+  require_schedule(schedule, op);
   for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)}) require_contiguous(*t, op);
-  AMBER_ON_DEVICE(ops::common_device(op, {&value, &grad, &m, &v}), op, cuda::adamw_step(value, grad, m, v, h),
-                  cpu::adamw_step(value, grad, m, v, h));
+  AMBER_ON_DEVICE(ops::common_device(op, {&value, &grad, &m, &v, &schedule}), op,
+                  cuda::adamw_step(value, grad, m, v, h, schedule), cpu::adamw_step(value, grad, m, v, h, schedule));
+}
+
+void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {
+  const char* op = "momentum_step";
+  require_same_shape(momentum, grad, op);
+  require_schedule(schedule, op);
+  require_contiguous(momentum, op);
+  require_contiguous(grad, op);
+  AMBER_CHECK(momentum.dtype() == grad.dtype(), op, ": momentum is ", dtype_name(momentum.dtype()),
+              " but the gradient is ", dtype_name(grad.dtype()));
+  AMBER_ON_DEVICE(ops::common_device(op, {&momentum, &grad, &schedule}), op,
+                  cuda::momentum_step(momentum, grad, mu, schedule), cpu::momentum_step(momentum, grad, mu, schedule));
+}
+
+void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
+                  const Tensor& schedule) {
+  const char* op = "apply_update";
+  require_same_shape(value, update, op);
+  require_schedule(schedule, op);
+  require_contiguous(value, op);
+  require_contiguous(update, op);
+  AMBER_CHECK(value.dtype() == update.dtype(), op, ": the value is ", dtype_name(value.dtype()),
+              " but the update is ", dtype_name(update.dtype()));
+  AMBER_ON_DEVICE(ops::common_device(op, {&value, &update, &schedule}), op,
+                  cuda::apply_update(value, update, decay_rate, update_rate, schedule),
+                  cpu::apply_update(value, update, decay_rate, update_rate, schedule));
 }
 
 NewtonSchulz newton_schulz_from_name(const std::string& name) {

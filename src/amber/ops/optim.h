@@ -10,17 +10,43 @@
 namespace amber {
 
 struct AdamWHyper {
-  double lr = 3e-4;
+  double lr = 3e-4;  // multiplied by the schedule's lr multiplier
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  int64_t step = 1;  // 1-based, for bias correction
 };
 
-// value -= lr * (wd * value + mhat / (sqrt(vhat) + eps)) after updating m and v from
-// grad. All tensors f32 (or f64), same shape, contiguous.
-void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
+// The per-step scalars every update reads on the parameters' device, so that one
+// captured CUDA graph serves every step: f64 [kScheduleSize], indexed as below. An
+// update whose schedule does not apply leaves its tensors untouched.
+inline constexpr int kScheduleApply = 0;         // 1: update, 0: skip this step
+inline constexpr int kScheduleLrMultiplier = 1;  // the learning-rate schedule's factor
+inline constexpr int kScheduleBias1 = 2;         // 1 / (1 - beta1^t), t the applied steps so far
+inline constexpr int kScheduleBias2 = 3;         // 1 / (1 - beta2^t)
+inline constexpr int kScheduleSteps = 4;         // t
+inline constexpr int kScheduleSize = 5;
+
+// From gate (f64 [2]: apply flag, lr multiplier; both on the device): copies them into
+// the schedule and, where the step applies, advances t and its bias corrections.
+void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2);
+
+// flag (f64, one element) = 1 when every element of values (f64) is finite, else 0.
+void finite_flag(const Tensor& values, Tensor& flag);
+
+// value -= lr (wd value + mhat / (sqrt(vhat) + eps)) after updating m and v from grad,
+// with lr = h.lr times the schedule's multiplier and its bias corrections. All tensors
+// f32 (or f64), same shape, contiguous.
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
+                const Tensor& schedule);
+
+// Where the schedule applies: momentum = mu momentum + grad.
+void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
+
+// Where the schedule applies, with k its lr multiplier:
+// value = value (1 - k decay_rate) - k update_rate update.
+void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
+                  const Tensor& schedule);
 
 enum class NewtonSchulz { cubic5, quintic5 };
 NewtonSchulz newton_schulz_from_name(const std::string& name);  // cubic5 | quintic5

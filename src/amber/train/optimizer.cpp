@@ -34,6 +34,9 @@ class GroupedOptimizer final : public Optimizer {
                 c.update_scale, "' is not one of: spectral, rms");
     AMBER_CHECK(c.lr > 0 && c.muon_lr > 0 && c.embed_lr >= 0, "learning rates must be positive");
     const bool muon = c.name == "muon";
+    AMBER_CHECK(!params.empty(), "the optimizer needs at least one parameter");
+    schedule_ = Tensor::empty({kScheduleSize}, DType::f64, params.front()->value.device());
+    set_steps(0);
     for (const auto& p : params) {
       if (muon && p->muon) {
         const double out = static_cast<double>(p->value.size(0)), in = static_cast<double>(p->value.size(1));
@@ -51,27 +54,32 @@ class GroupedOptimizer final : public Optimizer {
     }
   }
 
-  void step(double multiplier) override {
-    ++steps_;
+  void step(const Tensor& gate) override {
+    advance_schedule(schedule_, gate, config_.beta1, config_.beta2);
     for (AdamWSlot& s : adamw_) {
-      AdamWHyper h{s.lr * multiplier, config_.beta1, config_.beta2, config_.eps, s.weight_decay, steps_};
-      adamw_step(s.param->value, s.param->grad, s.m, s.v, h);
+      const AdamWHyper h{s.lr, config_.beta1, config_.beta2, config_.eps, s.weight_decay};
+      adamw_step(s.param->value, s.param->grad, s.m, s.v, h, schedule_);
       s.param->refresh_work();
     }
     // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
-    const double lr = config_.muon_lr * multiplier;
     const double decay = config_.weight_decay * config_.lr / config_.muon_lr;
     for (MuonSlot& s : muon_) {
       // momentum = mu * momentum + g; Nesterov looks ahead: g + mu * momentum.
-      scale_(s.momentum, config_.muon_momentum);
-      add_scaled(s.momentum, s.param->grad);
+      momentum_step(s.momentum, s.param->grad, config_.muon_momentum, schedule_);
       s.update.copy_from(config_.nesterov ? s.param->grad : s.momentum);
       if (config_.nesterov) add_scaled(s.update, s.momentum, config_.muon_momentum);
       newton_schulz_orthogonalize(s.update, variant_, s.update.dtype());
-      scale_(s.param->value, 1.0 - lr * decay);
-      add_scaled(s.param->value, s.update, -lr * s.scale);
+      apply_update(s.param->value, s.update, config_.muon_lr * decay, config_.muon_lr * s.scale, schedule_);
       s.param->refresh_work();
     }
+  }
+
+  int64_t steps() const override { return static_cast<int64_t>(schedule_.to_doubles()[kScheduleSteps]); }
+
+  void set_steps(int64_t steps) override {
+    std::vector<double> values(kScheduleSize, 1.0);
+    values[kScheduleSteps] = static_cast<double>(steps);
+    schedule_.copy_from(Tensor::from_vector(values, {kScheduleSize}));
   }
 
   std::vector<StateTensor> state() override {
@@ -109,9 +117,14 @@ class GroupedOptimizer final : public Optimizer {
   NewtonSchulz variant_;
   std::vector<AdamWSlot> adamw_;
   std::vector<MuonSlot> muon_;
+  Tensor schedule_;  // f64 [kScheduleSize] on the parameters' device (ops/optim.h)
 };
 
 }  // namespace
+
+Tensor always_apply(double lr_multiplier, Device device) {
+  return Tensor::from_vector(std::vector<double>{1.0, lr_multiplier}, {2}).to(device);
+}
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,
                                            const std::vector<std::shared_ptr<Param>>& params) {

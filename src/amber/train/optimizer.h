@@ -57,18 +57,21 @@ struct StateTensor {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update of every parameter from its gradient; every learning rate is
-  // multiplied by `lr_multiplier` (the schedule).
-  virtual void step(double lr_multiplier) = 0;
+  // Issues one update of every parameter from its gradient, decided on the device:
+  // gate (f64 [2] on the parameters' device: apply flag, lr multiplier) skips the
+  // update when apply is 0 and otherwise multiplies every learning rate by the
+  // multiplier. Never waits for the host, so a captured step can replay it.
+  virtual void step(const Tensor& gate) = 0;
   virtual std::vector<StateTensor> state() = 0;
   // One line per parameter group (parameters, lr, decay, method) for the run log.
   virtual std::string describe() const = 0;
-  int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }
-
- protected:
-  int64_t steps_ = 0;
+  // Updates applied so far (read from the device), for checkpoints.
+  virtual int64_t steps() const = 0;
+  virtual void set_steps(int64_t steps) = 0;
 };
+
+// A gate for Optimizer::step on `device` that always applies, with the given multiplier.
+Tensor always_apply(double lr_multiplier, Device device);
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,
                                            const std::vector<std::shared_ptr<Param>>& params);

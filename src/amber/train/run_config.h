@@ -20,6 +20,7 @@ struct TrainConfig {
   std::string device = "auto";         // auto (a GPU when present) | cpu | cuda | cuda:N
   std::string compute_dtype = "f32";  // f32 | bf16 | f16: activations and working copies
   double grad_clip = 1.0;  // global-norm clip; 0 = off
+  bool cuda_graph = true;  // GPU: replay each step from a captured CUDA graph
   int log_every = 10;
   int eval_every = 100;  // 0 = at the end only
   int eval_batches = 8;
@@ -40,6 +41,7 @@ struct TrainConfig {
     v("device", device);
     v("compute_dtype", compute_dtype);
     v("grad_clip", grad_clip);
+    v("cuda_graph", cuda_graph);
     v("log_every", log_every);
     v("eval_every", eval_every);
     v("eval_batches", eval_batches);

@@ -1,34 +1,31 @@
-// Gradient accumulation, global norm and clipping over StepStats' device buffers.
+// The training step: gradient accumulation, global norm, clipping, the finite gate and
+// the update, over StepStats' device buffers; on a GPU, batches staged into slots at
+// fixed addresses and the whole step replayed from one CUDA graph.
 #include "amber/train/step.h"
 
-#include <vector>
+#include <algorithm>
+#include <bit>
+#include <cstring>
 
+#include "amber/core/cuda_runtime.h"
+#include "amber/core/op_profile.h"
 #include "amber/ops/optim.h"
 
 namespace amber {
 
+namespace {
+constexpr int kValues = 7;
+}  // namespace
+
 StepStats::StepStats(const LanguageModel& model)
-    : values_(Tensor::zeros({4}, DType::f64, model.device())),
+    : values_(Tensor::zeros({kValues}, DType::f64, model.device())),
       squares_(Tensor::zeros({static_cast<int64_t>(model.params().size())}, DType::f64, model.device())) {}
 
-void StepStats::zero() { values_.zero(); }
+void StepStats::zero() { values_.slice(0, 0, 5).zero(); }
 
 AccumulatedStep StepStats::read() const {
   const std::vector<double> v = values_.to_doubles();
-  return {v[0], v[1], static_cast<int64_t>(v[2]), v[3]};
-}
-
-void accumulate_gradients(LanguageModel& model, std::span<const data::Batch> micro_batches, StepStats& stats) {
-  // The token count comes from the batches' host metadata, so the scale is known
-  // before any kernel runs.
-  int64_t trained_tokens = 0;
-  for (const data::Batch& b : micro_batches) trained_tokens += b.trained_tokens;
-  model.zero_grad();
-  stats.zero();
-  if (trained_tokens == 0) return;
-  const double scale = 1.0 / static_cast<double>(trained_tokens);
-  Tensor sums = stats.loss_sums();
-  for (const data::Batch& b : micro_batches) model.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
+  return {v[0], v[1], static_cast<int64_t>(v[2]), v[3], v[4] != 0.0};
 }
 
 void global_grad_norm(const LanguageModel& model, StepStats& stats) {
@@ -44,6 +41,162 @@ void global_grad_norm(const LanguageModel& model, StepStats& stats) {
 void clip_gradients(const LanguageModel& model, const StepStats& stats, double max_norm) {
   const Tensor norm = stats.grad_norm();
   for (const auto& p : model.params()) clip_by_norm_(p->grad, norm, max_norm);
+}
+
+// Each micro-batch has device buffers of a fixed token and document capacity, refilled
+// from one pinned host buffer by copies that are part of the step (so a replay reads
+// the new batch). A batch shorter than the capacity gets one padding document (token
+// 0, no targets); unused document slots are empty documents at the end, which no
+// kernel gives any work. The graph is captured on the third run with the same slots:
+// the first two let the model's arenas settle, so that nothing is allocated during the
+// capture that outlives it.
+struct TrainStep::Slots {
+  int64_t tokens = 0;  // per micro-batch
+  int docs = 0;        // per micro-batch, padding and empty documents included
+  std::vector<data::Batch> batches;
+  int32_t* staging = nullptr;  // per batch: tokens, targets, positions, cu_seqlens; then the f64 inputs
+  void* graph = nullptr;
+  uint64_t arena_version = 0;  // the model's arenas when the graph was captured
+  int eager_runs = 0;
+
+  Slots(std::span<const data::Batch> micro, Device device) {
+    for (const data::Batch& b : micro) {
+      tokens = std::max(tokens, b.tokens.numel());
+      docs = std::max(docs, b.seq.num_docs + 1);
+    }
+    docs = std::max(16, static_cast<int>(std::bit_ceil(static_cast<unsigned>(docs))));
+    for (size_t i = 0; i < micro.size(); ++i) {
+      data::Batch b;
+      b.tokens = Tensor::empty({tokens}, DType::i32, device);
+      b.targets = Tensor::empty({tokens}, DType::i32, device);
+      b.seq.positions = Tensor::empty({tokens}, DType::i32, device);
+      b.seq.cu_seqlens = Tensor::empty({docs + 1}, DType::i32, device);
+      b.seq.total_tokens = tokens;
+      b.seq.num_docs = docs;
+      b.seq.max_seqlen = static_cast<int32_t>(tokens);
+      batches.push_back(std::move(b));
+    }
+    staging = static_cast<int32_t*>(cuda::pinned_allocate(batches.size() * batch_ints() * 4 + 2 * sizeof(double)));
+  }
+  ~Slots() {
+    if (graph) cuda::destroy_graph(graph);
+    cuda::pinned_free(staging);
+  }
+
+  int64_t batch_ints() const { return 3 * tokens + docs + 1; }
+  double* inputs() const { return reinterpret_cast<double*>(staging + batches.size() * batch_ints()); }
+
+  bool fit(std::span<const data::Batch> micro) const {
+    if (micro.size() != batches.size()) return false;
+    for (const data::Batch& b : micro)
+      if (b.tokens.numel() > tokens || b.seq.num_docs + (b.tokens.numel() < tokens ? 1 : 0) > docs) return false;
+    return true;
+  }
+
+  // Host side only: the batches and the inputs into the pinned buffer.
+  void stage(std::span<const data::Batch> micro, const double (&values)[2]) {
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const data::Batch& b = micro[i];
+      const Tensor tok = b.tokens.to(Device::cpu()), tgt = b.targets.to(Device::cpu());
+      const Tensor pos = b.seq.positions.to(Device::cpu());
+      const int64_t n = tok.numel();
+      int32_t* out = staging + i * batch_ints();
+      int32_t *t = out, *g = out + tokens, *p = out + 2 * tokens, *cu = out + 3 * tokens;
+      std::memcpy(t, tok.data<int32_t>(), n * 4);
+      std::memcpy(g, tgt.data<int32_t>(), n * 4);
+      std::memcpy(p, pos.data<int32_t>(), n * 4);
+      for (int64_t j = n; j < tokens; ++j) t[j] = 0, g[j] = data::kNoTarget, p[j] = static_cast<int32_t>(j - n);
+      const std::vector<int32_t>& host_cu = b.seq.cu_seqlens_host;
+      std::copy(host_cu.begin(), host_cu.end(), cu);
+      std::fill(cu + host_cu.size(), cu + docs + 1, static_cast<int32_t>(tokens));
+      batches[i].seq.cu_seqlens_host.assign(cu, cu + docs + 1);
+      batches[i].trained_tokens = b.trained_tokens;
+    }
+    std::copy(values, values + 2, inputs());
+  }
+
+  // Device side: the staged copies, queued on the stream (recorded when capturing).
+  void upload(Tensor& device_inputs) const {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const int32_t* in = staging + i * batch_ints();
+      const data::Batch& b = batches[i];
+      cuda::copy_from_pinned(b.tokens.raw(), in, tokens * 4);
+      cuda::copy_from_pinned(b.targets.raw(), in + tokens, tokens * 4);
+      cuda::copy_from_pinned(b.seq.positions.raw(), in + 2 * tokens, tokens * 4);
+      cuda::copy_from_pinned(b.seq.cu_seqlens.raw(), in + 3 * tokens, (docs + 1) * 4);
+    }
+    cuda::copy_from_pinned(device_inputs.raw(), inputs(), 2 * sizeof(double));
+  }
+};
+
+TrainStep::TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions options)
+    : model_(model), optimizer_(optimizer), options_(options), stats_(model) {}
+
+TrainStep::~TrainStep() = default;
+
+void TrainStep::issue(std::span<const data::Batch> micro_batches) {
+  model_.zero_grad();
+  stats_.zero();
+  Tensor sums = stats_.loss_sums();
+  const Tensor scale = stats_.loss_scale();
+  for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
+  global_grad_norm(model_, stats_);
+  if (options_.grad_clip > 0) clip_gradients(model_, stats_, options_.grad_clip);
+  if (!optimizer_) return;
+  Tensor apply = stats_.apply();
+  finite_flag(stats_.checked(), apply);
+  optimizer_->step(stats_.gate());
+}
+
+void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier) {
+  int64_t trained_tokens = 0;
+  for (const data::Batch& b : micro_batches) trained_tokens += b.trained_tokens;
+  replayed_ = false;
+  if (trained_tokens == 0) {
+    stats_.zero();
+    return;
+  }
+  // The token count comes from the batches' host metadata, so the scale is known
+  // before any kernel runs.
+  const double inputs[2] = {lr_multiplier, 1.0 / static_cast<double>(trained_tokens)};
+  if (!model_.device().is_cuda()) {
+    Tensor device_inputs = stats_.inputs();
+    std::copy(inputs, inputs + 2, device_inputs.data<double>());
+    issue(micro_batches);
+    return;
+  }
+  cuda::synchronize();  // the previous step has read the staging buffer
+  if (!slots_ || !slots_->fit(micro_batches)) slots_ = std::make_unique<Slots>(micro_batches, model_.device());
+  slots_->stage(micro_batches, inputs);
+  if (slots_->graph && slots_->arena_version != model_.arena_version()) {
+    // Something outside the step (an evaluation) moved the arenas the graph points into.
+    cuda::destroy_graph(slots_->graph);
+    slots_->graph = nullptr;
+    slots_->eager_runs = 0;
+  }
+  if (slots_->graph) {
+    cuda::launch_graph(slots_->graph);
+    replayed_ = true;
+    return;
+  }
+  const bool capture = options_.cuda_graph && slots_->eager_runs >= 2 && !profile::active();
+  Tensor device_inputs = stats_.inputs();
+  if (capture) cuda::begin_capture();
+  try {
+    slots_->upload(device_inputs);
+    issue(slots_->batches);
+  } catch (...) {
+    if (capture) cuda::discard_capture();
+    throw;
+  }
+  if (!capture) {
+    ++slots_->eager_runs;
+    return;
+  }
+  slots_->graph = cuda::end_capture();
+  slots_->arena_version = model_.arena_version();
+  cuda::launch_graph(slots_->graph);
+  replayed_ = true;
 }
 
 }  // namespace amber

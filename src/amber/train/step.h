@@ -1,14 +1,19 @@
-// The device work of one optimizer step before its update: token-exact gradient
-// accumulation over micro-batches, the global gradient norm and clipping. Losses and
-// norms stay on the model's device; StepStats::read is the step's one host
-// synchronisation, so the GPU never idles waiting for a per-micro-batch number.
+// One optimizer step on the model's device: token-exact gradient accumulation over
+// micro-batches, the global gradient norm, clipping, a finite gate and the update.
+// Every number the step reads from the host (the lr multiplier, the loss scale, the
+// batches) reaches it through device memory, so nothing in the step waits for the
+// host, and on a GPU the whole step is captured once as a CUDA graph and replayed.
+// StepStats::read is the step's one host synchronisation.
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "amber/data/batch.h"
 #include "amber/model/language_model.h"
+#include "amber/train/optimizer.h"
 
 namespace amber {
 
@@ -18,28 +23,31 @@ struct AccumulatedStep {
   double z_loss_sum = 0;
   int64_t trained_tokens = 0;
   double grad_norm = NAN;  // global gradient norm before clipping; NaN until measured
+  bool applied = false;    // whether the update ran (finite loss and norm, an optimizer set)
 };
 
 // Device buffers of one step, allocated once per model: f64 {loss sum, z-loss sum,
-// trained tokens, global gradient norm} and one squared-norm slot per parameter.
+// trained tokens, global gradient norm, apply, lr multiplier, loss scale} and one
+// squared-norm slot per parameter.
 class StepStats {
  public:
   explicit StepStats(const LanguageModel& model);
   Tensor loss_sums() const { return values_.slice(0, 0, 3); }  // what LMHead accumulates into
   Tensor grad_norm() const { return values_.slice(0, 3, 4); }
+  Tensor checked() const { return values_.slice(0, 0, 4); }  // what must be finite to apply
+  Tensor apply() const { return values_.slice(0, 4, 5); }
+  Tensor gate() const { return values_.slice(0, 4, 6); }  // apply, lr multiplier: the optimizer's input
+  Tensor inputs() const { return values_.slice(0, 5, 7); }  // lr multiplier, loss scale: from the host
+  Tensor loss_scale() const { return values_.slice(0, 6, 7); }
   Tensor squares() const { return squares_; }  // [params], one squared gradient norm each
+  // Zeroes the sums, the norm and the apply flag (not the inputs).
   void zero();
-  // The four values on the host: one device-to-host copy, the step's only synchronisation.
+  // The step's values on the host: one device-to-host copy, the step's only synchronisation.
   AccumulatedStep read() const;
 
  private:
   Tensor values_, squares_;
 };
-
-// Forward and backward of every micro-batch with each loss divided once by the
-// step's total trained tokens (never a mean of means); gradients and `stats` are
-// zeroed first, and the loss sums accumulate into `stats` on the device.
-void accumulate_gradients(LanguageModel& model, std::span<const data::Batch> micro_batches, StepStats& stats);
 
 // stats' grad norm = sqrt of the sum of squared gradient entries of every parameter,
 // in double: each parameter's sum goes to its own slot, then one in-order sum.
@@ -48,5 +56,42 @@ void global_grad_norm(const LanguageModel& model, StepStats& stats);
 // Scales every gradient by max_norm / norm when the measured norm exceeds max_norm;
 // the factor is computed on the device from stats' grad norm.
 void clip_gradients(const LanguageModel& model, const StepStats& stats, double max_norm);
+
+struct StepOptions {
+  double grad_clip = 0.0;  // 0: no clipping
+  bool cuda_graph = true;  // on a GPU, replay the step from a captured graph
+};
+
+class TrainStep {
+ public:
+  // Without an optimizer the step stops after the norm and clipping (gradients only).
+  TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions options);
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // Issues one step without waiting for it: gradients zeroed, each micro-batch's loss
+  // divided once by the step's total trained tokens (never a mean of means), the norm,
+  // clipping, then the update where loss and norm are finite, with every learning rate
+  // times lr_multiplier. A step without trained tokens issues nothing.
+  void run(std::span<const data::Batch> micro_batches, double lr_multiplier);
+  // The last step's statistics (waits for it).
+  AccumulatedStep read() const { return stats_.read(); }
+  StepStats& stats() { return stats_; }
+  // Whether the last run replayed the captured graph.
+  bool replayed() const { return replayed_; }
+
+ private:
+  struct Slots;  // the GPU's fixed-address batch buffers and their pinned staging
+
+  void issue(std::span<const data::Batch> micro_batches);
+
+  LanguageModel& model_;
+  Optimizer* optimizer_;
+  StepOptions options_;
+  StepStats stats_;
+  std::unique_ptr<Slots> slots_;
+  bool replayed_ = false;
+};
 
 }  // namespace amber

@@ -67,35 +67,26 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   LanguageModel model(o.model, DType::f32, device, dtype_from_name(o.compute_dtype));
   model.init_weights(o.seed);
   auto optimizer = build_optimizer(o.optimizer, model.params());
+  // The batch stays on the host, as the loader hands it over; the step stages it.
   const data::Batch batch = synthetic_batch(o);
-  // The batch lives on the device once, as a loader with prefetch would leave it.
-  data::Batch on_device = batch;
-  on_device.tokens = batch.tokens.to(device);
-  on_device.targets = batch.targets.to(device);
-  on_device.seq = batch.seq.to(device);
-  const std::vector<data::Batch> micro = {on_device};
+  const std::vector<data::Batch> micro = {batch};
   StepBenchResult r;
   r.lengths = batch.seq.lengths();
   // The loss stays on the device until the timed steps are done: reading it per step
   // would add a host synchronisation the trainer does not have per micro-batch.
-  StepStats stats(model);
-  for (int i = 0; i < o.warmup; ++i) {
-    accumulate_gradients(model, micro, stats);
-    optimizer->step(1.0);
-  }
+  TrainStep step(model, optimizer.get(), {.grad_clip = 0.0, .cuda_graph = o.cuda_graph && !o.profile});
+  for (int i = 0; i < o.warmup; ++i) step.run(micro, 1.0);
   wait_for(device);
   if (device.is_cuda()) cuda::reset_pool_peak(device.index);
   if (o.profile) profile::start();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.steps; ++i) {
-    accumulate_gradients(model, micro, stats);
-    optimizer->step(1.0);
-  }
+  for (int i = 0; i < o.steps; ++i) step.run(micro, 1.0);
   wait_for(device);
   const double seconds = seconds_since(start) / o.steps;
   if (o.profile)
     for (const auto& [op, ms] : profile::report()) r.op_ms.emplace_back(op, ms / o.steps);
-  const AccumulatedStep last = stats.read();
+  r.replayed = step.replayed();
+  const AccumulatedStep last = step.read();
   r.loss = last.loss_sum / static_cast<double>(last.trained_tokens);
   const FlopCount f = count_flops(o.model, r.lengths);
   r.step_ms = seconds * 1e3;

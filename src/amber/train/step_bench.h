@@ -22,7 +22,8 @@ struct StepBenchOptions {
   int warmup = 3, steps = 10;
   double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
   uint64_t seed = 1;
-  bool profile = false;  // GPU milliseconds per op over the timed steps
+  bool profile = false;    // GPU milliseconds per op over the timed steps (runs eagerly)
+  bool cuda_graph = true;  // replay the step from a captured CUDA graph (GPU, unprofiled)
 };
 
 struct StepBenchResult {
@@ -33,6 +34,7 @@ struct StepBenchResult {
   double loss = 0;
   std::vector<int32_t> lengths;
   std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
+  bool replayed = false;  // the timed steps replayed a captured CUDA graph
 };
 
 StepBenchResult run_step_bench(const StepBenchOptions& options);

@@ -71,7 +71,7 @@ struct Trainer::State {
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<LanguageModel> preview_model;  // a CPU copy for sample previews of a GPU run
   std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<StepStats> stats;  // the step's device-resident loss sums and norm
+  std::unique_ptr<TrainStep> train_step;  // the step's device work and its statistics
   Schedule schedule;
   std::unique_ptr<data::Loader> loader;
   std::vector<data::Batch> eval_batches;
@@ -156,7 +156,8 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   s.model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
   s.model->init_weights(c.train.seed);
   s.optimizer = build_optimizer(c.optimizer, s.model->params());
-  s.stats = std::make_unique<StepStats>(*s.model);
+  s.train_step = std::make_unique<TrainStep>(*s.model, s.optimizer.get(),
+                                             StepOptions{.grad_clip = c.train.grad_clip, .cuda_graph = c.train.cuda_graph});
   s.schedule = make_schedule(c.schedule, c.train.steps);
 
   std::string resume_dir = s.options.resume_from;
@@ -286,24 +287,19 @@ double Trainer::run() {
       const std::vector<int32_t> l = b.seq.lengths();
       lengths.insert(lengths.end(), l.begin(), l.end());
     }
-    // Losses, norm and clipping stay on the device; the host reads the step's
-    // statistics once, after clipping, to log them and decide whether to skip.
-    accumulate_gradients(*s.model, micro, *s.stats);
-    global_grad_norm(*s.model, *s.stats);
-    if (t.grad_clip > 0) clip_gradients(*s.model, *s.stats, t.grad_clip);
-    const AccumulatedStep acc = s.stats->read();
+    // Losses, norm, clipping and the decision to update stay on the device; the host
+    // reads the step's statistics once, after the update, to log them.
+    const double multiplier = s.schedule(s.step);
+    s.train_step->run(micro, multiplier);
+    const AccumulatedStep acc = s.train_step->read();
     const double norm = acc.grad_norm;
     const double loss = acc.trained_tokens > 0 ? acc.loss_sum / static_cast<double>(acc.trained_tokens) : NAN;
-    const double multiplier = s.schedule(s.step);
-    const bool finite = std::isfinite(norm) && std::isfinite(acc.loss_sum);
-    const bool skip = !finite || acc.trained_tokens == 0;
+    const bool skip = !acc.applied;
     if (skip) {
       ++s.skipped_steps;
       std::cout << s.line_start << "step " << s.step + 1 << ": "
                 << (acc.trained_tokens == 0 ? "no trained tokens" : "non-finite loss or gradient norm")
                 << ", update skipped (" << s.skipped_steps << " skipped so far)\n";
-    } else {
-      s.optimizer->step(multiplier);
     }
     ++s.step;
     s.tokens_seen += acc.trained_tokens;

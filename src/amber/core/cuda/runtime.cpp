@@ -81,4 +81,44 @@ void reset_pool_peak(int device) {
 
 void synchronize() { check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize"); }
 
+void* pinned_allocate(size_t bytes) {
+  void* data = nullptr;
+  check(cudaMallocHost(&data, bytes), "cudaMallocHost");
+  return data;
+}
+
+void pinned_free(void* data) { cudaFreeHost(data); }
+
+void copy_from_pinned(void* device_dst, const void* pinned_src, size_t bytes) {
+  check(cudaMemcpyAsync(device_dst, pinned_src, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread),
+        "cudaMemcpyAsync");
+}
+
+void begin_capture() {
+  check(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+void* end_capture() {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(cudaStreamPerThread, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(status, "cudaGraphInstantiate");
+  return exec;
+}
+
+void discard_capture() {
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(cudaStreamPerThread, &graph);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+}
+
+void launch_graph(void* graph) {
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), cudaStreamPerThread), "cudaGraphLaunch");
+}
+
+void destroy_graph(void* graph) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)); }
+
 }  // namespace amber::cuda

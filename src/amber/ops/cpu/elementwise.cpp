@@ -33,4 +33,6 @@ void scale_into(Tensor& out, const Tensor& in, double alpha) {
   });
 }
 
+void fill_from_scalar(Tensor& out, const Tensor& scalar) { out.fill(scalar.item(0)); }
+
 }  // namespace amber::cpu

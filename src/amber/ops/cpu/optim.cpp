@@ -12,14 +12,36 @@
 
 namespace amber::cpu {
 
-void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
+void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
+  double* s = schedule.data<double>();
+  const double* g = gate.data<double>();
+  s[kScheduleApply] = g[0];
+  s[kScheduleLrMultiplier] = g[1];
+  if (g[0] == 0.0) return;
+  const double t = s[kScheduleSteps] + 1.0;
+  s[kScheduleSteps] = t;
+  s[kScheduleBias1] = 1.0 / (1.0 - std::pow(beta1, t));
+  s[kScheduleBias2] = 1.0 / (1.0 - std::pow(beta2, t));
+}
+
+void finite_flag(const Tensor& values, Tensor& flag) {
+  const double* v = values.data<double>();
+  bool finite = true;
+  for (int64_t i = 0; i < values.numel(); ++i) finite = finite && std::isfinite(v[i]);
+  flag.data<double>()[0] = finite ? 1.0 : 0.0;
+}
+
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
+                const Tensor& schedule) {
+  const double* s = schedule.data<double>();
+  if (s[kScheduleApply] == 0.0) return;
   with_compute_type(value.dtype(), [&]<class T>() {
     T *p = value.data<T>(), *pm = m.data<T>(), *pv = v.data<T>();
     const T* g = grad.data<T>();
+    const double lr_now = h.lr * s[kScheduleLrMultiplier];
     const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
-    const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(h.beta1, static_cast<double>(h.step))));
-    const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(h.beta2, static_cast<double>(h.step))));
-    const T lr = static_cast<T>(h.lr), decay = static_cast<T>(h.lr * h.weight_decay);
+    const T c1 = static_cast<T>(s[kScheduleBias1]), c2 = static_cast<T>(s[kScheduleBias2]);
+    const T lr = static_cast<T>(lr_now), decay = static_cast<T>(lr_now * h.weight_decay);
     const T eps = static_cast<T>(h.eps);
     const int64_t n = value.numel();
 #pragma omp parallel for if (n > 65536)
@@ -29,6 +51,39 @@ void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const A
       const T update = (pm[i] * c1) / (std::sqrt(pv[i] * c2) + eps);
       p[i] = p[i] - decay * p[i] - lr * update;
     }
+  });
+}
+
+void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {
+  if (schedule.data<double>()[kScheduleApply] == 0.0) return;
+  with_compute_type(momentum.dtype(), [&]<class T>() {
+    const Tensor gw = widened<T>(grad);
+    Output<T> o(momentum, true);
+    T* pm = o.data();
+    const T* g = gw.data<T>();
+    const T a = static_cast<T>(mu);
+    const int64_t n = momentum.numel();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) pm[i] = a * pm[i] + g[i];
+    o.store();
+  });
+}
+
+void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
+                  const Tensor& schedule) {
+  const double* s = schedule.data<double>();
+  if (s[kScheduleApply] == 0.0) return;
+  with_compute_type(value.dtype(), [&]<class T>() {
+    const Tensor uw = widened<T>(update);
+    Output<T> o(value, true);
+    T* pv = o.data();
+    const T* u = uw.data<T>();
+    const T keep = static_cast<T>(1.0 - s[kScheduleLrMultiplier] * decay_rate);
+    const T step = static_cast<T>(s[kScheduleLrMultiplier] * update_rate);
+    const int64_t n = value.numel();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) pv[i] = keep * pv[i] - step * u[i];
+    o.store();
   });
 }
 

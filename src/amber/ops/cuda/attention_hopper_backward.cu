@@ -190,8 +190,7 @@ __device__ __forceinline__ void store_ds(uint8_t* tile, const float (&ds)[kDkdvQ
 
 // dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of one head,
 // computed transposed (keys as rows); with kDq also dQ (above). Warp 1 of the producer
-// warpgroup copies each stage's lse (in log2 units) and delta into the ring beside its
-// tiles.
+// warpgroup copies each stage's lse and delta into the ring beside its tiles.
 template <class T, int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ Maps maps, Layout g,
                                                            BackwardArgs<T> a, DqSum dq_out) {
@@ -221,15 +220,17 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
     if (kDq && warp == 2 && lane == 0) write_dq(dq_tiles, dq_out, g, t, h, stages);
     if (warp != 1) return;
+    // Copies the thread does not wait for: a stage's loads overlap the next stages'.
     for (int stage = 0; stage < stages; ++stage) {
       ring.wait_free(stage);
       float* stats = reinterpret_cast<float*>(ring.extra(stage));
+#pragma unroll
       for (int c = lane; c < kQueries; c += 32) {
         const int64_t stat = (t.doc_start + min(t.begin + stage * kQueries + c, query_end - 1)) * g.heads + h;
-        stats[c] = a.lse[stat] * kLog2e;
-        stats[kQueries + c] = a.delta[stat];
+        cp_async_4(stats + c, a.lse + stat);
+        cp_async_4(stats + kQueries + c, a.delta + stat);
       }
-      barrier_arrive(ring.full(stage));
+      barrier_arrive_after_copies(ring.full(stage));
     }
     return;
   }
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
         for (int e = 0; e < 4; ++e) {
           const int i = f.col(nt, e);
           const bool seen = !edge || (i < query_end && visible(i, f.row(e), g.window));
-          st[nt][e] = seen ? exp2_fast(st[nt][e] * scale_log2 - lse[i - qt]) : 0.0f;  // P^T
+          st[nt][e] = seen ? exp2_fast(st[nt][e] * scale_log2 - lse[i - qt] * kLog2e) : 0.0f;  // P^T
         }
       product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
       wgmma_commit();

@@ -58,4 +58,24 @@ void scale_into(Tensor& out, const Tensor& in, double alpha) {
   axpby(out, in, alpha, false, "scale_into");
 }
 
+template <class T>
+__global__ void fill_from_scalar_kernel(T* out, int64_t n, const double* scalar) {
+  const T value = from_f32<T>(static_cast<float>(*scalar));
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = value;
+}
+
+void fill_from_scalar(Tensor& out, const Tensor& scalar) {
+  const char* op = "fill_from_scalar";
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  with_element_type(out.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    fill_from_scalar_kernel<T><<<grid_for(n, 256), 256, 0, cudaStreamPerThread>>>(
+        static_cast<T*>(out.raw()), n, static_cast<const double*>(scalar.raw()));
+  });
+  check_launch(op, out.shape());
+}
+
 }  // namespace amber::cuda

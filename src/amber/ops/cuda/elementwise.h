@@ -8,5 +8,6 @@ namespace amber::cuda {
 
 void add_scaled(Tensor& x, const Tensor& y, double alpha);
 void scale_into(Tensor& out, const Tensor& in, double alpha);
+void fill_from_scalar(Tensor& out, const Tensor& scalar);
 
 }  // namespace amber::cuda

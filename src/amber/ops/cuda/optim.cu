@@ -15,8 +15,30 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kChunk = 8192;  // elements per reduction block
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2, float c1,
-                             float c2, float lr, float decay, float eps) {
+__global__ void advance_schedule_kernel(double* s, const double* gate, double beta1, double beta2) {
+  s[kScheduleApply] = gate[0];
+  s[kScheduleLrMultiplier] = gate[1];
+  if (gate[0] == 0.0) return;
+  const double t = s[kScheduleSteps] + 1.0;
+  s[kScheduleSteps] = t;
+  s[kScheduleBias1] = 1.0 / (1.0 - pow(beta1, t));
+  s[kScheduleBias2] = 1.0 / (1.0 - pow(beta2, t));
+}
+
+__global__ void finite_flag_kernel(const double* values, int64_t n, double* flag) {
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) finite = finite && isfinite(values[i]);
+  *flag = finite ? 1.0 : 0.0;
+}
+
+// Every update kernel reads the schedule first and leaves its tensors alone when the
+// step does not apply; the lr factor arrives through the schedule, not the launch.
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2,
+                             double lr, double weight_decay, float eps, const double* schedule) {
+  if (schedule[kScheduleApply] == 0.0) return;
+  const double lr_now = lr * schedule[kScheduleLrMultiplier];
+  const float step = static_cast<float>(lr_now), decay = static_cast<float>(lr_now * weight_decay);
+  const float c1 = static_cast<float>(schedule[kScheduleBias1]), c2 = static_cast<float>(schedule[kScheduleBias2]);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float gi = g[i];
@@ -25,8 +47,27 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
     m[i] = mi;
     v[i] = vi;
     const float update = (mi * c1) / (sqrtf(vi * c2) + eps);
-    p[i] = p[i] - decay * p[i] - lr * update;
+    p[i] = p[i] - decay * p[i] - step * update;
   }
+}
+
+template <class T>
+__global__ void momentum_kernel(T* momentum, const T* g, int64_t n, float mu, const double* schedule) {
+  if (schedule[kScheduleApply] == 0.0) return;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    momentum[i] = from_f32<T>(mu * to_f32(momentum[i]) + to_f32(g[i]));
+}
+
+template <class T>
+__global__ void apply_update_kernel(T* value, const T* update, int64_t n, double decay_rate, double update_rate,
+                                    const double* schedule) {
+  if (schedule[kScheduleApply] == 0.0) return;
+  const float keep = static_cast<float>(1.0 - schedule[kScheduleLrMultiplier] * decay_rate);
+  const float step = static_cast<float>(schedule[kScheduleLrMultiplier] * update_rate);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    value[i] = from_f32<T>(keep * to_f32(value[i]) - step * to_f32(update[i]));
 }
 
 template <class T>
@@ -81,20 +122,57 @@ __global__ void non_finite_kernel(const T* x, int64_t n, int* flag) {
 
 }  // namespace
 
-void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
+void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
+  advance_schedule_kernel<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<double*>(schedule.raw()),
+                                                           static_cast<const double*>(gate.raw()), beta1, beta2);
+  check_launch("advance_schedule", schedule.shape());
+}
+
+void finite_flag(const Tensor& values, Tensor& flag) {
+  finite_flag_kernel<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(values.raw()), values.numel(),
+                                                      static_cast<double*>(flag.raw()));
+  check_launch("finite_flag", values.shape());
+}
+
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
+                const Tensor& schedule) {
   const char* op = "adamw_step";
   for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)})
     AMBER_CHECK(t->dtype() == DType::f32, op, ": GPU AdamW keeps fp32 weights, gradients and state; got ",
                 dtype_name(t->dtype()));
   const int64_t n = value.numel();
   if (n == 0) return;
-  const double c1 = 1.0 / (1.0 - std::pow(h.beta1, static_cast<double>(h.step)));
-  const double c2 = 1.0 / (1.0 - std::pow(h.beta2, static_cast<double>(h.step)));
   adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
       static_cast<float*>(value.raw()), static_cast<const float*>(grad.raw()), static_cast<float*>(m.raw()),
-      static_cast<float*>(v.raw()), n, static_cast<float>(h.beta1), static_cast<float>(h.beta2),
-      static_cast<float>(c1), static_cast<float>(c2), static_cast<float>(h.lr),
-      static_cast<float>(h.lr * h.weight_decay), static_cast<float>(h.eps));
+      static_cast<float*>(v.raw()), n, static_cast<float>(h.beta1), static_cast<float>(h.beta2), h.lr,
+      h.weight_decay, static_cast<float>(h.eps), static_cast<const double*>(schedule.raw()));
+  check_launch(op, value.shape());
+}
+
+void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {
+  const char* op = "momentum_step";
+  const int64_t n = momentum.numel();
+  if (n == 0) return;
+  with_element_type(momentum.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    momentum_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<T*>(momentum.raw()), static_cast<const T*>(grad.raw()), n, static_cast<float>(mu),
+        static_cast<const double*>(schedule.raw()));
+  });
+  check_launch(op, momentum.shape());
+}
+
+void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
+                  const Tensor& schedule) {
+  const char* op = "apply_update";
+  const int64_t n = value.numel();
+  if (n == 0) return;
+  with_element_type(value.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    apply_update_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<T*>(value.raw()), static_cast<const T*>(update.raw()), n, decay_rate, update_rate,
+        static_cast<const double*>(schedule.raw()));
+  });
   check_launch(op, value.shape());
 }
 

@@ -6,7 +6,13 @@
 
 namespace amber::cuda {
 
-void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
+void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2);
+void finite_flag(const Tensor& values, Tensor& flag);
+void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
+                const Tensor& schedule);
+void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
+void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
+                  const Tensor& schedule);
 void squared_norm_into(const Tensor& t, Tensor& out);
 void norm_from_squares(const Tensor& squares, Tensor& out);
 void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);

@@ -151,6 +151,15 @@ __device__ __forceinline__ void barrier_init_fence() {
 __device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
+// 4 bytes global -> shared by cp.async; the thread does not wait for them.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address(dst)), "l"(src) : "memory");
+}
+// This thread's arrival on bar, made when its cp.async copies issued so far have
+// landed (counted among the barrier's expected arrivals).
+__device__ __forceinline__ void barrier_arrive_after_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
 // One arrival that also announces `bytes` still to land through copies.
 __device__ __forceinline__ void barrier_expect(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
