@@ -29,7 +29,9 @@ void discard_capture();
 void launch_graph(void* graph);
 void destroy_graph(void* graph);
 // Bytes allocated from the device's memory pool at most since the last reset (in use,
-// like PyTorch's max_memory_allocated; a reset starts again from the bytes in use now).
+// like PyTorch's max_memory_allocated; a reset starts again from the bytes in use now),
+// plus the peak of the graph memory pool (replayed graphs' temporaries): an upper
+// bound when both pools are in use.
 size_t pool_peak_bytes(int device);
 void reset_pool_peak(int device);
 // Element conversion on the device between f32, bf16 and f16 (round to nearest even);

@@ -67,9 +67,12 @@ void zero(void* dst, size_t bytes) {
 size_t pool_peak_bytes(int device) {
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, graph_bytes = 0;
   check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &bytes), "cudaMemPoolGetAttribute");
-  return static_cast<size_t>(bytes);
+  // A replayed graph's temporaries come from the graph memory pool, not the default one.
+  check(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &graph_bytes),
+        "cudaDeviceGetGraphMemAttribute");
+  return static_cast<size_t>(bytes + graph_bytes);
 }
 
 void reset_pool_peak(int device) {
@@ -77,6 +80,7 @@ void reset_pool_peak(int device) {
   check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
   uint64_t zero = 0;
   check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "cudaMemPoolSetAttribute");
+  check(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &zero), "cudaDeviceSetGraphMemAttribute");
 }
 
 void synchronize() { check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize"); }
