@@ -85,7 +85,9 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--doc-len", a->doc_lengths, "Document length, or a range MIN-MAX drawn uniformly")
       ->capture_default_str();
   step->add_option("--steps", a->options.steps, "Timed steps")->capture_default_str();
-  step->add_option("--warmup", a->options.warmup, "Untimed steps first")->capture_default_str();
+  step->add_option("--warmup", a->options.warmup,
+                   "Untimed steps first (on a GPU the third step is captured as a CUDA graph, so keep at least 3)")
+      ->capture_default_str();
   step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU (H100/H200 SXM: 989)")
       ->capture_default_str();
   step->add_flag("--profile", a->options.profile,
