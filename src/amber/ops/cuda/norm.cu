@@ -146,7 +146,9 @@ __global__ void norm_forward_kernel(const T* x, Residual<T> res, const T* w, con
 // (and of dy into db_partial[b, :] when set): each lane accumulates its own columns in
 // registers, then the teams are added in team order through shared memory, so the
 // bits never depend on scheduling. mean == nullptr: RMSNorm.
-template <class T, int V, int P, int L>
+// kDb: the bias gradient is wanted (LayerNorm with a bias); without it its
+// accumulators take no registers.
+template <class T, int V, int P, int L, bool kDb>
 __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const float* mean,
                                      const float* rstd, T* dx, float* dw_partial, float* db_partial,
                                      int64_t rows, int64_t rows_per_block, int64_t d) {
@@ -205,7 +207,7 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
         const float xhat = (a[k][e] - mu) * inv;
         o[e] = inv * (g[k][e] * ww[k][e] - mg - xhat * mgx);
         acc_w[k][e] += g[k][e] * xhat;
-        acc_b[k][e] += g[k][e];
+        if constexpr (kDb) acc_b[k][e] += g[k][e];
       }
       store_f32<T, V>(dx + row * d + pack_column(team, k, V), o);
     }
@@ -225,7 +227,7 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         if (dw_partial) tw[c + e] = acc_w[k][e];
-        if (db_partial) tb[c + e] = acc_b[k][e];
+        if constexpr (kDb) tb[c + e] = acc_b[k][e];
       }
     }
     __syncthreads();
@@ -246,7 +248,7 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         if (dw_partial) dw_partial[c + e] = acc_w[k][e];
-        if (db_partial) db_partial[c + e] = acc_b[k][e];
+        if constexpr (kDb) db_partial[c + e] = acc_b[k][e];
       }
     }
   }
@@ -254,14 +256,18 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
 
 // How a row of `groups` packs is split: teams of 8 or 32 lanes for short rows (256
 // threads per block), otherwise one block per row of a power of two from 64 to 512
-// threads with P packs per thread. Calls fn(L, P, threads) as integral constants / int.
+// threads with P packs per thread, aiming at `aim` packs each. Calls fn(L, P, threads)
+// as integral constants / int. Measured on the H200 at 65536 x 2048 bf16: the forward
+// runs at 97% of the copy bandwidth with two packs per thread (80% with one), the
+// backward, which holds two rows and the weight-gradient partials in registers, at 75%
+// with one (55% with two).
 template <class Fn>
-void with_split(int64_t groups, const char* op, Fn&& fn) {
+void with_split(int64_t groups, int aim, const char* op, Fn&& fn) {
   using std::integral_constant;
   if (groups <= 8) return fn(integral_constant<int, 8>{}, integral_constant<int, 1>{}, 256);
   if (groups <= 32) return fn(integral_constant<int, 32>{}, integral_constant<int, 1>{}, 256);
   int threads = 64;
-  while (threads < groups && threads < 512) threads *= 2;
+  while (threads * aim < groups && threads < 512) threads *= 2;
   const int64_t packs = (groups + threads - 1) / threads;
   const integral_constant<int, 0> block;
   if (packs <= 1) fn(block, integral_constant<int, 1>{}, threads);
@@ -333,7 +339,7 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
     T* py = static_cast<T*>(y.raw());
     const auto launch = [&](auto v) {
       constexpr int V = decltype(v)::value;
-      with_split(c.d / V, c.op, [&](auto team, auto packs, int threads) {
+      with_split(c.d / V, 2, c.op, [&](auto team, auto packs, int threads) {
         constexpr int L = decltype(team)::value;
         const int64_t rows_per_block = L ? threads / L : 1;
         norm_forward_kernel<T, V, decltype(packs)::value, L>
@@ -359,9 +365,10 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
     const bool packed = c.d % N == 0 && all_aligned({&dy, &x, &weight, &dx});
     const auto launch = [&](auto v) {
       constexpr int V = decltype(v)::value;
-      with_split(c.d / V, c.op, [&](auto team, auto packs, int threads) {
+      with_split(c.d / V, 1, c.op, [&](auto team, auto packs, int threads) {
         constexpr int L = decltype(team)::value;
-        const auto kernel = norm_backward_kernel<T, V, decltype(packs)::value, L>;
+        const auto kernel = want_db ? norm_backward_kernel<T, V, decltype(packs)::value, L, true>
+                                    : norm_backward_kernel<T, V, decltype(packs)::value, L, false>;
         const size_t smem =
             L ? (threads / L) * c.d * sizeof(float) * ((want_dw ? 1 : 0) + (want_db ? 1 : 0)) : 0;
         // One wave of blocks, as many as fit on the device at once: a second, partial

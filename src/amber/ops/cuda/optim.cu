@@ -84,12 +84,23 @@ __global__ void chunk_square_sums(const T* x, int64_t n, double* partial) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// One thread, in index order: the fixed-order half of every reduction here. With
-// `root`, writes the square root (the global norm from per-tensor squared norms).
-__global__ void sum_in_order(const double* partial, int64_t count, double* out, bool root) {
+// One block of kThreads, the fixed-order half of every reduction here: thread t adds
+// partials t, t + kThreads, ... in index order, then the threads' sums meet in a fixed
+// tree, so the bits never depend on scheduling (one thread alone was latency-bound on
+// its loads). With `root`, writes the square root (the global norm from per-tensor
+// squared norms).
+__global__ void __launch_bounds__(kThreads) sum_in_order(const double* partial, int64_t count, double* out,
+                                                          bool root) {
+  __shared__ double sums[kThreads];
   double s = 0.0;
-  for (int64_t i = 0; i < count; ++i) s += partial[i];
-  *out = root ? sqrt(s) : s;
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) s += partial[i];
+  sums[threadIdx.x] = s;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = root ? sqrt(sums[0]) : sums[0];
 }
 
 // x *= max_norm / norm when norm > max_norm. Every thread reads the norm from device
@@ -193,12 +204,12 @@ void squared_norm_into(const Tensor& t, Tensor& out) {
         static_cast<const T*>(t.raw()), n, static_cast<double*>(partial.raw()));
   });
   check_launch(op, t.shape());
-  sum_in_order<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks, result, false);
+  sum_in_order<<<1, kThreads, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks, result, false);
   check_launch(op, t.shape());
 }
 
 void norm_from_squares(const Tensor& squares, Tensor& out) {
-  sum_in_order<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(squares.raw()), squares.numel(),
+  sum_in_order<<<1, kThreads, 0, cudaStreamPerThread>>>(static_cast<const double*>(squares.raw()), squares.numel(),
                                                   static_cast<double*>(out.raw()), true);
   check_launch("norm_from_squares", squares.shape());
 }
