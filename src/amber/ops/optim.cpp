@@ -20,6 +20,18 @@ void require_schedule(const Tensor& schedule, const char* op) {
               dtype_name(schedule.dtype()), " ", schedule.shape());
 }
 
+// The gated element-wise updates: a target changed in place from a source of the same
+// shape and dtype, both contiguous, and the schedule.
+void require_gated_pair(const Tensor& target, const Tensor& source, const Tensor& schedule, const char* op,
+                        const char* target_name, const char* source_name) {
+  require_same_shape(target, source, op);
+  require_schedule(schedule, op);
+  require_contiguous(target, op);
+  require_contiguous(source, op);
+  AMBER_CHECK(target.dtype() == source.dtype(), op, ": ", target_name, " is ", dtype_name(target.dtype()), " but ",
+              source_name, " is ", dtype_name(source.dtype()));
+}
+
 }  // namespace
 
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
@@ -57,12 +69,7 @@ void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const A
 
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {
   const char* op = "momentum_step";
-  require_same_shape(momentum, grad, op);
-  require_schedule(schedule, op);
-  require_contiguous(momentum, op);
-  require_contiguous(grad, op);
-  AMBER_CHECK(momentum.dtype() == grad.dtype(), op, ": momentum is ", dtype_name(momentum.dtype()),
-              " but the gradient is ", dtype_name(grad.dtype()));
+  require_gated_pair(momentum, grad, schedule, op, "momentum", "the gradient");
   AMBER_ON_DEVICE(ops::common_device(op, {&momentum, &grad, &schedule}), op,
                   cuda::momentum_step(momentum, grad, mu, schedule), cpu::momentum_step(momentum, grad, mu, schedule));
 }
@@ -70,12 +77,7 @@ void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor
 void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
                   const Tensor& schedule) {
   const char* op = "apply_update";
-  require_same_shape(value, update, op);
-  require_schedule(schedule, op);
-  require_contiguous(value, op);
-  require_contiguous(update, op);
-  AMBER_CHECK(value.dtype() == update.dtype(), op, ": the value is ", dtype_name(value.dtype()),
-              " but the update is ", dtype_name(update.dtype()));
+  require_gated_pair(value, update, schedule, op, "the value", "the update");
   AMBER_ON_DEVICE(ops::common_device(op, {&value, &update, &schedule}), op,
                   cuda::apply_update(value, update, decay_rate, update_rate, schedule),
                   cpu::apply_update(value, update, decay_rate, update_rate, schedule));
