@@ -75,6 +75,29 @@ TEST(Arena, ResetReusesOneBlockAtTheHighWaterMark) {
   EXPECT_EQ(arena.capacity_bytes(), size_t{3} << 20);  // merged into one block
 }
 
+// The layout version changes exactly when the arena's memory moves (a spill, then the
+// merge at the next reset), and a repeated allocation sequence then lands on the same
+// addresses: what a captured CUDA graph relies on.
+TEST(Arena, LayoutVersionMarksMovedMemory) {
+  Arena arena;
+  const auto cycle = [&] {
+    arena.reset();
+    const Tensor a = arena.alloc({1 << 18}, DType::f32), b = arena.alloc({1 << 19}, DType::f32);
+    return std::pair{a.raw(), b.raw()};
+  };
+  cycle();
+  const uint64_t spilled = arena.layout_version();
+  EXPECT_EQ(spilled, 2u);  // the first block, then the spill
+  const auto first = cycle();
+  const uint64_t merged = arena.layout_version();
+  EXPECT_EQ(merged, spilled + 1);  // the reset merged the blocks
+  EXPECT_EQ(cycle(), first);
+  EXPECT_EQ(arena.layout_version(), merged);
+  arena.reset();
+  arena.alloc({1 << 21}, DType::f32);  // 8 MiB: more than the block holds
+  EXPECT_GT(arena.layout_version(), merged);
+}
+
 // A GPU fill writes with a kernel the bits a CPU fill stores, for every element size.
 TEST(TensorGpu, FillWritesTheCpuBits) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
