@@ -54,8 +54,10 @@ struct Ring {
   static constexpr int kSmemBytes = kEndOffset + 1024;  // +1024: alignment of the tiles
 
   uint8_t* base;
-  __device__ explicit Ring(uint8_t* raw)
-      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023})) {}
+  // Aligned by pointer arithmetic on the shared array itself, so the compiler still
+  // knows every address below is shared memory and emits shared loads and stores
+  // (through an integer cast it fell back to generic ones).
+  __device__ explicit Ring(uint8_t* raw) : base(raw + ((1024 - smem_address(raw) % 1024) % 1024)) {}
   __device__ uint8_t* own(int i) const { return base + i * kOwnBytes; }
   __device__ uint8_t* stream(int stage, int i) const {
     return base + kOwn * kOwnBytes + (stage % kStages) * kStageBytes + i * kStreamBytes;
