@@ -146,16 +146,28 @@ __device__ __forceinline__ void product_abt(float (&c)[N / 8][4], uint64_t a, ui
     mma_ss<T, N, 0>(c, k_step<kAPanelBytes>(a, kk), k_step<kBPanelBytes>(b, kk), kk > 0);
 }
 
-// Issues c (64 x D) += P B with P (64 x K) held as accumulators (rounded to T here)
-// and B the K rows of the MN-major tile b.
-template <class T, int K, int D>
-__device__ __forceinline__ void product_pb(float (&c)[D / 8][4], const float (&p)[K / 8][4], uint64_t b) {
-  uint32_t a[K / 16][4];
+// P (64 x K, accumulators) rounded to T as the A operand of a register-sourced wgmma.
+template <class T, int K>
+__device__ __forceinline__ void to_operand(const float (&p)[K / 8][4], uint32_t (&a)[K / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) accumulators_to_a<T>(p[2 * kk], p[2 * kk + 1], a[kk]);
+}
+
+// Issues c (64 x D) += A B with A (64 x K) in registers (to_operand) and B the K rows
+// of the MN-major tile b.
+template <class T, int K, int D>
+__device__ __forceinline__ void product_ab(float (&c)[D / 8][4], const uint32_t (&a)[K / 16][4], uint64_t b) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) mma_rs<T, D, 1>(c, a[kk], mn_step(b, kk), true);
+}
+
+// Issues c (64 x D) += P B with P (64 x K) held as accumulators (rounded to T here).
+template <class T, int K, int D>
+__device__ __forceinline__ void product_pb(float (&c)[D / 8][4], const float (&p)[K / 8][4], uint64_t b) {
+  uint32_t a[K / 16][4];
+  to_operand<T, K>(p, a);
+  product_ab<T, K, D>(c, a, b);
 }
 
 // 2^x in one instruction; results below the smallest normal float flush to zero,

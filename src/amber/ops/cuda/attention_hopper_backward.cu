@@ -19,10 +19,14 @@ using tensor_core::kLog2e;
 using tensor_core::store_dkdv;
 using tensor_core::store_rows;
 
-// Rows per streamed stage: 128 keys for the dQ kernel; the dK/dV kernel holds two
-// accumulators (dK, dV) and spills beyond 64 queries.
-constexpr int kDqKeys = 128, kDkdvQueries = 64;
-constexpr int kStatBytes = 2 * kDkdvQueries * 4;  // lse and delta per streamed query
+// Rows per streamed stage: 128 keys for the dQ kernel. The dK/dV kernel streams 128
+// queries at head_dim 64 (with dQ folded in: the scores are 64 x 128 wgmmas) and 64 at
+// 128, where its dK and dV accumulators are twice as large and more queries spill.
+constexpr int kDqKeys = 128;
+template <bool kDq>
+constexpr int kDkdvQueries = kDq ? 128 : 64;
+template <bool kDq>
+constexpr int kStatBytes = 2 * kDkdvQueries<kDq> * 4;  // lse and delta per streamed query
 
 template <int D>
 using DqRing = Ring<D, 2, kDqKeys, ring_stages<D, 2, kDqKeys>()>;
@@ -98,29 +102,33 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
 
 // Head dim 64 folds dQ into the dK/dV kernel: a fifth product per stage, dQ of the
 // stage's queries over the block's 128 keys = dS K. Both consumers write their dS^T
-// rows into a shared tile and take turns by stage computing the product; its fp32
-// tile goes to a writer thread, which stores it (the first key tile of that query
-// stage) or adds it (every later one) into DqSum by bulk copy. Determinism: the key
-// tiles of one query stage add in a fixed order, from the diagonal tile down, each
-// waiting on a per-stage counter for the tiles before it. Blocks draw a ticket at start
+// rows (their 64 keys x the stage's 128 queries) into a shared tile, meet, and each
+// computes dQ for 64 of the queries; each fp32 dQ tile goes to a writer thread, which
+// stores it (the first key tile of those queries) or adds it (every later one) into
+// DqSum by bulk copy. Determinism: the key tiles of one 64-query piece add in a fixed
+// order, from the diagonal tile down, each waiting on the piece's counter for the
+// tiles before it. Blocks draw a ticket at start
 // and take the plan's slots in ticket order, a document's last tile first, so a block
 // waits only on blocks that started before it (no deadlock), and with queries streamed
 // upwards the tile it waits on reached the stage two stages earlier.
 struct DqSum {
   float* sum;     // [heads, T, 64]
-  int* counters;  // the ticket, then one per (query stage's first row, head); zeroed
+  int* counters;  // the ticket, then one per (64-query piece's first row, head); zeroed
 };
 
-constexpr int kDsTileBytes = kOwnRows * kDkdvQueries * 2;  // dS^T, keys x queries
-constexpr int kDqTileBytes = kDkdvQueries * 64 * 4;        // dQ, queries x 64, fp32
+constexpr int kDqRows = 64;                                        // queries per consumer's dQ tile
+constexpr int kDsTileBytes = kOwnRows * kDkdvQueries<true> * 2;  // dS^T, keys x queries
+constexpr int kDsPanelBytes = kOwnRows * 128;                     // 64 of its queries
+constexpr int kDqTileBytes = kDqRows * 64 * 4;                    // dQ, queries x 64, fp32
 constexpr int kDqReserveBytes = 2 * kDsTileBytes + 2 * kDqTileBytes + 1024;
 
 template <int D, bool kDq>
-using DkdvRing = Ring<D, 2, kDkdvQueries,
-                      ring_stages<D, 2, kDkdvQueries, kStatBytes, kDq ? kDqReserveBytes : 0>(), kStatBytes>;
+using DkdvRing =
+    Ring<D, 2, kDkdvQueries<kDq>,
+         ring_stages<D, 2, kDkdvQueries<kDq>, kStatBytes<kDq>, kDq ? kDqReserveBytes : 0>(), kStatBytes<kDq>>;
 
-// The dQ tiles past the ring: two dS^T tiles and two fp32 dQ tiles (one per consumer),
-// their full/empty barriers and the ticket.
+// The dQ tiles past the ring: two dS^T tiles (stages alternate) and two fp32 dQ tiles
+// (one per consumer), their full/empty barriers and the ticket.
 template <class R>
 struct DqTiles {
   static constexpr int kOffset = (R::kEndOffset + 1023) / 1024 * 1024;
@@ -143,48 +151,67 @@ struct DqTiles {
   }
 };
 
+// Where column `col` of token `row` sits in DqSum's row of 64 floats: the row's 16-byte
+// chunks are permuted by the token (XOR with 2 (row % 4)), so the fragment stores of
+// eight consecutive rows into the fp32 tile spread over the banks (rows 256 bytes apart
+// otherwise share them: 8-way conflicts). Rows stay whole, so the bulk copies of any
+// number of rows are unchanged; dq_from_sum_kernel undoes the permutation.
+__device__ __forceinline__ int dq_sum_column(int64_t row, int col) {
+  return ((col / 4) ^ (2 * static_cast<int>(row % 4))) * 4 + col % 4;
+}
+
 template <class R>
 constexpr int kDqTilesSmemBytes = DqTiles<R>::kOffset + kDqReserveBytes + 1024;
 
-// The writer thread: stage by stage, the consumer's fp32 dQ tile into the sum, in the
-// order the counters keep.
+// The writer thread: stage by stage, each consumer's fp32 dQ tile into the sum, in
+// the order the counters keep. A stage's second piece may lie past the document's end
+// (nothing to write).
 template <class R>
 __device__ void write_dq(const DqTiles<R>& tiles, const DqSum& out, const Layout& g, const TileRange& t, int h,
                          int stages) {
   const int tile = t.begin / kOwnRows;
   for (int stage = 0; stage < stages; ++stage) {
-    const int consumer = stage % kConsumers;
-    barrier_wait(tiles.full(consumer), (stage / kConsumers) & 1);
-    const int qt = t.begin + stage * kDkdvQueries, diagonal = qt / kOwnRows;
-    const int64_t row = t.doc_start + qt;
-    int* counter = out.counters + 1 + row * g.heads + h;
-    float* dst = out.sum + (h * g.tokens + row) * 64;
-    const uint32_t bytes = min(kDkdvQueries, t.length - qt) * 64 * 4;
-    if (tile == diagonal) {
-      bulk_store(dst, tiles.dq(consumer), bytes);
-    } else {
-      flag_wait_at_least(counter, diagonal - tile);
-      bulk_add_f32(dst, tiles.dq(consumer), bytes);
+    const int diagonal = (t.begin + stage * kDkdvQueries<true>) / kOwnRows;
+    for (int consumer = 0; consumer < kConsumers; ++consumer) {
+      barrier_wait(tiles.full(consumer), stage & 1);
+      const int qt = t.begin + stage * kDkdvQueries<true> + consumer * kDqRows;
+      if (qt >= t.length) {
+        barrier_arrive(tiles.empty(consumer));
+        continue;
+      }
+      const int64_t row = t.doc_start + qt;
+      int* counter = out.counters + 1 + row * g.heads + h;
+      float* dst = out.sum + (h * g.tokens + row) * 64;
+      const uint32_t bytes = min(kDqRows, t.length - qt) * 64 * 4;
+      if (tile == diagonal) {
+        bulk_store(dst, tiles.dq(consumer), bytes);
+      } else {
+        flag_wait_at_least(counter, diagonal - tile);
+        bulk_add_f32(dst, tiles.dq(consumer), bytes);
+      }
+      bulk_commit();
+      bulk_wait_read();
+      barrier_arrive(tiles.empty(consumer));
+      bulk_wait();
+      flag_release_add(counter);
     }
-    bulk_commit();
-    bulk_wait_read();
-    barrier_arrive(tiles.empty(consumer));
-    bulk_wait();
-    flag_release_add(counter);
   }
 }
 
-// Writes this warpgroup's rows of dS^T (64 keys x 64 queries) into the swizzled tile.
-template <class T>
-__device__ __forceinline__ void store_ds(uint8_t* tile, const float (&ds)[kDkdvQueries / 8][4], int first_row) {
+// Writes this warpgroup's rows of dS^T (its 64 keys x the stage's queries), already
+// rounded as a wgmma operand (to_operand: register 2 (nt % 2) + r of k-step nt / 2
+// holds rows r of n-tile nt), into the tile: panels of 64 queries, rows of 128 bytes in
+// the 128-byte swizzle.
+template <int kQueries>
+__device__ __forceinline__ void store_ds(uint8_t* tile, const uint32_t (&ds)[kQueries / 16][4], int first_row) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = first_row + 16 * ((threadIdx.x / 32) % 4) + lane / 4 + 8 * r;
 #pragma unroll
-    for (int nt = 0; nt < kDkdvQueries / 8; ++nt)
-      *reinterpret_cast<uint32_t*>(tile + row * 128 + ((nt ^ (row % 8)) * 16) + (lane % 4) * 4) =
-          pack2<T>(ds[nt][2 * r], ds[nt][2 * r + 1]);
+    for (int nt = 0; nt < kQueries / 8; ++nt)
+      *reinterpret_cast<uint32_t*>(tile + (nt / 8) * kDsPanelBytes + row * 128 + (((nt % 8) ^ (row % 8)) * 16) +
+                                   (lane % 4) * 4) = ds[nt / 2][2 * (nt % 2) + r];
   }
 }
 
@@ -195,7 +222,8 @@ template <class T, int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ Maps maps, Layout g,
                                                            BackwardArgs<T> a, DqSum dq_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kQueries = kDkdvQueries;
+  constexpr int kQueries = kDkdvQueries<kDq>;
+  constexpr bool kOverlapDv = kQueries == 64;
   using R = DkdvRing<D, kDq>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(smem_raw);
@@ -249,77 +277,100 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     const bool needed = keys_begin < keys_end && qt + kQueries - 1 >= keys_begin &&
                         (g.window == 0 || qt <= keys_end - 2 + g.window);
     barrier_wait(ring.full(stage), R::parity(stage));
-    float st[kQueries / 8][4], dpt[kQueries / 8][4];  // keys x queries
+    uint32_t ds_operand[kQueries / 16][4];  // dS^T (keys x queries) rounded to T
     if (!needed) {
 #pragma unroll
-      for (int nt = 0; nt < kQueries / 8; ++nt)
+      for (int kk = 0; kk < kQueries / 16; ++kk)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dpt[nt][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) ds_operand[kk][e] = 0;
     } else {
+      float st[kQueries / 8][4], dpt[kQueries / 8][4];
       const float* lse = reinterpret_cast<const float*>(ring.extra(stage));
       const float* delta = lse + kQueries;
-      // Products overlap the arithmetic: dP^T runs while P^T is computed, and dV's
-      // accumulation while dS^T is.
+      // Products overlap the arithmetic: dP^T runs while P^T is computed, and at 64
+      // queries dV's accumulation while dS^T is (at 128 the accumulators leave no
+      // registers for P^T's operands meanwhile, so dV's product follows dS^T).
       product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(st, k_desc, k_major(ring.stream(stage, 0)));
       wgmma_commit();
       product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(dpt, v_desc, k_major(ring.stream(stage, 1)));
       wgmma_commit();
       wgmma_wait<1>();
       pin(st);
-      const Fragment f{f0.row0, qt};
       const bool edge = qt < keys_end || qt + kQueries > query_end ||
                         (g.window > 0 && qt + kQueries - 1 >= keys_begin + g.window);
+      // Columns as offsets c = nt * 8 + e % 2 from the thread's first query, so the
+      // mask compares immediates: key row r sees offsets [lo[r], hi[r]) (visible(),
+      // and queries before query_end).
+      const int first_query = qt + 2 * (threadIdx.x % 4);
+      int lo[2], hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = f0.row(2 * r);
+        lo[r] = j - first_query;
+        hi[r] = (g.window > 0 ? min(query_end, j + g.window) : query_end) - first_query;
+      }
+      lse += first_query - qt;
+      delta += first_query - qt;
 #pragma unroll
       for (int nt = 0; nt < kQueries / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = f.col(nt, e);
-          const bool seen = !edge || (i < query_end && visible(i, f.row(e), g.window));
-          st[nt][e] = seen ? exp2_fast(st[nt][e] * scale_log2 - lse[i - qt] * kLog2e) : 0.0f;  // P^T
-        }
-      product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
-      wgmma_commit();
-      wgmma_wait<1>();
+        for (int e = 0; e < 4; ++e)
+          st[nt][e] = exp2_fast(st[nt][e] * scale_log2 - lse[nt * 8 + e % 2] * kLog2e);  // P^T
+      if (edge) {
+#pragma unroll
+        for (int nt = 0; nt < kQueries / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = nt * 8 + e % 2;
+            if (c < lo[e / 2] || c >= hi[e / 2]) st[nt][e] = 0.0f;
+          }
+      }
+      if constexpr (kOverlapDv) {
+        product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
+        wgmma_commit();
+      }
+      wgmma_wait<kOverlapDv ? 1 : 0>();
       pin(dpt);
 #pragma unroll
       for (int nt = 0; nt < kQueries / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[f.col(nt, e) - qt]);  // dS^T
-      product_pb<T, kQueries, D>(dk, dpt, mn_major(ring.stream(stage, 0), R::kStreamPanelBytes));
+        for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[nt * 8 + e % 2]);  // dS^T
+      if constexpr (!kOverlapDv) {
+        product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
+        wgmma_commit();
+      }
+      to_operand<T, kQueries>(dpt, ds_operand);
+      product_ab<T, kQueries, D>(dk, ds_operand, mn_major(ring.stream(stage, 0), R::kStreamPanelBytes));
       wgmma_commit();
     }
     if constexpr (kDq) {
-      // Both halves of dS^T land in the stage's tile; this stage's consumer waits for
-      // them, the other only announces its half.
-      store_ds<T>(dq_tiles.ds(stage), dpt, 64 * consumer);
+      // Both halves of dS^T land in the stage's tile; the consumers meet, then each
+      // computes dQ for its 64 of the stage's queries over all 128 keys.
+      store_ds<kQueries>(dq_tiles.ds(stage), ds_operand, 64 * consumer);
       fence_async_shared();
-      const int barrier = 1 + (stage & 1);
-      if (stage % kConsumers != consumer) {
-        named_arrive(barrier, 2 * 128);
-        wgmma_wait<0>();
-      } else {
-        named_sync(barrier, 2 * 128);
-        float dq[D / 8][4];
-        const uint64_t ds_desc = mn_major(dq_tiles.ds(stage), kOwnRows * 128);
-        const uint64_t k_rows = mn_major(ring.own(0), R::kOwnPanelBytes);
-        wgmma_fence();
+      named_sync(1, 2 * 128);
+      float dq[D / 8][4];
+      const uint64_t ds_desc = mn_major(dq_tiles.ds(stage) + consumer * kDsPanelBytes, kDsPanelBytes);
+      const uint64_t k_rows = mn_major(ring.own(0), R::kOwnPanelBytes);
+      wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kOwnRows / 16; ++kk)
-          mma_ss<T, D, 1, 1>(dq, mn_step(ds_desc, kk), mn_step(k_rows, kk), kk > 0);
-        complete(dq);
-        const int use = stage / kConsumers;
-        if (use > 0) barrier_wait(dq_tiles.empty(consumer), (use - 1) & 1);
-        float* out = dq_tiles.dq(consumer);
-        const Fragment q0{16 * warp, 0};
+      for (int kk = 0; kk < kOwnRows / 16; ++kk)
+        mma_ss<T, D, 1, 1>(dq, mn_step(ds_desc, kk), mn_step(k_rows, kk), kk > 0);
+      complete(dq);
+      if (stage > 0) barrier_wait(dq_tiles.empty(consumer), (stage - 1) & 1);
+      float* out = dq_tiles.dq(consumer);
+      const Fragment q0{16 * warp, 0};
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = q0.row(2 * r);
+        const int64_t token = t.doc_start + qt + consumer * kDqRows + row;
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            *reinterpret_cast<float2*>(out + q0.row(2 * r) * 64 + q0.col(nt, 0)) =
-                make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
-        fence_async_shared();
-        barrier_arrive(dq_tiles.full(consumer));
+          *reinterpret_cast<float2*>(out + row * 64 + dq_sum_column(token, q0.col(nt, 0))) =
+              make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
       }
+      fence_async_shared();
+      barrier_arrive(dq_tiles.full(consumer));
     } else {
       wgmma_wait<0>();
     }
@@ -331,15 +382,15 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
 #endif
 }
 
-// dq[t, h] = scale * sum[h, t], four elements per thread and step of a grid-stride
-// loop (grid_for caps the grid).
+// dq[t, h] = scale * sum[h, t] (columns permuted back, dq_sum_column), four elements
+// per thread and step of a grid-stride loop (grid_for caps the grid).
 template <class T>
 __global__ void dq_from_sum_kernel(const float* sum, int64_t tokens, int heads, float scale, T* dq) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * heads * 16;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / 16;  // t * heads + h
+    const int64_t row = i / 16, token = row / heads;  // row = t * heads + h
     const int c = static_cast<int>(i % 16) * 4, h = static_cast<int>(row % heads);
-    const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + row / heads) * 64 + c);
+    const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + token) * 64 + dq_sum_column(token, c));
     uint2 packed;
     packed.x = pack2<T>(s.x * scale, s.y * scale);
     packed.y = pack2<T>(s.z * scale, s.w * scale);
@@ -358,8 +409,9 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     tensor_core::with_backward_args<T, D>(
         dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
           const dim3 grid = attention_grid(g, g.heads, op);
-          const Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries, op);
-          if constexpr (D == 64) {
+          constexpr bool kFoldDq = D == 64;
+          const Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries<kFoldDq>, op);
+          if constexpr (kFoldDq) {
             const int64_t tokens = q.size(0);
             Tensor sum = Tensor::empty({g.heads, tokens, D}, DType::f32, q.device());
             Tensor counters = Tensor::empty({1 + tokens * g.heads}, DType::i32, q.device());
