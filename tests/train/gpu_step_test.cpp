@@ -117,6 +117,8 @@ TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
   Tensor pg = p.to(Device::cuda()), mg = Tensor::zeros(p.shape(), DType::f32, Device::cuda());
   Tensor vg = Tensor::zeros(p.shape(), DType::f32, Device::cuda());
   const Tensor gg = g.to(Device::cuda());
+  // 70 x 33 elements: four at a time, then a tail of two.
+  Tensor work = Tensor::empty(p.shape(), DType::bf16, Device::cuda());
   const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8, 0.1};
   Tensor sc = Tensor::zeros({kScheduleSize}, DType::f64), sg = Tensor::zeros({kScheduleSize}, DType::f64, Device::cuda());
   for (int64_t step = 1; step <= 3; ++step) {
@@ -124,12 +126,14 @@ TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
     const double apply = step == 2 ? 0.0 : 1.0;
     advance_schedule(sc, Tensor::from_vector(std::vector<double>{apply, 0.5}, {2}), 0.9, 0.95);
     advance_schedule(sg, Tensor::from_vector(std::vector<double>{apply, 0.5}, {2}).to(Device::cuda()), 0.9, 0.95);
-    adamw_step(pc, g, mc, vc, h, sc);
-    adamw_step(pg, gg, mg, vg, h, sg);
+    adamw_step(pc, g, mc, vc, h, sc, pc);
+    adamw_step(pg, gg, mg, vg, h, sg, work);
   }
   EXPECT_LT(testing::relative_error(sg, sc), 1e-15);
   EXPECT_EQ(sg.to_doubles()[kScheduleSteps], 2.0);
   EXPECT_LT(testing::relative_error(pg, pc), 1e-6);
+  // The bf16 working copy written in the same pass is exactly the new value rounded.
+  EXPECT_EQ(testing::relative_error(work.to(DType::f32), pg.to(DType::bf16).to(DType::f32)), 0.0);
   // Muon's two gated element-wise updates.
   Tensor momc = testing::random_tensor(p.shape(), DType::f32, 7), momg = momc.to(Device::cuda());
   momentum_step(momc, g, 0.95, sc);

@@ -30,7 +30,7 @@ TEST(AdamW, MatchesFloat64ReferenceOverSeveralSteps) {
       p[i] = p[i] - 1e-2 * 0.1 * p[i] - 1e-2 * mh / (std::sqrt(vh) + 1e-8);
     }
     advance_schedule(schedule, always_apply(1.0, Device::cpu()), 0.9, 0.95);
-    adamw_step(value, g.to(DType::f32), m32, v32, h, schedule);
+    adamw_step(value, g.to(DType::f32), m32, v32, h, schedule, value);
   }
   EXPECT_LT(testing::relative_error(value, Tensor::from_vector(p, {n})), 1e-6);
 }

@@ -56,15 +56,19 @@ void finite_flag(const Tensor& values, Tensor& flag) {
 }
 
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
-                const Tensor& schedule) {
+                const Tensor& schedule, Tensor& work) {
   const char* op = "adamw_step";
   require_same_shape(value, grad, "adamw_step grad");
   require_same_shape(value, m, "adamw_step first moment");
   require_same_shape(value, v, "adamw_step second moment");
+  require_same_shape(value, work, "adamw_step working copy");
   require_schedule(schedule, op);
-  for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)}) require_contiguous(*t, op);
-  AMBER_ON_DEVICE(ops::common_device(op, {&value, &grad, &m, &v, &schedule}), op,
-                  cuda::adamw_step(value, grad, m, v, h, schedule), cpu::adamw_step(value, grad, m, v, h, schedule));
+  for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m),
+                          static_cast<const Tensor*>(&v), static_cast<const Tensor*>(&work)})
+    require_contiguous(*t, op);
+  AMBER_ON_DEVICE(ops::common_device(op, {&value, &grad, &m, &v, &schedule, &work}), op,
+                  cuda::adamw_step(value, grad, m, v, h, schedule, work),
+                  cpu::adamw_step(value, grad, m, v, h, schedule, work));
 }
 
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {

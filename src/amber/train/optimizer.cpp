@@ -58,8 +58,7 @@ class GroupedOptimizer final : public Optimizer {
     advance_schedule(schedule_, gate, config_.beta1, config_.beta2);
     for (AdamWSlot& s : adamw_) {
       const AdamWHyper h{s.lr, config_.beta1, config_.beta2, config_.eps, s.weight_decay};
-      adamw_step(s.param->value, s.param->grad, s.m, s.v, h, schedule_);
-      s.param->refresh_work();
+      adamw_step(s.param->value, s.param->grad, s.m, s.v, h, schedule_, s.param->work);
     }
     // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
     const double decay = config_.weight_decay * config_.lr / config_.muon_lr;

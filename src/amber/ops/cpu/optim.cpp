@@ -32,7 +32,7 @@ void finite_flag(const Tensor& values, Tensor& flag) {
 }
 
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
-                const Tensor& schedule) {
+                const Tensor& schedule, Tensor& work) {
   const double* s = schedule.data<double>();
   if (s[kScheduleApply] == 0.0) return;
   with_compute_type(value.dtype(), [&]<class T>() {
@@ -52,6 +52,7 @@ void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const A
       p[i] = p[i] - decay * p[i] - lr * update;
     }
   });
+  if (!work.shares_storage_with(value)) work.copy_from(value);
 }
 
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {

@@ -18,6 +18,7 @@ using tensor_core::Fragment;
 using tensor_core::kLog2e;
 using tensor_core::store_dkdv;
 using tensor_core::store_rows;
+using tensor_core::VisibleSpan;
 
 // Rows per streamed stage: 128 keys for the dQ kernel. The dK/dV kernel streams 128
 // queries at head_dim 64 (with dQ folded in: the scores are 64 x 128 wgmmas) and 64 at
@@ -76,15 +77,19 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
       wgmma_commit();
       wgmma_wait<1>();
       pin(s);
-      const Fragment f{f0.row0, kt};
       const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
 #pragma unroll
       for (int nt = 0; nt < kKeys / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const bool seen = !edge || visible(f.row(e), f.col(nt, e), g.window);
-          s[nt][e] = seen ? exp2_fast(s[nt][e] * scale_log2 - lse[e / 2]) : 0.0f;
-        }
+        for (int e = 0; e < 4; ++e) s[nt][e] = exp2_fast(s[nt][e] * scale_log2 - lse[e / 2]);
+      if (edge) {
+        const VisibleSpan seen = VisibleSpan::keys_of_queries(Fragment{f0.row0, kt}, g.window);
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!seen.has(nt, e)) s[nt][e] = 0.0f;
+      }
       wgmma_wait<0>();
       pin(dp);
 #pragma unroll
@@ -298,32 +303,22 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
       pin(st);
       const bool edge = qt < keys_end || qt + kQueries > query_end ||
                         (g.window > 0 && qt + kQueries - 1 >= keys_begin + g.window);
-      // Columns as offsets c = nt * 8 + e % 2 from the thread's first query, so the
-      // mask compares immediates: key row r sees offsets [lo[r], hi[r]) (visible(),
-      // and queries before query_end).
-      const int first_query = qt + 2 * (threadIdx.x % 4);
-      int lo[2], hi[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int j = f0.row(2 * r);
-        lo[r] = j - first_query;
-        hi[r] = (g.window > 0 ? min(query_end, j + g.window) : query_end) - first_query;
-      }
-      lse += first_query - qt;
-      delta += first_query - qt;
+      // The statistics of the lane's first column (VisibleSpan's offsets index them).
+      const int lane_column = 2 * (threadIdx.x % 4);
+      lse += lane_column;
+      delta += lane_column;
 #pragma unroll
       for (int nt = 0; nt < kQueries / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           st[nt][e] = exp2_fast(st[nt][e] * scale_log2 - lse[nt * 8 + e % 2] * kLog2e);  // P^T
       if (edge) {
+        const VisibleSpan seen = VisibleSpan::queries_of_keys(Fragment{f0.row0, qt}, g.window, query_end);
 #pragma unroll
         for (int nt = 0; nt < kQueries / 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = nt * 8 + e % 2;
-            if (c < lo[e / 2] || c >= hi[e / 2]) st[nt][e] = 0.0f;
-          }
+          for (int e = 0; e < 4; ++e)
+            if (!seen.has(nt, e)) st[nt][e] = 0.0f;
       }
       if constexpr (kOverlapDv) {
         product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));

@@ -126,6 +126,40 @@ struct Fragment {
   }
 };
 
+// The visible part of a lane's fragment row r as a range [lo[r], hi[r]) of column
+// offsets c = nt * 8 + e % 2 from the lane's first column, so a mask compares
+// unrolled immediates against two registers per row instead of rebuilding each
+// element's indices (which, beside a full set of accumulators, spilled).
+struct VisibleSpan {
+  int lo[2], hi[2];
+  __device__ __forceinline__ bool has(int nt, int e) const {
+    const int c = nt * 8 + e % 2;
+    return c >= lo[e / 2] && c < hi[e / 2];
+  }
+  // Rows are queries i, columns keys j: visible(i, j, window).
+  __device__ __forceinline__ static VisibleSpan keys_of_queries(const Fragment& f, int window) {
+    VisibleSpan v;
+    const int first = f.col(0, 0);
+    for (int r = 0; r < 2; ++r) {
+      const int i = f.row(2 * r);
+      v.lo[r] = (window > 0 ? i - window + 1 : 0) - first;
+      v.hi[r] = i + 1 - first;
+    }
+    return v;
+  }
+  // Rows are keys j, columns queries i before query_end: visible(i, j, window).
+  __device__ __forceinline__ static VisibleSpan queries_of_keys(const Fragment& f, int window, int query_end) {
+    VisibleSpan v;
+    const int first = f.col(0, 0);
+    for (int r = 0; r < 2; ++r) {
+      const int j = f.row(2 * r);
+      v.lo[r] = j - first;
+      v.hi[r] = (window > 0 ? min(query_end, j + window) : query_end) - first;
+    }
+    return v;
+  }
+};
+
 // Max and sum over the four lanes that hold one accumulator row.
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -151,17 +185,21 @@ struct OnlineSoftmax {
   }
 
   // One stage of raw scores s (16 rows x N keys, this warp's, at fragment f): masks
-  // the invisible keys when `edge`, rescales o and the sums to the new max, and
-  // leaves the stage's unnormalised probabilities in s. exp2 is the family's.
-  template <int N, int D, class Exp2>
-  __device__ __forceinline__ void stage(float (&s)[N / 8][4], float (&o)[D / 8][4], const Fragment& f, bool edge,
-                                        int window, float scale_log2, Exp2 exp2) {
+  // the invisible keys when `edge`, moves the max and the sums to the stage, and
+  // leaves the stage's unnormalised probabilities in s and in `rescale` what the
+  // output accumulated so far must be multiplied by (rescale_output). Split from it
+  // so a caller can compute the next probabilities while the previous P V product
+  // still accumulates. exp2 is the family's.
+  template <int N, class Exp2>
+  __device__ __forceinline__ void probabilities(float (&s)[N / 8][4], float (&rescale)[2], const Fragment& f,
+                                                bool edge, int window, float scale_log2, Exp2 exp2) {
     if (edge) {
+      const VisibleSpan seen = VisibleSpan::keys_of_queries(f, window);
 #pragma unroll
       for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (!visible(f.row(e), f.col(nt, e), window)) s[nt][e] = -INFINITY;
+          if (!seen.has(nt, e)) s[nt][e] = -INFINITY;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -172,11 +210,9 @@ struct OnlineSoftmax {
       // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
       // exp2 = 0 instead of NaN.
       const float ref = m_new == -INFINITY ? 0.0f : m_new;
-      const float rescale = exp2(m[r] - ref);
+      rescale[r] = exp2(m[r] - ref);
       m[r] = m_new;
-      l[r] *= rescale;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale, o[dt][2 * r + 1] *= rescale;
+      l[r] *= rescale[r];
 #pragma unroll
       for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
@@ -185,6 +221,23 @@ struct OnlineSoftmax {
           l[r] += s[nt][e];
         }
     }
+  }
+
+  template <int D>
+  __device__ __forceinline__ static void rescale_output(float (&o)[D / 8][4], const float (&rescale)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] *= rescale[e / 2];
+  }
+
+  // probabilities() and rescale_output() in one step, for callers that do not overlap.
+  template <int N, int D, class Exp2>
+  __device__ __forceinline__ void stage(float (&s)[N / 8][4], float (&o)[D / 8][4], const Fragment& f, bool edge,
+                                        int window, float scale_log2, Exp2 exp2) {
+    float rescale[2];
+    probabilities<N>(s, rescale, f, edge, window, scale_log2, exp2);
+    rescale_output<D>(o, rescale);
   }
 
   // Writes each row's log-sum-exp (natural log; rows at or past `limit` skipped) into

@@ -33,21 +33,50 @@ __global__ void finite_flag_kernel(const double* values, int64_t n, double* flag
 
 // Every update kernel reads the schedule first and leaves its tensors alone when the
 // step does not apply; the lr factor arrives through the schedule, not the launch.
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2,
-                             double lr, double weight_decay, float eps, const double* schedule) {
+// One element of the AdamW update; the working copy (W = void: none) gets the result.
+struct AdamWElement {
+  float b1, b2, eps, step, decay, c1, c2;
+  __device__ __forceinline__ float operator()(float p, float g, float& m, float& v) const {
+    m = b1 * m + (1.0f - b1) * g;
+    v = b2 * v + (1.0f - b2) * g * g;
+    const float update = (m * c1) / (sqrtf(v * c2) + eps);
+    return p - decay * p - step * update;
+  }
+};
+
+// Four elements per thread and step where every pointer is 16-byte aligned (`vector`),
+// the rest one by one; `work` (W = float: none) receives each new value rounded to W.
+template <class W>
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, W* work, int64_t n, bool vector, float b1,
+                             float b2, double lr, double weight_decay, float eps, const double* schedule) {
   if (schedule[kScheduleApply] == 0.0) return;
   const double lr_now = lr * schedule[kScheduleLrMultiplier];
-  const float step = static_cast<float>(lr_now), decay = static_cast<float>(lr_now * weight_decay);
-  const float c1 = static_cast<float>(schedule[kScheduleBias1]), c2 = static_cast<float>(schedule[kScheduleBias2]);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
-    const float mi = b1 * m[i] + (1.0f - b1) * gi;
-    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float update = (mi * c1) / (sqrtf(vi * c2) + eps);
-    p[i] = p[i] - decay * p[i] - step * update;
+  const AdamWElement adamw{b1,
+                           b2,
+                           eps,
+                           static_cast<float>(lr_now),
+                           static_cast<float>(lr_now * weight_decay),
+                           static_cast<float>(schedule[kScheduleBias1]),
+                           static_cast<float>(schedule[kScheduleBias2])};
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t quads = vector ? n / 4 : 0;
+  for (int64_t q = first; q < quads; q += stride) {
+    float4 pq = reinterpret_cast<const float4*>(p)[q], mq = reinterpret_cast<const float4*>(m)[q];
+    float4 vq = reinterpret_cast<const float4*>(v)[q];
+    const float4 gq = reinterpret_cast<const float4*>(g)[q];
+    pq.x = adamw(pq.x, gq.x, mq.x, vq.x);
+    pq.y = adamw(pq.y, gq.y, mq.y, vq.y);
+    pq.z = adamw(pq.z, gq.z, mq.z, vq.z);
+    pq.w = adamw(pq.w, gq.w, mq.w, vq.w);
+    reinterpret_cast<float4*>(p)[q] = pq;
+    reinterpret_cast<float4*>(m)[q] = mq;
+    reinterpret_cast<float4*>(v)[q] = vq;
+    if (work) store_f32<W, 4>(work + 4 * q, {pq.x, pq.y, pq.z, pq.w});
+  }
+  for (int64_t i = 4 * quads + first; i < n; i += stride) {
+    p[i] = adamw(p[i], g[i], m[i], v[i]);
+    if (work) work[i] = from_f32<W>(p[i]);
   }
 }
 
@@ -146,17 +175,25 @@ void finite_flag(const Tensor& values, Tensor& flag) {
 }
 
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
-                const Tensor& schedule) {
+                const Tensor& schedule, Tensor& work) {
   const char* op = "adamw_step";
   for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)})
     AMBER_CHECK(t->dtype() == DType::f32, op, ": GPU AdamW keeps fp32 weights, gradients and state; got ",
                 dtype_name(t->dtype()));
   const int64_t n = value.numel();
   if (n == 0) return;
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
-      static_cast<float*>(value.raw()), static_cast<const float*>(grad.raw()), static_cast<float*>(m.raw()),
-      static_cast<float*>(v.raw()), n, static_cast<float>(h.beta1), static_cast<float>(h.beta2), h.lr,
-      h.weight_decay, static_cast<float>(h.eps), static_cast<const double*>(schedule.raw()));
+  const bool separate = !work.shares_storage_with(value);
+  const DType work_type = separate ? work.dtype() : DType::f32;
+  with_element_type(work_type, op, [&](auto tag) {
+    using W = decltype(tag);
+    W* out = separate ? static_cast<W*>(work.raw()) : nullptr;
+    const bool vector = aligned16(value.raw()) && aligned16(grad.raw()) && aligned16(m.raw()) &&
+                        aligned16(v.raw()) && (!out || reinterpret_cast<uintptr_t>(out) % (4 * sizeof(W)) == 0);
+    adamw_kernel<W><<<grid_for(vector ? n / 4 + 1 : n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<float*>(value.raw()), static_cast<const float*>(grad.raw()), static_cast<float*>(m.raw()),
+        static_cast<float*>(v.raw()), out, n, vector, static_cast<float>(h.beta1), static_cast<float>(h.beta2),
+        h.lr, h.weight_decay, static_cast<float>(h.eps), static_cast<const double*>(schedule.raw()));
+  });
   check_launch(op, value.shape());
 }
 
