@@ -3,8 +3,7 @@
 // of Q and of a ring of 128-key K/V tiles, each completing on an mbarrier,
 // and two consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma from
 // shared memory, run the online softmax in registers (log2 domain, fp32), and add
-// P V with P fed to wgmma from registers, one stage behind: the previous stage's P V
-// runs on the tensor cores while this stage's probabilities are computed. Consumers hand a stage back by arriving on
+// P V with P fed to wgmma from registers. Consumers hand a stage back by arriving on
 // its "empty" barrier; masks are applied only on tiles at the diagonal or the window's
 // edge. Keys past a document's end belong to the next document (or are TMA's zeros)
 // and are always masked; their V rows meet a zero probability.
@@ -19,8 +18,6 @@ using tensor_core::kLog2e;
 constexpr int kKeys = 128;  // keys per streamed stage
 template <int D>
 using ForwardRing = Ring<D, 1, kKeys, ring_stages<D, 1, kKeys>()>;
-// A consumer holds two stages at once (the pending P V's and the scores').
-static_assert(ring_stages<128, 1, kKeys>() >= 2, "the forward ring needs two stages");
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Maps maps, Layout g,
@@ -46,46 +43,21 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   float o[D / 8][4] = {};
   const uint64_t q_desc = k_major(ring.own(0) + consumer * 64 * 128);  // 64 rows into each panel
   barrier_wait(ring.own_full(), 0);
-  // One stage behind the scores: the previous stage's P (as the wgmma operand) whose
-  // P V product runs while this stage's probabilities are computed, and that stage.
-  uint32_t p[kKeys / 16][4];
-  int pending = -1;
   for (int stage = 0; stage < stages; ++stage) {
     const int kt = key_begin + stage * kKeys;
     const bool needed = rows_begin < rows_end && kt < rows_end &&
                         (g.window == 0 || kt + kKeys - 1 >= first_key(rows_begin, g.window));
     barrier_wait(ring.full(stage), R::parity(stage));
-    if (!needed) {
-      if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
-      continue;
+    if (needed) {
+      float s[kKeys / 8][4];
+      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
+      complete(s);
+      const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
+      softmax.stage<kKeys, D>(s, o, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{});
+      product_pb<T, kKeys, D>(o, s, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
+      complete(o);
     }
-    float s[kKeys / 8][4];
-    product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
-    wgmma_commit();
-    if (pending >= 0) {
-      product_ab<T, kKeys, D>(o, p, mn_major(ring.stream(pending, 1), R::kStreamPanelBytes));
-      wgmma_commit();
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
-    }
-    pin(s);
-    const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
-    float rescale[2];
-    softmax.probabilities<kKeys>(s, rescale, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{});
-    if (pending >= 0) {
-      wgmma_wait<0>();
-      pin(o);
-      if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(pending));
-    }
-    tensor_core::OnlineSoftmax::rescale_output<D>(o, rescale);
-    to_operand<T, kKeys>(s, p);
-    pending = stage;
-  }
-  if (pending >= 0) {
-    product_ab<T, kKeys, D>(o, p, mn_major(ring.stream(pending, 1), R::kStreamPanelBytes));
-    complete(o);
-    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(pending));
+    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   }
   if (rows_begin >= rows_end) return;
   softmax.finish<D>(o, f0, tile_end, t.doc_start, g.heads, h, a.lse);
