@@ -1,7 +1,7 @@
 // Hopper attention backward (sm_90a; bf16/f16, head_dim 64 and 128), deterministic.
 // The dK/dV kernel owns 128 keys (K and V) for one query head and streams Q, dO and
 // their row statistics in stages of 64 queries. At head_dim 64 it also computes dQ (a
-// fifth product per stage, summed across key tiles in a fixed order; see DqSum); at
+// fifth product per stage, summed across key tiles in a fixed order; see OrderedSums); at
 // 128 a separate dQ kernel owns 128 query rows (Q and dO) and streams K and V, as the
 // portable path does (attention_tc_backward.cu). Both recompute P = exp2(scale q.k -
 // lse) from the saved log-sum-exp. Every product is a wgmma: the scores and dP from
@@ -16,7 +16,6 @@ namespace {
 using tensor_core::BackwardArgs;
 using tensor_core::Fragment;
 using tensor_core::kLog2e;
-using tensor_core::store_dkdv;
 using tensor_core::store_rows;
 using tensor_core::VisibleSpan;
 
@@ -110,15 +109,25 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
 // rows (their 64 keys x the stage's 128 queries) into a shared tile, meet, and each
 // computes dQ for 64 of the queries; each fp32 dQ tile goes to a writer thread, which
 // stores it (the first key tile of those queries) or adds it (every later one) into
-// DqSum by bulk copy. Determinism: the key tiles of one 64-query piece add in a fixed
+// OrderedSums by bulk copy. Determinism: the key tiles of one 64-query piece add in a fixed
 // order, from the diagonal tile down, each waiting on the piece's counter for the
 // tiles before it. Blocks draw a ticket at start
 // and take the plan's slots in ticket order, a document's last tile first, so a block
 // waits only on blocks that started before it (no deadlock), and with queries streamed
 // upwards the tile it waits on reached the stage two stages earlier.
-struct DqSum {
-  float* sum;     // [heads, T, 64]
-  int* counters;  // the ticket, then one per (64-query piece's first row, head); zeroed
+//
+// Under GQA the query heads of one KV head add their dK and dV the same way, into
+// fp32 sums [kv_heads, T, D] in head order (add_dkdv), so no per-head partials travel
+// through memory.
+struct OrderedSums {
+  float* dq;        // [heads, T, 64] when dQ is folded in, else null
+  float *dk, *dv;   // [kv_heads, T, D] under GQA, else null
+  int* counters;    // zeroed: the ticket, then one per (64-query piece's first row,
+                    // head), then one per (key tile's first row, KV head)
+  __device__ int* dq_counter(const Layout& g, int64_t row, int h) const { return counters + 1 + row * g.heads + h; }
+  __device__ int* kv_counter(const Layout& g, int64_t row, int kvh) const {
+    return counters + 1 + g.tokens * g.heads + row * g.kv_heads + kvh;
+  }
 };
 
 constexpr int kDqRows = 64;                                        // queries per consumer's dQ tile
@@ -133,7 +142,7 @@ using DkdvRing =
          ring_stages<D, 2, kDkdvQueries<kDq>, kStatBytes<kDq>, kDq ? kDqReserveBytes : 0>(), kStatBytes<kDq>>;
 
 // The dQ tiles past the ring: two dS^T tiles (stages alternate) and two fp32 dQ tiles
-// (one per consumer), their full/empty barriers and the ticket.
+// (one per consumer) and their full/empty barriers.
 template <class R>
 struct DqTiles {
   static constexpr int kOffset = (R::kEndOffset + 1023) / 1024 * 1024;
@@ -147,7 +156,6 @@ struct DqTiles {
     return reinterpret_cast<uint64_t*>(base + 2 * kDsTileBytes + 2 * kDqTileBytes) + consumer;
   }
   __device__ uint64_t* empty(int consumer) const { return full(2 + consumer); }
-  __device__ int* ticket() const { return reinterpret_cast<int*>(full(4)); }
   __device__ void init() const {
     for (int c = 0; c < kConsumers; ++c) {
       barrier_init(full(c), 128);
@@ -156,12 +164,13 @@ struct DqTiles {
   }
 };
 
-// Where column `col` of token `row` sits in DqSum's row of 64 floats: the row's 16-byte
-// chunks are permuted by the token (XOR with 2 (row % 4)), so the fragment stores of
-// eight consecutive rows into the fp32 tile spread over the banks (rows 256 bytes apart
-// otherwise share them: 8-way conflicts). Rows stay whole, so the bulk copies of any
-// number of rows are unchanged; dq_from_sum_kernel undoes the permutation.
-__device__ __forceinline__ int dq_sum_column(int64_t row, int col) {
+// Where column `col` of token `row` sits in a row of an ordered sum (64 or 128 floats):
+// the row's 16-byte chunks are permuted by the token (XOR with 2 (row % 4)), so the
+// fragment stores of eight consecutive rows into an fp32 tile spread over the banks
+// (rows 256 or 512 bytes apart otherwise share them: 8-way conflicts). Rows stay whole,
+// so the bulk copies of any number of rows are unchanged; from_sum_kernel undoes the
+// permutation.
+__device__ __forceinline__ int sum_column(int64_t row, int col) {
   return ((col / 4) ^ (2 * static_cast<int>(row % 4))) * 4 + col % 4;
 }
 
@@ -172,7 +181,7 @@ constexpr int kDqTilesSmemBytes = DqTiles<R>::kOffset + kDqReserveBytes + 1024;
 // the order the counters keep. A stage's second piece may lie past the document's end
 // (nothing to write).
 template <class R>
-__device__ void write_dq(const DqTiles<R>& tiles, const DqSum& out, const Layout& g, const TileRange& t, int h,
+__device__ void write_dq(const DqTiles<R>& tiles, const OrderedSums& out, const Layout& g, const TileRange& t, int h,
                          int stages) {
   const int tile = t.begin / kOwnRows;
   for (int stage = 0; stage < stages; ++stage) {
@@ -185,8 +194,8 @@ __device__ void write_dq(const DqTiles<R>& tiles, const DqSum& out, const Layout
         continue;
       }
       const int64_t row = t.doc_start + qt;
-      int* counter = out.counters + 1 + row * g.heads + h;
-      float* dst = out.sum + (h * g.tokens + row) * 64;
+      int* counter = out.dq_counter(g, row, h);
+      float* dst = out.dq + (h * g.tokens + row) * 64;
       const uint32_t bytes = min(kDqRows, t.length - qt) * 64 * 4;
       if (tile == diagonal) {
         bulk_store(dst, tiles.dq(consumer), bytes);
@@ -220,25 +229,72 @@ __device__ __forceinline__ void store_ds(uint8_t* tile, const uint32_t (&ds)[kQu
   }
 }
 
+// Under GQA, after the stage loop: the block's dK and dV (scaled, fp32) go through
+// the ring's memory, which no stage uses any more, into the KV head's ordered sums;
+// query head `member` of the group adds after members 0..member-1 (member 0 stores).
+// Called by both consumer warpgroups; rows_first is this warpgroup's first tile row.
+template <int D, class R>
+__device__ void add_dkdv(const R& ring, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4], int rows_first,
+                         const OrderedSums& sums, const Layout& g, const TileRange& t, int kvh, int member) {
+  named_sync(2, 2 * 128);  // both consumers are done reading the ring
+  float* tile_k = reinterpret_cast<float*>(ring.base);
+  float* tile_v = tile_k + kOwnRows * D;
+  const Fragment f{rows_first + 16 * static_cast<int>((threadIdx.x / 32) % 4), 0};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = f.row(2 * r);
+    const int64_t token = t.doc_start + t.begin + row;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const int at = row * D + sum_column(token, f.col(nt, 0));
+      *reinterpret_cast<float2*>(tile_k + at) = make_float2(dk[nt][2 * r] * g.scale, dk[nt][2 * r + 1] * g.scale);
+      *reinterpret_cast<float2*>(tile_v + at) = make_float2(dv[nt][2 * r], dv[nt][2 * r + 1]);
+    }
+  }
+  fence_async_shared();
+  named_sync(2, 2 * 128);
+  if (threadIdx.x != 128) return;
+  const int64_t row = t.doc_start + t.begin;
+  int* counter = sums.kv_counter(g, row, kvh);
+  float* dst_k = sums.dk + (kvh * g.tokens + row) * D;
+  float* dst_v = sums.dv + (kvh * g.tokens + row) * D;
+  const uint32_t bytes = t.rows * D * 4;
+  if (member == 0) {
+    bulk_store(dst_k, tile_k, bytes);
+    bulk_store(dst_v, tile_v, bytes);
+  } else {
+    flag_wait_at_least(counter, member);
+    bulk_add_f32(dst_k, tile_k, bytes);
+    bulk_add_f32(dst_v, tile_v, bytes);
+  }
+  bulk_commit();
+  bulk_wait();
+  flag_release_add(counter);
+}
+
 // dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of one head,
-// computed transposed (keys as rows); with kDq also dQ (above). Warp 1 of the producer
-// warpgroup copies each stage's lse and delta into the ring beside its tiles.
+// computed transposed (keys as rows); with kDq also dQ (above); under GQA added into
+// the KV head's ordered sums (add_dkdv). Warp 1 of the producer warpgroup copies each
+// stage's lse and delta into the ring beside its tiles. Blocks take their plan slots
+// in ticket order (heads major), so a block waits only on blocks that started before it.
 template <class T, int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ Maps maps, Layout g,
-                                                           BackwardArgs<T> a, DqSum dq_out) {
+                                                           BackwardArgs<T> a, OrderedSums sums) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kQueries = kDkdvQueries<kDq>;
   constexpr bool kOverlapDv = kQueries == 64;
   using R = DkdvRing<D, kDq>;
+  static_assert(2 * kOwnRows * D * 4 <= R::kBarrierOffset, "add_dkdv's tiles fit in the ring's tiles");
   extern __shared__ uint8_t smem_raw[];
+  __shared__ int ticket;
   const R ring(smem_raw);
   const DqTiles<R> dq_tiles(ring);
-  if (kDq && threadIdx.x == 0) {
-    *dq_tiles.ticket() = atomicAdd(dq_out.counters, 1);
-    dq_tiles.init();
+  if (threadIdx.x == 0) {
+    ticket = atomicAdd(sums.counters, 1);
+    if (kDq) dq_tiles.init();
   }
   ring.init(32);
-  const int work = kDq ? *dq_tiles.ticket() : static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
+  const int work = ticket;
   TileRange t;
   if (!tile_of(g, work % g.tile_slots, kDq, t)) return;
   const int h = work / g.tile_slots, group = g.heads / g.kv_heads, kvh = h / group, role = threadIdx.x / 128;
@@ -251,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     release_registers<24>();
     const int row0 = static_cast<int>(t.doc_start), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
-    if (kDq && warp == 2 && lane == 0) write_dq(dq_tiles, dq_out, g, t, h, stages);
+    if (kDq && warp == 2 && lane == 0) write_dq(dq_tiles, sums, g, t, h, stages);
     if (warp != 1) return;
     // Copies the thread does not wait for: a stage's loads overlap the next stages'.
     for (int stage = 0; stage < stages; ++stage) {
@@ -361,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
         const int64_t token = t.doc_start + qt + consumer * kDqRows + row;
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt)
-          *reinterpret_cast<float2*>(out + row * 64 + dq_sum_column(token, q0.col(nt, 0))) =
+          *reinterpret_cast<float2*>(out + row * 64 + sum_column(token, q0.col(nt, 0))) =
               make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
       }
       fence_async_shared();
@@ -373,24 +429,38 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     pin(dk);
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   }
-  if (keys_begin < keys_end) store_dkdv<T, D>(dk, dv, f0, g, tile_end, t.doc_start, kvh, h, a);
+  if (sums.dk) {
+    add_dkdv<D>(ring, dk, dv, 64 * consumer, sums, g, t, kvh, h - kvh * group);
+  } else if (keys_begin < keys_end) {
+    store_rows<T, D>(dk, f0, g.scale, tile_end, t.doc_start, g.kv_heads, kvh, a.dk);
+    store_rows<T, D>(dv, f0, 1.0f, tile_end, t.doc_start, g.kv_heads, kvh, a.dv);
+  }
 #endif
 }
 
-// dq[t, h] = scale * sum[h, t] (columns permuted back, dq_sum_column), four elements
-// per thread and step of a grid-stride loop (grid_for caps the grid).
-template <class T>
-__global__ void dq_from_sum_kernel(const float* sum, int64_t tokens, int heads, float scale, T* dq) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * heads * 16;
+// out[t, h] = scale * sum[h, t] (columns permuted back, sum_column) for an ordered sum
+// of `heads` heads of D columns, four elements per thread and step of a grid-stride
+// loop (grid_for caps the grid).
+template <class T, int D>
+__global__ void from_sum_kernel(const float* sum, int64_t tokens, int heads, float scale, T* out) {
+  constexpr int kQuads = D / 4;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * heads * kQuads;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / 16, token = row / heads;  // row = t * heads + h
-    const int c = static_cast<int>(i % 16) * 4, h = static_cast<int>(row % heads);
-    const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + token) * 64 + dq_sum_column(token, c));
+    const int64_t row = i / kQuads, token = row / heads;  // row = t * heads + h
+    const int c = static_cast<int>(i % kQuads) * 4, h = static_cast<int>(row % heads);
+    const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + token) * D + sum_column(token, c));
     uint2 packed;
     packed.x = pack2<T>(s.x * scale, s.y * scale);
     packed.y = pack2<T>(s.z * scale, s.w * scale);
-    *reinterpret_cast<uint2*>(dq + row * 64 + c) = packed;
+    *reinterpret_cast<uint2*>(out + row * D + c) = packed;
   }
+}
+
+template <class T, int D>
+void from_sum(const Tensor& sum, int64_t tokens, int heads, float scale, T* out, const char* op) {
+  from_sum_kernel<T, D><<<grid_for(tokens * heads * (D / 4), 256), 256, 0, cudaStreamPerThread>>>(
+      static_cast<const float*>(sum.raw()), tokens, heads, scale, out);
+  check_launch(op, sum.shape());
 }
 
 }  // namespace
@@ -401,37 +471,44 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
   Tensor plan;
   const Layout g = with_tile_plan(unplanned, kOwnRows, q.device(), plan, op);
   tensor_core::with_types(q, op, [&]<class T, int D>() {
-    tensor_core::with_backward_args<T, D>(
-        dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
-          const dim3 grid = attention_grid(g, g.heads, op);
-          constexpr bool kFoldDq = D == 64;
-          const Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries<kFoldDq>, op);
-          if constexpr (kFoldDq) {
-            const int64_t tokens = q.size(0);
-            Tensor sum = Tensor::empty({g.heads, tokens, D}, DType::f32, q.device());
-            Tensor counters = Tensor::empty({1 + tokens * g.heads}, DType::i32, q.device());
-            AMBER_CHECK(cudaMemsetAsync(counters.raw(), 0, counters.bytes(), cudaStreamPerThread) == cudaSuccess,
-                        op, ": cannot clear the dQ counters");
-            constexpr int smem = kDqTilesSmemBytes<DkdvRing<D, true>>;
-            allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, true>), smem, op);
-            dkdv_kernel<T, D, true><<<grid, kThreads, smem, cudaStreamPerThread>>>(
-                dkdv_maps, g, args, DqSum{static_cast<float*>(sum.raw()), static_cast<int*>(counters.raw())});
-            check_launch(op, k.shape());
-            dq_from_sum_kernel<T><<<grid_for(tokens * g.heads * 16, 256), 256, 0, cudaStreamPerThread>>>(
-                static_cast<const float*>(sum.raw()), tokens, g.heads, g.scale, args.dq);
-            check_launch(op, q.shape());
-          } else {
-            constexpr int dq_smem = DqRing<D>::kSmemBytes;
-            allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
-            dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(
-                make_maps<2>(q, dout, k, v, kDqKeys, op), g, args);
-            check_launch(op, q.shape());
-            constexpr int dkdv_smem = DkdvRing<D, false>::kSmemBytes;
-            allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, false>), dkdv_smem, op);
-            dkdv_kernel<T, D, false><<<grid, kThreads, dkdv_smem, cudaStreamPerThread>>>(dkdv_maps, g, args, DqSum{});
-            check_launch(op, k.shape());
-          }
-        });
+    const int64_t tokens = q.size(0);
+    const bool grouped = g.heads != g.kv_heads;
+    constexpr bool kFoldDq = D == 64;
+    const auto f32 = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
+    Tensor dq_sum, dk_sum, dv_sum;
+    if (kFoldDq) dq_sum = Tensor::empty({g.heads, tokens, D}, DType::f32, q.device());
+    if (grouped) {
+      dk_sum = Tensor::empty({g.kv_heads, tokens, D}, DType::f32, q.device());
+      dv_sum = Tensor::empty({g.kv_heads, tokens, D}, DType::f32, q.device());
+    }
+    Tensor counters = Tensor::empty({1 + tokens * (g.heads + g.kv_heads)}, DType::i32, q.device());
+    AMBER_CHECK(cudaMemsetAsync(counters.raw(), 0, counters.bytes(), cudaStreamPerThread) == cudaSuccess, op,
+                ": cannot clear the ordered sums' counters");
+    const OrderedSums sums{f32(dq_sum), f32(dk_sum), f32(dv_sum), static_cast<int*>(counters.raw())};
+    // Under GQA dk and dv come from the ordered sums, so no per-head partials.
+    const BackwardArgs<T> args{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
+                               static_cast<const T*>(v.raw()), static_cast<const T*>(dout.raw()),
+                               static_cast<const float*>(lse.raw()), static_cast<const float*>(delta.raw()),
+                               static_cast<T*>(dq.raw()), static_cast<T*>(dk.raw()), static_cast<T*>(dv.raw()),
+                               nullptr, nullptr};
+    const dim3 grid = attention_grid(g, g.heads, op);
+    const Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries<kFoldDq>, op);
+    if constexpr (!kFoldDq) {
+      constexpr int dq_smem = DqRing<D>::kSmemBytes;
+      allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
+      dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(make_maps<2>(q, dout, k, v, kDqKeys, op), g,
+                                                                        args);
+      check_launch(op, q.shape());
+    }
+    constexpr int smem = kFoldDq ? kDqTilesSmemBytes<DkdvRing<D, true>> : DkdvRing<D, false>::kSmemBytes;
+    allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, kFoldDq>), smem, op);
+    dkdv_kernel<T, D, kFoldDq><<<grid, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums);
+    check_launch(op, k.shape());
+    if constexpr (kFoldDq) from_sum<T, D>(dq_sum, tokens, g.heads, g.scale, args.dq, op);
+    if (grouped) {
+      from_sum<T, D>(dk_sum, tokens, g.kv_heads, 1.0f, args.dk, op);
+      from_sum<T, D>(dv_sum, tokens, g.kv_heads, 1.0f, args.dv, op);
+    }
   });
 }
 
