@@ -1,6 +1,6 @@
 // Warp-level tensor-core primitives (sm_80 and later): mma.sync m16n8k16 with fp32
-// accumulators, ldmatrix fragment loads from shared memory, and cp.async copies that
-// zero-fill rows past the end of the data. Fragment layouts follow the PTX ISA: with
+// accumulators and ldmatrix fragment loads from shared memory (cp.async, which fills
+// the tiles, is in async_copy.cuh). Fragment layouts follow the PTX ISA: with
 // g = lane / 4 and t = lane % 4, an accumulator holds (row g, cols 2t, 2t+1) in c[0..1]
 // and (row g + 8, same cols) in c[2..3].
 #pragma once
@@ -10,11 +10,9 @@
 
 #include <cstdint>
 
-namespace amber::cuda {
+#include "amber/ops/cuda/async_copy.cuh"
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace amber::cuda {
 
 // Four 8x8 16-bit matrices; lanes 8m .. 8m+7 give the row addresses of matrix m, and
 // register m receives this lane's pair of matrix m (row g, cols 2t, 2t+1).
@@ -72,21 +70,6 @@ __device__ __forceinline__ void accumulators_to_a(const float (&lo)[4], const fl
   a[1] = pack2<T>(lo[2], lo[3]);
   a[2] = pack2<T>(hi[0], hi[1]);
   a[3] = pack2<T>(hi[2], hi[3]);
-}
-
-// 16 bytes global -> shared without passing through registers; with !valid the
-// destination is zero-filled and nothing is read.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Waits until at most `pending` of this thread's committed groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
 }  // namespace amber::cuda

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "amber/ops/cuda/async_copy.cuh"
 #include "amber/ops/cuda/common.cuh"
 #include "amber/ops/cuda/norm.h"
 
@@ -69,6 +70,33 @@ __device__ __forceinline__ void load_row(const Team<L>& team, const T* row, int6
     }
   }
 }
+
+// The backward's rows of x and dy for block-wide teams with one 16-byte pack per thread:
+// each thread copies its packs kStages - 1 rows ahead by cp.async into its own slots of
+// shared memory and reads back only those (so no block barrier), keeping several rows
+// per block in flight without holding them in registers.
+template <class T, int V>
+struct StagedRows {
+  static constexpr int kStages = 3;  // at 512 threads: 48 KB, the default limit
+  static constexpr size_t bytes(int threads) { return static_cast<size_t>(kStages) * 2 * threads * 16; }
+  uint8_t* slots;  // [kStages][x, dy][threads] packs of 16 bytes
+  __device__ uint8_t* slot(int64_t step, int tensor) const {
+    return slots + ((step % kStages) * 2 + tensor) * blockDim.x * 16 + threadIdx.x * 16;
+  }
+  // Commits one group per call, empty for rows past `last`, so waits count uniformly.
+  __device__ void issue(int64_t step, int64_t row, int64_t last, const T* x, const T* dy, int64_t d,
+                        int64_t groups) const {
+    const bool valid = row < last && threadIdx.x < groups;
+    const int64_t at = valid ? row * d + threadIdx.x * V : 0;
+    cp_async_16(slot(step, 0), x + at, valid);
+    cp_async_16(slot(step, 1), dy + at, valid);
+    cp_async_commit();
+  }
+  __device__ void read(int64_t step, float (&a)[1][V], float (&g)[1][V]) const {
+    load_f32<T, V>(reinterpret_cast<const T*>(slot(step, 0)), a[0]);
+    load_f32<T, V>(reinterpret_cast<const T*>(slot(step, 1)), g[0]);
+  }
+};
 
 // One row per team, held in registers between the statistics and the output.
 // mean == nullptr: RMSNorm (no centring). bias may be null.
@@ -150,11 +178,19 @@ __global__ void norm_forward_kernel(const T* x, Residual<T> res, const T* w, con
 // accumulators take no registers. With one pack per thread and no bias the kernel is
 // held to 64 registers (two 512-thread blocks' worth), so four 256-thread blocks fit
 // on an SM where 70 registers let only three (ncu: occupancy 37.5%, register-limited).
+// Block-wide teams with one 16-byte pack per thread stage their rows (StagedRows),
+// the others load the next row into registers while the current one is reduced.
+template <class T, int V, int P, int L>
+constexpr bool kStagedBackward = L == 0 && P == 1 && V * sizeof(T) == 16;
+
 template <class T, int V, int P, int L, bool kDb>
 __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_kernel(const T* dy, const T* x, const T* w, const float* mean,
                                      const float* rstd, T* dx, float* dw_partial, float* db_partial,
                                      int64_t rows, int64_t rows_per_block, int64_t d) {
-  extern __shared__ float team_acc[];  // [teams][d] for dw, then for db (L > 0 only)
+  constexpr bool kStaged = kStagedBackward<T, V, P, L>;
+  // Dynamic shared memory: [teams][d] floats for dw, then for db (L > 0), or the
+  // staged rows.
+  extern __shared__ float team_acc[];
   __shared__ float scratch[32];
   const Team<L> team{};
   const int64_t groups = d / V;
@@ -174,7 +210,10 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
   const float inv_d = 1.0f / static_cast<float>(d);
   const auto row_at = [&](int64_t step) { return first + step * team.count() + team.index(); };
   float a[P][V], g[P][V];
-  {
+  const StagedRows<T, V> staged{reinterpret_cast<uint8_t*>(team_acc)};
+  if constexpr (kStaged) {
+    for (int64_t s = 0; s < StagedRows<T, V>::kStages - 1; ++s) staged.issue(s, row_at(s), last, x, dy, d, groups);
+  } else {
     const int64_t r = row_at(0);
     load_row<T, V, P, L>(team, r < last ? x + r * d : nullptr, groups, a);
     load_row<T, V, P, L>(team, r < last ? dy + r * d : nullptr, groups, g);
@@ -183,8 +222,15 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
     const int64_t row = row_at(step), next = row_at(step + 1);
     const bool live = row < last;
     float next_a[P][V], next_g[P][V];
-    load_row<T, V, P, L>(team, next < last ? x + next * d : nullptr, groups, next_a);
-    load_row<T, V, P, L>(team, next < last ? dy + next * d : nullptr, groups, next_g);
+    if constexpr (kStaged) {
+      const int64_t ahead = step + StagedRows<T, V>::kStages - 1;
+      staged.issue(ahead, row_at(ahead), last, x, dy, d, groups);
+      cp_async_wait<StagedRows<T, V>::kStages - 1>();
+      staged.read(step, a, g);
+    } else {
+      load_row<T, V, P, L>(team, next < last ? x + next * d : nullptr, groups, next_a);
+      load_row<T, V, P, L>(team, next < last ? dy + next * d : nullptr, groups, next_g);
+    }
     const float mu = mean && live ? mean[row] : 0.0f, inv = live ? rstd[row] : 0.0f;
     // xhat = (x - mu) inv, gw = dy * w: dx = inv (gw - mean(gw) - xhat mean(gw xhat));
     // RMSNorm drops the mean(gw) term. Invalid packs and dead rows hold g = 0.
@@ -213,10 +259,12 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
       }
       store_f32<T, V>(dx + row * d + pack_column(team, k, V), o);
     }
+    if constexpr (!kStaged) {
 #pragma unroll
-    for (int k = 0; k < P; ++k)
+      for (int k = 0; k < P; ++k)
 #pragma unroll
-      for (int e = 0; e < V; ++e) a[k][e] = next_a[k][e], g[k][e] = next_g[k][e];
+        for (int e = 0; e < V; ++e) a[k][e] = next_a[k][e], g[k][e] = next_g[k][e];
+    }
   }
   if (!dw_partial && !db_partial) return;
   if constexpr (L > 0) {
@@ -371,8 +419,9 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
         constexpr int L = decltype(team)::value;
         const auto kernel = want_db ? norm_backward_kernel<T, V, decltype(packs)::value, L, true>
                                     : norm_backward_kernel<T, V, decltype(packs)::value, L, false>;
-        const size_t smem =
-            L ? (threads / L) * c.d * sizeof(float) * ((want_dw ? 1 : 0) + (want_db ? 1 : 0)) : 0;
+        constexpr bool kStaged = kStagedBackward<T, V, decltype(packs)::value, L>;
+        const size_t smem = L ? (threads / L) * c.d * sizeof(float) * ((want_dw ? 1 : 0) + (want_db ? 1 : 0))
+                              : (kStaged ? StagedRows<T, V>::bytes(threads) : 0);
         // One wave of blocks, as many as fit on the device at once: a second, partial
         // wave would leave SMs idle at the end. The grid depends on the shape, the
         // kernel and the device only, so the partial sums (and the gradient bits) are
