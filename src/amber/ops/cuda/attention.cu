@@ -80,13 +80,6 @@ dim3 attention_grid(const Layout& g, int heads, const char* op) {
   return dim3(static_cast<unsigned>(g.tile_slots), static_cast<unsigned>(heads));
 }
 
-// Set on every call because the attribute is per device.
-void allow_smem(const void* kernel, size_t bytes, const char* op) {
-  AMBER_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(bytes)) == cudaSuccess,
-              op, ": cannot raise the shared-memory limit to ", bytes, " bytes");
-}
-
 namespace {
 
 constexpr int kThreads = 256;

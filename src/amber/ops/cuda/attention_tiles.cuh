@@ -76,9 +76,6 @@ Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage,
 // The plan's slots by `heads`, checked against the grid limits.
 dim3 attention_grid(const Layout& g, int heads, const char* op);
 
-// Raises a kernel's dynamic shared-memory limit (a host-side attribute, no sync).
-void allow_smem(const void* kernel, size_t bytes, const char* op);
-
 // The two kernel families. Tensors are validated by the entry points; sinks is f32 on
 // the device or null; delta [T, H] f32 = rowwise dout . out.
 namespace simt {

@@ -95,6 +95,14 @@ void with_element_type(DType dtype, const char* op, Fn&& fn) {
   }
 }
 
+// Raises a kernel's dynamic shared-memory limit (a host-side attribute, no sync); set
+// on every call because the attribute is per device.
+inline void allow_smem(const void* kernel, size_t bytes, const char* op) {
+  AMBER_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(bytes)) == cudaSuccess,
+              op, ": cannot raise the shared-memory limit to ", bytes, " bytes");
+}
+
 // Every launch is checked right away so a failure names the op and the shape.
 inline void check_launch(const char* op, const Shape& shape) {
   const cudaError_t status = cudaGetLastError();

@@ -77,7 +77,7 @@ __device__ __forceinline__ void load_row(const Team<L>& team, const T* row, int6
 // per block in flight without holding them in registers.
 template <class T, int V>
 struct StagedRows {
-  static constexpr int kStages = 3;  // at 512 threads: 48 KB, the default limit
+  static constexpr int kStages = 3;
   static constexpr size_t bytes(int threads) { return static_cast<size_t>(kStages) * 2 * threads * 16; }
   uint8_t* slots;  // [kStages][x, dy][threads] packs of 16 bytes
   __device__ uint8_t* slot(int64_t step, int tensor) const {
@@ -178,16 +178,17 @@ __global__ void norm_forward_kernel(const T* x, Residual<T> res, const T* w, con
 // accumulators take no registers. With one pack per thread and no bias the kernel is
 // held to 64 registers (two 512-thread blocks' worth), so four 256-thread blocks fit
 // on an SM where 70 registers let only three (ncu: occupancy 37.5%, register-limited).
-// Block-wide teams with one 16-byte pack per thread stage their rows (StagedRows),
-// the others load the next row into registers while the current one is reduced.
+// kStaged: the rows arrive through StagedRows (block-wide teams with one 16-byte pack
+// per thread only); otherwise the next row loads into registers while the current one
+// is reduced.
 template <class T, int V, int P, int L>
-constexpr bool kStagedBackward = L == 0 && P == 1 && V * sizeof(T) == 16;
+constexpr bool kStageable = L == 0 && P == 1 && V * sizeof(T) == 16;
 
-template <class T, int V, int P, int L, bool kDb>
+template <class T, int V, int P, int L, bool kDb, bool kStaged>
 __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_kernel(const T* dy, const T* x, const T* w, const float* mean,
                                      const float* rstd, T* dx, float* dw_partial, float* db_partial,
                                      int64_t rows, int64_t rows_per_block, int64_t d) {
-  constexpr bool kStaged = kStagedBackward<T, V, P, L>;
+  static_assert(!kStaged || kStageable<T, V, P, L>, "staged rows are one 16-byte pack per thread of a block");
   // Dynamic shared memory: [teams][d] floats for dw, then for db (L > 0), or the
   // staged rows.
   extern __shared__ float team_acc[];
@@ -417,11 +418,21 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
       constexpr int V = decltype(v)::value;
       with_split(c.d / V, 1, c.op, [&](auto team, auto packs, int threads) {
         constexpr int L = decltype(team)::value;
-        const auto kernel = want_db ? norm_backward_kernel<T, V, decltype(packs)::value, L, true>
-                                    : norm_backward_kernel<T, V, decltype(packs)::value, L, false>;
-        constexpr bool kStaged = kStagedBackward<T, V, decltype(packs)::value, L>;
+        constexpr int P = decltype(packs)::value;
+        // Staged rows take 96 bytes of shared memory per thread: up to 256 threads
+        // within the default 48 KB beside the block's scratch (at 512 the launch
+        // failed). Wider rows load into registers.
+        const bool staged = kStageable<T, V, P, L> && threads <= 256;
+        const auto pick = [&](auto db) {
+          constexpr bool kDb = decltype(db)::value;
+          if constexpr (kStageable<T, V, P, L>)
+            return staged ? norm_backward_kernel<T, V, P, L, kDb, true> : norm_backward_kernel<T, V, P, L, kDb, false>;
+          else
+            return norm_backward_kernel<T, V, P, L, kDb, false>;
+        };
+        const auto kernel = want_db ? pick(std::true_type{}) : pick(std::false_type{});
         const size_t smem = L ? (threads / L) * c.d * sizeof(float) * ((want_dw ? 1 : 0) + (want_db ? 1 : 0))
-                              : (kStaged ? StagedRows<T, V>::bytes(threads) : 0);
+                              : (staged ? StagedRows<T, V>::bytes(threads) : 0);
         // One wave of blocks, as many as fit on the device at once: a second, partial
         // wave would leave SMs idle at the end. The grid depends on the shape, the
         // kernel and the device only, so the partial sums (and the gradient bits) are
