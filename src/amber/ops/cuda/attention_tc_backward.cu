@@ -70,12 +70,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Layout g, BackwardArgs<T> 
     warp_abt<T, D, kKeys, S>(dp, da, sv + buf * F::kKVElems);
     const Fragment f{t.begin + warp * 16, kt};
     const bool edge = kt + kKeys - 1 > t.begin || (g.window > 0 && kt <= tile_end - g.window);
-    const VisibleSpan span = VisibleSpan::keys_of_queries(f, g.window);
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const bool seen = !edge || span.has(nt, e);
+        const bool seen = !edge || visible(f.row(e), f.col(nt, e), g.window);
         const float p = seen ? exp2f(s[nt][e] * scale_log2 - lse[e / 2]) : 0.0f;
         s[nt][e] = p * (dp[nt][e] - delta[e / 2]);  // dS, in place of the scores
       }
@@ -164,13 +163,12 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
     const Fragment f{t.begin + warp * 16, qt};  // rows are keys j, columns queries i
     const bool edge = qt < tile_end || qt + kQueries > query_end ||
                       (g.window > 0 && qt + kQueries - 1 >= t.begin + g.window);
-    const VisibleSpan span = VisibleSpan::queries_of_keys(f, g.window, query_end);
 #pragma unroll
     for (int nt = 0; nt < kQueries / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int c = f.col(nt, e) - qt;
-        const bool seen = !edge || span.has(nt, e);
+        const int i = f.col(nt, e), c = i - qt;
+        const bool seen = !edge || (i < query_end && visible(i, f.row(e), g.window));
         const float p = seen ? exp2f(st[nt][e] * scale_log2 - lse[c]) : 0.0f;
         dpt[nt][e] = p * (dpt[nt][e] - delta[c]);  // dS^T
         st[nt][e] = p;                             // P^T
