@@ -31,9 +31,7 @@ __global__ void finite_flag_kernel(const double* values, int64_t n, double* flag
   *flag = finite ? 1.0 : 0.0;
 }
 
-// Every update kernel reads the schedule first and leaves its tensors alone when the
-// step does not apply; the lr factor arrives through the schedule, not the launch.
-// One element of the AdamW update; the working copy (W = void: none) gets the result.
+// One element of the AdamW update: m and v move in place, the new value is returned.
 struct AdamWElement {
   float b1, b2, eps, step, decay, c1, c2;
   __device__ __forceinline__ float operator()(float p, float g, float& m, float& v) const {
@@ -44,8 +42,10 @@ struct AdamWElement {
   }
 };
 
-// Four elements per thread and step where every pointer is 16-byte aligned (`vector`),
-// the rest one by one; `work` (W = float: none) receives each new value rounded to W.
+// Every update kernel reads the schedule first and leaves its tensors alone when the
+// step does not apply; the lr factor arrives through the schedule, not the launch.
+// AdamW: four elements per thread and step where every pointer is aligned (`vector`),
+// the rest one by one; `work` (null: none) receives each new value rounded to W.
 template <class W>
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, W* work, int64_t n, bool vector, float b1,
                              float b2, double lr, double weight_decay, float eps, const double* schedule) {
