@@ -174,6 +174,23 @@ __device__ __forceinline__ int sum_column(int64_t row, int col) {
   return ((col / 4) ^ (2 * static_cast<int>(row % 4))) * 4 + col % 4;
 }
 
+// A warpgroup's accumulators (fragment f, rows relative to the tile) times `scale` into
+// an fp32 tile of D-float rows laid out as the ordered sum's rows from token
+// first_token on.
+template <int D>
+__device__ __forceinline__ void store_sum_tile(float* tile, const float (&acc)[D / 8][4], const Fragment& f,
+                                               int64_t first_token, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = f.row(2 * r);
+    const int64_t token = first_token + row;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(tile + row * D + sum_column(token, f.col(nt, 0))) =
+          make_float2(acc[nt][2 * r] * scale, acc[nt][2 * r + 1] * scale);
+  }
+}
+
 template <class R>
 constexpr int kDqTilesSmemBytes = DqTiles<R>::kOffset + kDqReserveBytes + 1024;
 
@@ -240,17 +257,8 @@ __device__ void add_dkdv(const R& ring, const float (&dk)[D / 8][4], const float
   float* tile_k = reinterpret_cast<float*>(ring.base);
   float* tile_v = tile_k + kOwnRows * D;
   const Fragment f{rows_first + 16 * static_cast<int>((threadIdx.x / 32) % 4), 0};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = f.row(2 * r);
-    const int64_t token = t.doc_start + t.begin + row;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      const int at = row * D + sum_column(token, f.col(nt, 0));
-      *reinterpret_cast<float2*>(tile_k + at) = make_float2(dk[nt][2 * r] * g.scale, dk[nt][2 * r + 1] * g.scale);
-      *reinterpret_cast<float2*>(tile_v + at) = make_float2(dv[nt][2 * r], dv[nt][2 * r + 1]);
-    }
-  }
+  store_sum_tile<D>(tile_k, dk, f, t.doc_start + t.begin, g.scale);
+  store_sum_tile<D>(tile_v, dv, f, t.doc_start + t.begin, 1.0f);
   fence_async_shared();
   named_sync(2, 2 * 128);
   if (threadIdx.x != 128) return;
@@ -409,17 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
         mma_ss<T, D, 1, 1>(dq, mn_step(ds_desc, kk), mn_step(k_rows, kk), kk > 0);
       complete(dq);
       if (stage > 0) barrier_wait(dq_tiles.empty(consumer), (stage - 1) & 1);
-      float* out = dq_tiles.dq(consumer);
-      const Fragment q0{16 * warp, 0};
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = q0.row(2 * r);
-        const int64_t token = t.doc_start + qt + consumer * kDqRows + row;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
-          *reinterpret_cast<float2*>(out + row * 64 + sum_column(token, q0.col(nt, 0))) =
-              make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
-      }
+      store_sum_tile<D>(dq_tiles.dq(consumer), dq, Fragment{16 * warp, 0}, t.doc_start + qt + consumer * kDqRows,
+                        1.0f);
       fence_async_shared();
       barrier_arrive(dq_tiles.full(consumer));
     } else {
