@@ -181,10 +181,7 @@ TEST(TrainStepGpu, GradNormAndClipMatchCpu) {
   auto global_norm = [&](const std::vector<Tensor>& grads, Device device, Tensor& squares) {
     squares = Tensor::zeros({n}, DType::f64, device);
     Tensor norm = Tensor::zeros({1}, DType::f64, device);
-    for (int64_t i = 0; i < n; ++i) {
-      Tensor slot = squares.slice(0, i, i + 1);
-      squared_norm_into(grads[i], slot);
-    }
+    squared_norms_into(grads, squares);
     norm_from_squares(squares, norm);
     return norm;
   };
@@ -231,6 +228,37 @@ TEST(TrainStepGpu, GradNormAndClipMatchCpu) {
   divide_by_norm_(cpu_x, cpu_sq, 1e-7, 1.01);
   divide_by_norm_(gpu_x, gpu_sq, 1e-7, 1.01);
   EXPECT_LT(testing::relative_error(gpu_x.to(Device::cpu()), cpu_x), 1e-6);
+}
+
+// All of a model's gradients in a few launches give each tensor the bits it gets
+// alone: more tensors than one launch takes, mixed dtypes (a run per dtype), an empty
+// tensor, whole and partial chunks, and a view 4 bytes off alignment (element loads).
+TEST(TrainStepGpu, SquaredNormsOfManyTensorsMatchOneByOne) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<Tensor> tensors;
+  for (int i = 0; i < 70; ++i) {
+    const int64_t size = i == 7 ? 0 : 1 + (i * 7919) % 30000;
+    const DType dtype = i % 9 == 4 ? DType::bf16 : DType::f32;
+    tensors.push_back(testing::random_tensor({size}, DType::f32, 100 + i).to(dtype).to(Device::cuda()));
+  }
+  tensors.push_back(testing::random_tensor({20000}, DType::f32, 99).to(Device::cuda()).slice(0, 1, 20000));
+  const int64_t n = static_cast<int64_t>(tensors.size());
+  Tensor together = Tensor::zeros({n}, DType::f64, Device::cuda()), alone = together.clone();
+  squared_norms_into(tensors, together);
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor slot = alone.slice(0, i, i + 1);
+    squared_norm_into(tensors[static_cast<size_t>(i)], slot);
+  }
+  const std::vector<double> a = together.to_doubles(), b = alone.to_doubles();
+  EXPECT_EQ(a, b);
+  for (int64_t i = 0; i < n; ++i) {
+    double want = 0;
+    for (double x : tensors[static_cast<size_t>(i)].to(Device::cpu()).to_doubles()) want += x * x;
+    EXPECT_NEAR(a[static_cast<size_t>(i)], want, 1e-5 * want + 1e-30) << "tensor " << i;
+  }
+  EXPECT_EQ(a[7], 0.0);
+  Tensor short_output = Tensor::zeros({n - 1}, DType::f64, Device::cuda());
+  EXPECT_THROW(squared_norms_into(tensors, short_output), Error);
 }
 
 // The captured step replays exactly what eager execution computes: two identical

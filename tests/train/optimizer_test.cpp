@@ -223,6 +223,9 @@ TEST(GradNorm, SlotsNormAndClipMatchFloat64) {
     EXPECT_EQ(squares.item(i), squared_norm(grads[i]));
     want += sq;
   }
+  Tensor together = Tensor::zeros({3}, DType::f64);
+  squared_norms_into(grads, together);
+  EXPECT_EQ(together.to_doubles(), squares.to_doubles());
   norm_from_squares(squares, norm);
   want = std::sqrt(want);
   EXPECT_NEAR(norm.item(0), want, 1e-12 * want);
@@ -243,6 +246,7 @@ TEST(GradNorm, SlotsNormAndClipMatchFloat64) {
 
   Tensor wide = Tensor::zeros({2}, DType::f64);
   EXPECT_THROW(squared_norm_into(grads[0], wide), Error);
+  EXPECT_THROW(squared_norms_into(grads, wide), Error);
   EXPECT_THROW(clip_by_norm_(kept, norm, 0.0), Error);
 
   // Newton-Schulz's start: x / (max(|x|, floor) * margin) from the f64 squared norm, with

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
 
 #include "amber/core/op_profile.h"
 #include "amber/core/tensor.h"
@@ -10,7 +11,7 @@
 namespace amber::ops {
 
 // Every defined tensor of an op lives on one device; returns that device.
-inline Device common_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+inline Device common_device(const char* op, std::span<const Tensor* const> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;
@@ -22,6 +23,10 @@ inline Device common_device(const char* op, std::initializer_list<const Tensor*>
                 first->device(), " and ", t->device(), "); move them to one device first");
   }
   return first ? first->device() : Device::cpu();
+}
+
+inline Device common_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  return common_device(op, std::span<const Tensor* const>(tensors.begin(), tensors.size()));
 }
 
 [[noreturn]] inline void no_cuda_build(const char* op) {

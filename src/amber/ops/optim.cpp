@@ -148,11 +148,25 @@ void require_f64_scalar(const Tensor& t, const char* op, const char* what) {
 }  // namespace
 
 void squared_norm_into(const Tensor& t, Tensor& out) {
-  const char* op = "squared_norm_into";
-  require_f64_scalar(out, op, "the output");
-  const Tensor c = t.contiguous();
-  AMBER_ON_DEVICE(ops::common_device(op, {&c, &out}), op, cuda::squared_norm_into(c, out),
-                  out.data<double>()[0] = cpu::squared_norm(c));
+  require_f64_scalar(out, "squared_norm_into", "the output");
+  squared_norms_into(std::span<const Tensor>(&t, 1), out);
+}
+
+void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {
+  const char* op = "squared_norms_into";
+  AMBER_CHECK(squares.dtype() == DType::f64 && squares.ndim() == 1 && squares.is_contiguous() &&
+                  squares.numel() == static_cast<int64_t>(tensors.size()),
+              op, ": the output must be a contiguous f64 vector of ", tensors.size(), " elements, got ",
+              dtype_name(squares.dtype()), " ", squares.shape());
+  std::vector<Tensor> contiguous;
+  std::vector<const Tensor*> all{&squares};
+  contiguous.reserve(tensors.size());
+  for (const Tensor& t : tensors) contiguous.push_back(t.contiguous());
+  for (const Tensor& t : contiguous) all.push_back(&t);
+  const auto on_cpu = [&] {
+    for (size_t i = 0; i < contiguous.size(); ++i) squares.data<double>()[i] = cpu::squared_norm(contiguous[i]);
+  };
+  AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::squared_norms_into(contiguous, squares), on_cpu());
 }
 
 double squared_norm(const Tensor& t) {

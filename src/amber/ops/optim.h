@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "amber/core/tensor.h"
 
@@ -61,6 +62,10 @@ void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute)
 // Squared L2 norm of t, accumulated in double, written to `out` (f64, one element, on
 // t's device; typically one slot of a larger buffer) without waiting for the host.
 void squared_norm_into(const Tensor& t, Tensor& out);
+// squares[i] = the squared L2 norm of tensors[i], each as squared_norm_into computes
+// it (the same bits), for all in one pass: squares is f64 [n] on their device. On a
+// GPU a model's gradients take a few launches instead of two per tensor.
+void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares);
 // The same, read back to the host (one synchronisation on a GPU).
 double squared_norm(const Tensor& t);
 // out (f64, one element) = sqrt of the sum of `squares` (f64 [n]) taken in index order:

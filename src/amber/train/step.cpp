@@ -30,11 +30,9 @@ AccumulatedStep StepStats::read() const {
 
 void global_grad_norm(const LanguageModel& model, StepStats& stats) {
   Tensor squares = stats.squares(), norm = stats.grad_norm();
-  const auto& params = model.params();
-  for (size_t i = 0; i < params.size(); ++i) {
-    Tensor slot = squares.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
-    squared_norm_into(params[i]->grad, slot);
-  }
+  std::vector<Tensor> grads;
+  for (const auto& p : model.params()) grads.push_back(p->grad);
+  squared_norms_into(grads, squares);
   norm_from_squares(squares, norm);
 }
 

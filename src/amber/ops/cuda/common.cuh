@@ -51,7 +51,7 @@ __device__ __forceinline__ void store_f32(T* p, const float (&in)[V]) {
   *reinterpret_cast<Vec<T, V>*>(p) = a;
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -142,15 +142,27 @@ inline int compute_major(int device) {
   return majors[device];
 }
 
-// out[j] += sum over b of partial[b, j], b in order: the second, fixed-order half of
-// every deterministic parameter-gradient reduction.
+// out[j] += sum over b of partial[b, j]: the second, fixed-order half of every
+// deterministic parameter-gradient reduction. A block takes 32 columns; warp w adds
+// rows w, w + 16, ... in order and the 16 warps' sums meet in warp order, so the bits
+// depend on the shape only (one thread per column walking every row was bound by the
+// latency of its loads).
+constexpr int kColumnSumWarps = 16;
 template <class P>
-__global__ void add_column_sums_kernel(const float* partial, int blocks, int64_t d, P* out) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= d) return;
-  float s = to_f32(out[j]);
-  for (int b = 0; b < blocks; ++b) s += partial[b * d + j];
-  out[j] = from_f32<P>(s);
+__global__ void __launch_bounds__(32 * kColumnSumWarps) add_column_sums_kernel(const float* partial, int blocks,
+                                                                               int64_t d, P* out) {
+  __shared__ float sums[kColumnSumWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+  float s = 0.0f;
+  if (j < d)
+    for (int b = warp; b < blocks; b += kColumnSumWarps) s += partial[b * d + j];
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp != 0 || j >= d) return;
+  float total = to_f32(out[j]);
+  for (int w = 0; w < kColumnSumWarps; ++w) total += sums[w][lane];
+  out[j] = from_f32<P>(total);
 }
 
 // grad (any GPU float dtype, d elements) += the column sums of partial [blocks, d] (f32).
@@ -160,8 +172,7 @@ inline void add_column_sums(const Tensor& partial, Tensor& grad, const char* op)
   AMBER_CHECK(grad.numel() == d, op, ": gradient ", grad.shape(), " does not match ", d, " columns");
   with_element_type(grad.dtype(), op, [&](auto tag) {
     using P = decltype(tag);
-    const int threads = 256;
-    add_column_sums_kernel<P><<<static_cast<unsigned>((d + threads - 1) / threads), threads, 0,
+    add_column_sums_kernel<P><<<static_cast<unsigned>((d + 31) / 32), 32 * kColumnSumWarps, 0,
                                 cudaStreamPerThread>>>(static_cast<const float*>(partial.raw()),
                                                        static_cast<int>(partial.size(0)), d,
                                                        static_cast<P*>(grad.raw()));

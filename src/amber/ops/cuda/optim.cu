@@ -4,7 +4,9 @@
 // clipping by a norm that stays in device memory.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "amber/ops/cuda/common.cuh"
 #include "amber/ops/cuda/optim.h"
@@ -99,27 +101,54 @@ __global__ void apply_update_kernel(T* value, const T* update, int64_t n, double
     value[i] = from_f32<T>(keep * to_f32(value[i]) - step * to_f32(update[i]));
 }
 
+// Up to kMax tensors of one dtype for one pair of launches, passed by value (a
+// captured graph holds it; no table in device memory). Tensor i owns the chunks
+// first_chunk[i] .. first_chunk[i + 1] - 1 of kChunk elements each.
+struct SquareSumTable {
+  static constexpr int kMax = 48;
+  const void* data[kMax];
+  int64_t n[kMax];
+  int64_t first_chunk[kMax + 1];
+  int count;
+};
+
+// One block per chunk of any tensor in the table: the chunk's squares summed in fp32.
 template <class T>
-__global__ void chunk_square_sums(const T* x, int64_t n, double* partial) {
+__global__ void chunk_square_sums(const __grid_constant__ SquareSumTable table, double* partial) {
   __shared__ float scratch[32];
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kChunk;
-  const int64_t end = begin + kChunk < n ? begin + kChunk : n;
+  const int64_t chunk = blockIdx.x;
+  int i = 0;
+  while (i + 1 < table.count && table.first_chunk[i + 1] <= chunk) ++i;
+  const T* x = static_cast<const T*>(table.data[i]);
+  const int64_t begin = (chunk - table.first_chunk[i]) * kChunk;
+  const int64_t end = begin + kChunk < table.n[i] ? begin + kChunk : table.n[i];
   float s = 0.0f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float value = to_f32(x[i]);
-    s += value * value;
+  // 16 bytes a load where the chunk is whole and the tensor aligned (kChunk is a
+  // multiple of every pack), element by element otherwise; which one depends on the
+  // shape and the pointer only, so the bits repeat from run to run.
+  constexpr int V = 16 / sizeof(T);
+  if (end - begin == kChunk && aligned16(x)) {
+    for (int64_t j = begin + threadIdx.x * V; j < end; j += blockDim.x * V) {
+      float v[V];
+      load_f32<T, V>(x + j, v);
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += v[e] * v[e];
+    }
+  } else {
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+      const float value = to_f32(x[j]);
+      s += value * value;
+    }
   }
   s = block_sum(s, scratch);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+  if (threadIdx.x == 0) partial[chunk] = s;
 }
 
-// One block of kThreads, the fixed-order half of every reduction here: thread t adds
-// partials t, t + kThreads, ... in index order, then the threads' sums meet in a fixed
-// tree, so the bits never depend on scheduling (one thread alone was latency-bound on
-// its loads). With `root`, writes the square root (the global norm from per-tensor
-// squared norms).
-__global__ void __launch_bounds__(kThreads) sum_in_order(const double* partial, int64_t count, double* out,
-                                                          bool root) {
+// The sum of partial[0 .. count) by a block of kThreads, the fixed-order half of every
+// reduction here: thread t adds partials t, t + kThreads, ... in index order, then the
+// threads' sums meet in a fixed tree, so the bits never depend on scheduling (one
+// thread alone was latency-bound on its loads). Valid in thread 0.
+__device__ double ordered_sum(const double* partial, int64_t count) {
   __shared__ double sums[kThreads];
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += kThreads) s += partial[i];
@@ -129,7 +158,22 @@ __global__ void __launch_bounds__(kThreads) sum_in_order(const double* partial, 
     if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out = root ? sqrt(sums[0]) : sums[0];
+  return sums[0];
+}
+
+// One block per tensor of the table: out[i] = its chunks' sums in order.
+__global__ void __launch_bounds__(kThreads) tensor_square_sums(const __grid_constant__ SquareSumTable table,
+                                                               const double* partial, double* out) {
+  const int i = blockIdx.x;
+  const int64_t first = table.first_chunk[i];
+  const double s = ordered_sum(partial + first, table.first_chunk[i + 1] - first);
+  if (threadIdx.x == 0) out[i] = s;
+}
+
+// *out = sqrt of the sum of the per-tensor squares in index order.
+__global__ void __launch_bounds__(kThreads) root_of_sum(const double* squares, int64_t count, double* out) {
+  const double s = ordered_sum(squares, count);
+  if (threadIdx.x == 0) *out = sqrt(s);
 }
 
 // x *= max_norm / norm when norm > max_norm. Every thread reads the norm from device
@@ -224,30 +268,41 @@ void apply_update(Tensor& value, const Tensor& update, double decay_rate, double
   check_launch(op, value.shape());
 }
 
-void squared_norm_into(const Tensor& t, Tensor& out) {
-  const char* op = "squared_norm_into";
-  const int64_t n = t.numel();
-  double* result = static_cast<double*>(out.raw());
-  if (n == 0) {
-    out.zero();
-    return;
+void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {
+  const char* op = "squared_norms_into";
+  double* out = static_cast<double*>(squares.raw());
+  // Runs of up to kMax tensors of one dtype: two launches each, whatever their sizes.
+  for (size_t next = 0; next < tensors.size();) {
+    const size_t first = next;
+    const DType dtype = tensors[first].dtype();
+    SquareSumTable table{};
+    for (; next < tensors.size() && table.count < SquareSumTable::kMax && tensors[next].dtype() == dtype; ++next) {
+      const int i = table.count++;
+      table.data[i] = tensors[next].raw();
+      table.n[i] = tensors[next].numel();
+      table.first_chunk[i + 1] = table.first_chunk[i] + (table.n[i] + kChunk - 1) / kChunk;
+    }
+    const int64_t chunks = table.first_chunk[table.count];
+    AMBER_CHECK(chunks < (int64_t{1} << 31), op, ": ", chunks, " chunks of ", kChunk,
+                " elements exceed the launch grid");
+    // Chunk partials come from the stream-ordered pool: no host synchronisation.
+    Tensor partial = Tensor::empty({std::max<int64_t>(chunks, 1)}, DType::f64, squares.device());
+    if (chunks > 0) {
+      with_element_type(dtype, op, [&](auto tag) {
+        chunk_square_sums<decltype(tag)><<<static_cast<unsigned>(chunks), kThreads, 0, cudaStreamPerThread>>>(
+            table, static_cast<double*>(partial.raw()));
+      });
+      check_launch(op, tensors[first].shape());
+    }
+    tensor_square_sums<<<static_cast<unsigned>(table.count), kThreads, 0, cudaStreamPerThread>>>(
+        table, static_cast<const double*>(partial.raw()), out + first);
+    check_launch(op, squares.shape());
   }
-  // Chunk partials come from the stream-ordered pool: no host synchronisation.
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  Tensor partial = Tensor::empty({chunks}, DType::f64, t.device());
-  with_element_type(t.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    chunk_square_sums<T><<<static_cast<unsigned>(chunks), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<const T*>(t.raw()), n, static_cast<double*>(partial.raw()));
-  });
-  check_launch(op, t.shape());
-  sum_in_order<<<1, kThreads, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks, result, false);
-  check_launch(op, t.shape());
 }
 
 void norm_from_squares(const Tensor& squares, Tensor& out) {
-  sum_in_order<<<1, kThreads, 0, cudaStreamPerThread>>>(static_cast<const double*>(squares.raw()), squares.numel(),
-                                                  static_cast<double*>(out.raw()), true);
+  root_of_sum<<<1, kThreads, 0, cudaStreamPerThread>>>(static_cast<const double*>(squares.raw()), squares.numel(),
+                                                       static_cast<double*>(out.raw()));
   check_launch("norm_from_squares", squares.shape());
 }
 

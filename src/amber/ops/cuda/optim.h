@@ -2,6 +2,8 @@
 // deterministic reductions (fixed per-block partials summed in order).
 #pragma once
 
+#include <span>
+
 #include "amber/ops/optim.h"
 
 namespace amber::cuda {
@@ -13,7 +15,7 @@ void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const A
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
 void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
                   const Tensor& schedule);
-void squared_norm_into(const Tensor& t, Tensor& out);
+void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares);
 void norm_from_squares(const Tensor& squares, Tensor& out);
 void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin);
