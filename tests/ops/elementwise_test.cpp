@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "amber/ops/elementwise.h"
 #include "testing.h"
 
@@ -8,7 +10,8 @@ namespace {
 
 using testing::random_tensor;
 
-// The residual add (x += alpha * y) and the branch scaling (out = alpha * in).
+// The residual add (x += alpha * y, or out = x + alpha * y into a third tensor) and
+// the branch scaling (out = alpha * in).
 TEST(Elementwise, ResidualAddAndScaleMatchFloat64) {
   const Tensor x = random_tensor({37, 70}, DType::f64, 1), y = random_tensor({37, 70}, DType::f64, 2);
   const std::vector<double> xs = x.to_doubles(), ys = y.to_doubles();
@@ -20,6 +23,9 @@ TEST(Elementwise, ResidualAddAndScaleMatchFloat64) {
   for (DType dt : {DType::f32, DType::bf16}) {
     Tensor acc = x.to(dt);
     add_scaled(acc, y.to(dt), 0.7);
+    Tensor into = Tensor::full(x.shape(), NAN, dt);
+    add_scaled_into(into, x.to(dt), y.to(dt), 0.7);
+    EXPECT_EQ(into.to_doubles(), acc.to_doubles()) << "add_scaled_into and add_scaled differ";
     Tensor out = Tensor::empty(x.shape(), dt);
     scale_into(out, y.to(dt), -1.3);
     const double e1 = testing::relative_error(acc, sum_ref), e2 = testing::relative_error(out, scaled_ref);
@@ -29,6 +35,7 @@ TEST(Elementwise, ResidualAddAndScaleMatchFloat64) {
   }
   Tensor wrong = Tensor::empty({37, 71}, DType::f32);
   EXPECT_THROW(add_scaled(wrong, y.to(DType::f32)), Error);
+  EXPECT_THROW(add_scaled_into(wrong, x.to(DType::f32), y.to(DType::f32), 1.0), Error);
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ Tensor random_ids(int64_t n, int64_t range, uint64_t seed) {
   return Tensor::from_vector(ids, {n});
 }
 
-TEST(ElementwiseGpu, AddScaledAndScaleIntoMatchCpu) {
+TEST(ElementwiseGpu, AddScaledAddScaledIntoAndScaleIntoMatchCpu) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (int64_t cols : {1000, 1003}) {
@@ -65,6 +65,10 @@ TEST(ElementwiseGpu, AddScaledAndScaleIntoMatchCpu) {
       add_scaled(cx, y, -0.75);
       add_scaled(gx, gpu(y), -0.75);
       expect_close("add_scaled " + std::to_string(cols), gx, cx, dt);
+      Tensor cinto = Tensor::empty(x.shape(), dt), ginto = nan_tensor(x.shape(), dt);
+      add_scaled_into(cinto, x, y, 0.5);
+      add_scaled_into(ginto, gpu(x), gpu(y), 0.5);
+      expect_close("add_scaled_into (poisoned) " + std::to_string(cols), ginto, cinto, dt);
       Tensor cout_ = Tensor::empty(x.shape(), dt), gout = nan_tensor(x.shape(), dt);
       scale_into(cout_, y, 1.5);
       scale_into(gout, gpu(y), 1.5);
@@ -139,6 +143,13 @@ TEST(NormGpu, RmsNormMatchesCpu) {
         rmsnorm_backward(gpu(dy), gpu(x), affine ? gpu(w) : Tensor(), gr, gdx, gdw);
         expect_close(tag + " dx", gdx, cdx, dt);
         if (affine) expect_close(tag + " dweight (+=)", gdw, cdw, dt);
+        // dx += (the residual stream's gradient): the add inside the norm's pass.
+        const Tensor prior = random_tensor(x.shape(), dt, 24);
+        Tensor cacc = prior.clone(), gacc = gpu(prior);
+        Tensor cdw2 = affine ? dw0.clone() : Tensor(), gdw2 = affine ? gpu(dw0) : Tensor();
+        rmsnorm_backward(dy, x, weight, cr, cacc, cdw2, true);
+        rmsnorm_backward(gpu(dy), gpu(x), affine ? gpu(w) : Tensor(), gr, gacc, gdw2, true);
+        expect_close(tag + " dx (+=)", gacc, cacc, dt);
       }
     }
   }
@@ -201,6 +212,12 @@ TEST(NormGpu, LayerNormMatchesCpu) {
       expect_close(tag + " dx", gdx, cdx, dt);
       expect_close(tag + " dweight (+=)", gdw, cdw, dt);
       expect_close(tag + " dbias (+=)", gdb, cdb, dt);
+      const Tensor prior = random_tensor(x.shape(), dt, 36);
+      Tensor cacc = prior.clone(), gacc = gpu(prior), cdw2 = dw0.clone(), gdw2 = gpu(dw0);
+      Tensor cdb2 = db0.clone(), gdb2 = gpu(db0);
+      layernorm_backward(dy, x, w, cm, cr, cacc, cdw2, cdb2, true);
+      layernorm_backward(gpu(dy), gpu(x), gpu(w), gm, gr, gacc, gdw2, gdb2, true);
+      expect_close(tag + " dx (+=)", gacc, cacc, dt);
     }
   }
 }

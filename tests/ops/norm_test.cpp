@@ -122,6 +122,32 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   EXPECT_LT(testing::finite_difference_error(b, db, loss), 1e-5);
 }
 
+// With `accumulate` both norms add the input gradient to dx (the residual stream's
+// gradient) instead of overwriting it: prior + the overwritten result, in float64.
+TEST(Norms, BackwardAccumulateAddsToDx) {
+  const Tensor x = random_tensor({40, 24}, DType::f64, 13, 1.0f, 2.0f), dy = random_tensor(x.shape(), DType::f64, 14);
+  const Tensor w = random_tensor({24}, DType::f64, 15, 0.3f, 1.0f), prior = random_tensor(x.shape(), DType::f64, 16);
+  Tensor y = Tensor::empty(x.shape(), DType::f64), mean = Tensor::empty({40}, DType::f64);
+  Tensor rstd = Tensor::empty({40}, DType::f64);
+  const auto expect_sum = [&](const Tensor& added, const Tensor& alone, const char* what) {
+    const std::vector<double> a = added.to_doubles(), b = alone.to_doubles(), p = prior.to_doubles();
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], p[i] + b[i], 1e-12) << what << " " << i;
+  };
+  rmsnorm_forward(x, w, 1e-6, y, rstd);
+  Tensor alone = Tensor::empty(x.shape(), DType::f64), added = prior.clone();
+  Tensor dw = Tensor::zeros(w.shape(), DType::f64), dw_added = Tensor::zeros(w.shape(), DType::f64);
+  rmsnorm_backward(dy, x, w, rstd, alone, dw);
+  rmsnorm_backward(dy, x, w, rstd, added, dw_added, true);
+  expect_sum(added, alone, "rmsnorm");
+  EXPECT_EQ(dw_added.to_doubles(), dw.to_doubles());
+  layernorm_forward(x, w, Tensor(), 1e-5, y, mean, rstd);
+  Tensor db = Tensor::zeros(w.shape(), DType::f64);
+  added = prior.clone();
+  layernorm_backward(dy, x, w, mean, rstd, alone, dw, db);
+  layernorm_backward(dy, x, w, mean, rstd, added, dw_added, db, true);
+  expect_sum(added, alone, "layernorm");
+}
+
 TEST(RmsNorm, Float32BackwardMatchesFloat64) {
   const Tensor x = random_tensor({300, 64}, DType::f64, 13), w = random_tensor({64}, DType::f64, 14, 0.3f, 1.0f);
   const Tensor g = random_tensor(x.shape(), DType::f64, 15);

@@ -42,8 +42,7 @@ Tensor Block::forward(const Tensor& x, const SeqInfo& seq, Saved& s, Arena& save
   Tensor m = mlp_->forward(h, s.mlp, saves);
   if (post_mlp_norm_) m = post_mlp_norm_->forward(m, s.post_mlp_norm, saves);
   Tensor out = outputs.alloc(x.shape(), x.dtype());
-  out.copy_from(s.mid);
-  add_scaled(out, m, residual_scale_);
+  add_scaled_into(out, s.mid, m, residual_scale_);
   return out;
 }
 
@@ -59,13 +58,14 @@ Tensor Block::infer(const Tensor& x, const CachedStep& step, LayerCache& cache, 
 }
 
 void Block::backward(Tensor& dx, const SeqInfo& seq, const Saved& s, Arena& arena) const {
-  // MLP branch: d(branch) = rs * dx; dx += norm_backward(mlp_backward(...)).
+  // MLP branch: d(branch) = rs * dx; dx += norm_backward(mlp_backward(...)), the add
+  // inside the norm's backward pass.
   Tensor dm = branch_gradient(dx, arena);
   if (post_mlp_norm_) dm = post_mlp_norm_->backward(dm, s.post_mlp_norm, arena);
-  add_scaled(dx, mlp_norm_->backward(mlp_->backward(dm, s.mlp, arena), s.mlp_norm, arena));
+  mlp_norm_->backward_add(mlp_->backward(dm, s.mlp, arena), s.mlp_norm, dx);
   Tensor da = branch_gradient(dx, arena);
   if (post_attn_norm_) da = post_attn_norm_->backward(da, s.post_attn_norm, arena);
-  add_scaled(dx, attn_norm_->backward(attn_->backward(da, seq, s.attn, arena), s.attn_norm, arena));
+  attn_norm_->backward_add(attn_->backward(da, seq, s.attn, arena), s.attn_norm, dx);
 }
 
 // rs * dx. With rs = 1 it is dx itself: a branch's backward only reads its gradient,

@@ -27,14 +27,13 @@ class RmsNorm final : public Norm {
     rmsnorm_forward(x, weight(), eps_, y, s.rstd, add);
     return y;
   }
-  Tensor backward(const Tensor& dy, const Saved& s, Arena& arena) const override {
-    Tensor dx = arena.alloc(dy.shape(), dy.dtype());
-    Tensor dw = weight_ ? weight_->grad : Tensor();
-    rmsnorm_backward(dy, s.x, weight(), s.rstd, dx, dw);
-    return dx;
-  }
 
  private:
+  void backward_into(const Tensor& dy, const Saved& s, Tensor& dx, bool accumulate) const override {
+    Tensor dw = weight_ ? weight_->grad : Tensor();
+    rmsnorm_backward(dy, s.x, weight(), s.rstd, dx, dw, accumulate);
+  }
+
   Tensor weight() const { return weight_ ? weight_->work : Tensor(); }
   double eps_;
   std::shared_ptr<Param> weight_;
@@ -66,19 +65,24 @@ class LayerNorm final : public Norm {
                       s.mean, s.rstd, add);
     return y;
   }
-  Tensor backward(const Tensor& dy, const Saved& s, Arena& arena) const override {
-    Tensor dx = arena.alloc(dy.shape(), dy.dtype());
-    Tensor dw = weight_ ? weight_->grad : Tensor(), db = bias_ ? bias_->grad : Tensor();
-    layernorm_backward(dy, s.x, weight_ ? weight_->work : Tensor(), s.mean, s.rstd, dx, dw, db);
-    return dx;
-  }
 
  private:
+  void backward_into(const Tensor& dy, const Saved& s, Tensor& dx, bool accumulate) const override {
+    Tensor dw = weight_ ? weight_->grad : Tensor(), db = bias_ ? bias_->grad : Tensor();
+    layernorm_backward(dy, s.x, weight_ ? weight_->work : Tensor(), s.mean, s.rstd, dx, dw, db, accumulate);
+  }
+
   double eps_;
   std::shared_ptr<Param> weight_, bias_;
 };
 
 }  // namespace
+
+Tensor Norm::backward(const Tensor& dy, const Saved& saved, Arena& arena) const {
+  Tensor dx = arena.alloc(dy.shape(), dy.dtype());
+  backward_into(dy, saved, dx, false);
+  return dx;
+}
 
 const Registry<Norm, const NormSpec&>& norm_registry() {
   static const auto registry = [] {

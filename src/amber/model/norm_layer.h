@@ -33,7 +33,13 @@ class Norm {
   virtual Tensor forward(const Tensor& x, Saved& saved, Arena& arena, const ResidualAdd& add) const = 0;
   Tensor forward(const Tensor& x, Saved& saved, Arena& arena) const { return forward(x, saved, arena, {}); }
   // dx from `arena`; gains accumulate their gradients.
-  virtual Tensor backward(const Tensor& dy, const Saved& saved, Arena& arena) const = 0;
+  Tensor backward(const Tensor& dy, const Saved& saved, Arena& arena) const;
+  // dx += the input gradient, in the norm's own pass (the residual stream's gradient).
+  void backward_add(const Tensor& dy, const Saved& saved, Tensor& dx) const { backward_into(dy, saved, dx, true); }
+
+ private:
+  // dx overwritten, or added to with `accumulate`.
+  virtual void backward_into(const Tensor& dy, const Saved& saved, Tensor& dx, bool accumulate) const = 0;
 };
 
 const Registry<Norm, const NormSpec&>& norm_registry();

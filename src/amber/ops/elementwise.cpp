@@ -7,10 +7,13 @@
 
 namespace amber {
 
-void add_scaled(Tensor& x, const Tensor& y, double alpha) {
-  require_same_shape(x, y, "add_scaled");
-  const Device device = ops::common_device("add_scaled", {&x, &y});
-  AMBER_ON_DEVICE(device, "add_scaled", cuda::add_scaled(x, y, alpha), cpu::add_scaled(x, y, alpha));
+void add_scaled(Tensor& x, const Tensor& y, double alpha) { add_scaled_into(x, x, y, alpha, "add_scaled"); }
+
+void add_scaled_into(Tensor& out, const Tensor& x, const Tensor& y, double alpha, const char* op) {
+  require_same_shape(out, x, op);
+  require_same_shape(out, y, op);
+  const Device device = ops::common_device(op, {&out, &x, &y});
+  AMBER_ON_DEVICE(device, op, cuda::add_scaled_into(out, x, y, alpha, op), cpu::add_scaled_into(out, x, y, alpha));
 }
 
 void scale_into(Tensor& out, const Tensor& in, double alpha) {

@@ -7,6 +7,10 @@ namespace amber {
 
 // x += alpha * y (same shape, contiguous).
 void add_scaled(Tensor& x, const Tensor& y, double alpha = 1.0);
+// out = x + alpha * y in one pass (out may be x); `op` names the call in errors and
+// profiles.
+void add_scaled_into(Tensor& out, const Tensor& x, const Tensor& y, double alpha,
+                     const char* op = "add_scaled_into");
 // out = alpha * in.
 void scale_into(Tensor& out, const Tensor& in, double alpha);
 // Every element of out = scalar (one f64 element on out's device), read where it

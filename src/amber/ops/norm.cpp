@@ -56,15 +56,15 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& 
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                      Tensor& dx, Tensor& dweight) {
+                      Tensor& dx, Tensor& dweight, bool accumulate) {
   const char* op = "rmsnorm_backward";
   check_rows(x, weight, op);
   require_same_shape(x, dy, "rmsnorm_backward grad");
   require_same_shape(x, dx, "rmsnorm_backward input grad");
   check_stat(x, rstd, "rstd", op);
   AMBER_ON_DEVICE(ops::common_device(op, {&dy, &x, &weight, &rstd, &dx, &dweight}), op,
-                  cuda::rmsnorm_backward(dy, x, weight, rstd, dx, dweight),
-                  cpu::rmsnorm_backward(dy, x, weight, rstd, dx, dweight));
+                  cuda::rmsnorm_backward(dy, x, weight, rstd, dx, dweight, accumulate),
+                  cpu::rmsnorm_backward(dy, x, weight, rstd, dx, dweight, accumulate));
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
@@ -85,7 +85,7 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) {
   const char* op = "layernorm_backward";
   check_rows(x, weight, op);
   require_same_shape(x, dy, "layernorm_backward grad");
@@ -93,8 +93,8 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
   check_stat(x, mean, "mean", op);
   check_stat(x, rstd, "rstd", op);
   AMBER_ON_DEVICE(ops::common_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}), op,
-                  cuda::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias),
-                  cpu::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias));
+                  cuda::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate),
+                  cpu::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate));
 }
 
 }  // namespace amber

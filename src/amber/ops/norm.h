@@ -19,15 +19,18 @@ struct ResidualAdd {
 // undefined (no affine). rstd [N] is f32 (f64 for f64 inputs).
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
                      const ResidualAdd& add = {});
-// dx overwritten; dweight += (when weight is defined).
+// dx overwritten, or with `accumulate` dx += the input gradient (the residual stream's
+// gradient, in the same pass: one rounding, no separate add); dweight += (when weight
+// is defined).
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                      Tensor& dx, Tensor& dweight);
+                      Tensor& dx, Tensor& dweight, bool accumulate = false);
 
 // y = (x - mean) * rstd * weight + bias; weight and bias may be undefined.
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                        Tensor& y, Tensor& mean, Tensor& rstd, const ResidualAdd& add = {});
+// dx as rmsnorm_backward's; dweight and dbias +=.
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate = false);
 
 // The dtype of saved statistics for inputs of `dtype`.
 DType norm_stat_dtype(DType dtype);

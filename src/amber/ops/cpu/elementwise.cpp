@@ -5,17 +5,18 @@
 
 namespace amber::cpu {
 
-void add_scaled(Tensor& x, const Tensor& y, double alpha) {
-  with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor yw = widened<T>(y);
-    Output<T> out(x, true);
-    T* p = out.data();
-    const T* q = yw.data<T>();
-    const T a = static_cast<T>(alpha);
-    const int64_t n = x.numel();
+void add_scaled_into(Tensor& out, const Tensor& x, const Tensor& y, double alpha) {
+  with_compute_type(out.dtype(), [&]<class T>() {
+    const Tensor xw = widened<T>(x), yw = widened<T>(y);
+    Output<T> o(out);
+    T* p = o.data();
+    const T* a = xw.data<T>();
+    const T* b = yw.data<T>();
+    const T scale = static_cast<T>(alpha);
+    const int64_t n = out.numel();
 #pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) p[i] += a * q[i];
-    out.store();
+    for (int64_t i = 0; i < n; ++i) p[i] = a[i] + scale * b[i];
+    o.store();
   });
 }
 

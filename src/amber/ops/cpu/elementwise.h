@@ -5,7 +5,7 @@
 
 namespace amber::cpu {
 
-void add_scaled(Tensor& x, const Tensor& y, double alpha);
+void add_scaled_into(Tensor& out, const Tensor& x, const Tensor& y, double alpha);
 void scale_into(Tensor& out, const Tensor& in, double alpha);
 void fill_from_scalar(Tensor& out, const Tensor& scalar);
 

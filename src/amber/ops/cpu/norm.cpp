@@ -55,12 +55,12 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& 
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                      Tensor& dx, Tensor& dweight) {
+                      Tensor& dx, Tensor& dweight, bool accumulate) {
   const Rows r = rows_of(x);
   with_compute_type(x.dtype(), [&]<class T>() {
     const Tensor xw = widened<T>(x), gw = widened<T>(dy), rw = widened<T>(rstd);
     const Tensor ww = weight.defined() ? widened<T>(weight) : Tensor();
-    Output<T> out(dx);
+    Output<T> out(dx, accumulate);
     const T *px = xw.data<T>(), *pg = gw.data<T>(), *pr = rw.data<T>();
     const T* pw = ww.defined() ? ww.data<T>() : nullptr;
     T* pdx = out.data();
@@ -76,7 +76,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
         for (int64_t j = 0; j < r.d; ++j) dot += g[j] * (pw ? pw[j] : T(1)) * row[j];
         const T c = dot * inv * inv / static_cast<T>(r.d);
         for (int64_t j = 0; j < r.d; ++j)
-          pdx[i * r.d + j] = inv * (g[j] * (pw ? pw[j] : T(1)) - row[j] * c);
+          pdx[i * r.d + j] = (accumulate ? pdx[i * r.d + j] : T(0)) + inv * (g[j] * (pw ? pw[j] : T(1)) - row[j] * c);
         if (pw)
           for (int64_t j = 0; j < r.d; ++j) partial[b * r.d + j] += g[j] * row[j] * inv;
       }
@@ -123,13 +123,13 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) {
   const Rows r = rows_of(x);
   with_compute_type(x.dtype(), [&]<class T>() {
     const Tensor xw = widened<T>(x), gw = widened<T>(dy);
     const Tensor mw = widened<T>(mean), rw = widened<T>(rstd);
     const Tensor ww = weight.defined() ? widened<T>(weight) : Tensor();
-    Output<T> out(dx);
+    Output<T> out(dx, accumulate);
     const T *px = xw.data<T>(), *pg = gw.data<T>(), *pm = mw.data<T>(), *pr = rw.data<T>();
     const T* pw = ww.defined() ? ww.data<T>() : nullptr;
     T* pdx = out.data();
@@ -152,7 +152,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
         const T mg = sum_g / static_cast<T>(r.d), mgx = sum_gx / static_cast<T>(r.d);
         for (int64_t j = 0; j < r.d; ++j) {
           const T xhat = (row[j] - mu) * inv;
-          pdx[i * r.d + j] = inv * (g[j] * (pw ? pw[j] : T(1)) - mg - xhat * mgx);
+          pdx[i * r.d + j] = (accumulate ? pdx[i * r.d + j] : T(0)) + inv * (g[j] * (pw ? pw[j] : T(1)) - mg - xhat * mgx);
           if (want_dw) pdw[b * r.d + j] += g[j] * xhat;
           if (want_db) pdb[b * r.d + j] += g[j];
         }

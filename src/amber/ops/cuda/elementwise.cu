@@ -6,10 +6,9 @@
 namespace amber::cuda {
 namespace {
 
-// out[i] = alpha * in[i] + (accumulate ? out[i] : 0)
+// out[i] = x[i] + alpha * y[i], or alpha * y[i] without x; x may be out itself.
 template <class T>
-__global__ void axpby_kernel(T* out, const T* in, float alpha, bool accumulate, int64_t n,
-                             bool packed) {
+__global__ void axpy_kernel(T* out, const T* x, const T* y, float alpha, int64_t n, bool packed) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t tail = 0;
@@ -17,46 +16,49 @@ __global__ void axpby_kernel(T* out, const T* in, float alpha, bool accumulate, 
     constexpr int N = Pack<T>::n;
     const int64_t packs = n / N;
     for (int64_t p = tid; p < packs; p += stride) {
-      const Pack<T> a = reinterpret_cast<const Pack<T>*>(in)[p];
+      const Pack<T> b = reinterpret_cast<const Pack<T>*>(y)[p];
+      Pack<T> a;
+      if (x) a = reinterpret_cast<const Pack<T>*>(x)[p];
       Pack<T> o;
-      if (accumulate) o = reinterpret_cast<const Pack<T>*>(out)[p];
 #pragma unroll
-      for (int e = 0; e < N; ++e)
-        o.v[e] = from_f32<T>((accumulate ? to_f32(o.v[e]) : 0.0f) + alpha * to_f32(a.v[e]));
+      for (int e = 0; e < N; ++e) o.v[e] = from_f32<T>((x ? to_f32(a.v[e]) : 0.0f) + alpha * to_f32(b.v[e]));
       reinterpret_cast<Pack<T>*>(out)[p] = o;
     }
     tail = packs * N;
   }
   for (int64_t i = tail + tid; i < n; i += stride)
-    out[i] = from_f32<T>((accumulate ? to_f32(out[i]) : 0.0f) + alpha * to_f32(in[i]));
+    out[i] = from_f32<T>((x ? to_f32(x[i]) : 0.0f) + alpha * to_f32(y[i]));
 }
 
-void axpby(Tensor& out, const Tensor& in, double alpha, bool accumulate, const char* op) {
+void axpy(Tensor& out, const Tensor* x, const Tensor& y, double alpha, const char* op) {
   require_contiguous(out, op);
-  require_contiguous(in, op);
-  AMBER_CHECK(out.dtype() == in.dtype(), op, ": on the GPU both tensors need one dtype, got ",
-              dtype_name(out.dtype()), " and ", dtype_name(in.dtype()));
+  require_contiguous(y, op);
+  if (x) require_contiguous(*x, op);
+  for (const Tensor* t : {x, &y})
+    AMBER_CHECK(!t || t->dtype() == out.dtype(), op, ": on the GPU every tensor needs the output's dtype ",
+                dtype_name(out.dtype()), ", got ", dtype_name(t->dtype()));
   const int64_t n = out.numel();
   if (n == 0) return;
   with_element_type(out.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.raw());
-    const T* i = static_cast<const T*>(in.raw());
-    const bool packed = aligned16(o) && aligned16(i);
+    const T* a = x ? static_cast<const T*>(x->raw()) : nullptr;
+    const T* b = static_cast<const T*>(y.raw());
+    const bool packed = aligned16(o) && aligned16(b) && (!a || aligned16(a));
     const int threads = 256;
-    axpby_kernel<T><<<grid_for(packed ? n / Pack<T>::n + 1 : n, threads), threads, 0,
-                      cudaStreamPerThread>>>(o, i, static_cast<float>(alpha), accumulate, n, packed);
+    axpy_kernel<T><<<grid_for(packed ? n / Pack<T>::n + 1 : n, threads), threads, 0, cudaStreamPerThread>>>(
+        o, a, b, static_cast<float>(alpha), n, packed);
   });
   check_launch(op, out.shape());
 }
 
 }  // namespace
 
-void add_scaled(Tensor& x, const Tensor& y, double alpha) { axpby(x, y, alpha, true, "add_scaled"); }
-
-void scale_into(Tensor& out, const Tensor& in, double alpha) {
-  axpby(out, in, alpha, false, "scale_into");
+void add_scaled_into(Tensor& out, const Tensor& x, const Tensor& y, double alpha, const char* op) {
+  axpy(out, &x, y, alpha, op);
 }
+
+void scale_into(Tensor& out, const Tensor& in, double alpha) { axpy(out, nullptr, in, alpha, "scale_into"); }
 
 template <class T>
 __global__ void fill_from_scalar_kernel(T* out, int64_t n, const double* scalar) {

@@ -186,8 +186,8 @@ constexpr bool kStageable = L == 0 && P == 1 && V * sizeof(T) == 16;
 
 template <class T, int V, int P, int L, bool kDb, bool kStaged>
 __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_kernel(const T* dy, const T* x, const T* w, const float* mean,
-                                     const float* rstd, T* dx, float* dw_partial, float* db_partial,
-                                     int64_t rows, int64_t rows_per_block, int64_t d) {
+                                     const float* rstd, T* dx, bool accumulate, float* dw_partial,
+                                     float* db_partial, int64_t rows, int64_t rows_per_block, int64_t d) {
   static_assert(!kStaged || kStageable<T, V, P, L>, "staged rows are one 16-byte pack per thread of a block");
   // Dynamic shared memory: [teams][d] floats for dw, then for db (L > 0), or the
   // staged rows.
@@ -232,6 +232,14 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
       load_row<T, V, P, L>(team, next < last ? x + next * d : nullptr, groups, next_a);
       load_row<T, V, P, L>(team, next < last ? dy + next * d : nullptr, groups, next_g);
     }
+    // The residual stream's gradient this row adds to, loaded before the reductions
+    // so that they hide its latency.
+    float prior[P][V] = {};
+    if (accumulate && live) {
+#pragma unroll
+      for (int k = 0; k < P; ++k)
+        if (pack_valid(team, k, groups)) load_f32<T, V>(dx + row * d + pack_column(team, k, V), prior[k]);
+    }
     const float mu = mean && live ? mean[row] : 0.0f, inv = live ? rstd[row] : 0.0f;
     // xhat = (x - mu) inv, gw = dy * w: dx = inv (gw - mean(gw) - xhat mean(gw xhat));
     // RMSNorm drops the mean(gw) term. Invalid packs and dead rows hold g = 0.
@@ -254,7 +262,7 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float xhat = (a[k][e] - mu) * inv;
-        o[e] = inv * (g[k][e] * ww[k][e] - mg - xhat * mgx);
+        o[e] = prior[k][e] + inv * (g[k][e] * ww[k][e] - mg - xhat * mgx);
         acc_w[k][e] += g[k][e] * xhat;
         if constexpr (kDb) acc_b[k][e] += g[k][e];
       }
@@ -406,7 +414,8 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
 }
 
 void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const Tensor& weight,
-                   const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                   const Tensor& mean, const Tensor& rstd, Tensor& dx, bool accumulate, Tensor& dweight,
+                   Tensor& dbias) {
   if (c.rows == 0) return;
   const bool want_dw = weight.defined() && dweight.defined(), want_db = dbias.defined();
   Tensor dw_partial, db_partial;
@@ -446,7 +455,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
         if (want_db) db_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());
         kernel<<<static_cast<unsigned>(blocks), threads, smem, cudaStreamPerThread>>>(
             ptr<T>(dy), ptr<T>(x), ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
-            ptr<float>(rstd), static_cast<T*>(dx.raw()),
+            ptr<float>(rstd), static_cast<T*>(dx.raw()), accumulate,
             want_dw ? static_cast<float*>(dw_partial.raw()) : nullptr,
             want_db ? static_cast<float*>(db_partial.raw()) : nullptr, c.rows, rows_per_block, c.d);
       });
@@ -469,11 +478,11 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& 
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                      Tensor& dx, Tensor& dweight) {
+                      Tensor& dx, Tensor& dweight, bool accumulate) {
   const NormCall c = prepare("rmsnorm_backward", x,
                              {{&dy, "grad"}, {&weight, "weight"}, {&dx, "input grad"}}, {{&rstd, "rstd"}});
   Tensor no_bias;
-  norm_backward(c, dy, x, weight, Tensor(), rstd, dx, dweight, no_bias);
+  norm_backward(c, dy, x, weight, Tensor(), rstd, dx, accumulate, dweight, no_bias);
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
@@ -485,11 +494,11 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) {
   const NormCall c = prepare("layernorm_backward", x,
                              {{&dy, "grad"}, {&weight, "weight"}, {&dx, "input grad"}},
                              {{&mean, "mean"}, {&rstd, "rstd"}});
-  norm_backward(c, dy, x, weight, mean, rstd, dx, dweight, dbias);
+  norm_backward(c, dy, x, weight, mean, rstd, dx, accumulate, dweight, dbias);
 }
 
 }  // namespace amber::cuda

@@ -10,10 +10,10 @@ namespace amber::cuda {
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
                      const ResidualAdd& add);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                      Tensor& dx, Tensor& dweight);
+                      Tensor& dx, Tensor& dweight, bool accumulate);
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                        Tensor& y, Tensor& mean, Tensor& rstd, const ResidualAdd& add);
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate);
 
 }  // namespace amber::cuda
