@@ -50,6 +50,61 @@ void run(BenchArgs& a) {
               << 100 * ms / r.step_ms << "% |\n";
 }
 
+// The products of one block's linear layers (forward, input gradient, weight
+// gradient) and of one LM-head chunk, at `tokens` rows.
+std::vector<GemmBenchShape> model_gemm_shapes(const ModelConfig& m, int64_t tokens, int64_t chunk) {
+  const int64_t dim = m.dim, q = int64_t{m.heads} * m.resolved_head_dim();
+  const int64_t kv = int64_t{m.resolved_kv_heads()} * m.resolved_head_dim(), hidden = m.resolved_mlp_hidden();
+  const int64_t up = m.mlp == "swiglu" ? 2 * hidden : hidden;
+  std::vector<GemmBenchShape> shapes;
+  const auto linear = [&](const std::string& name, int64_t in, int64_t out, int64_t rows) {
+    shapes.push_back({name + ", forward", rows, out, in, false, true, false, 0.0});
+    shapes.push_back({name + ", input grad", rows, in, out, false, false, false, 0.0});
+    shapes.push_back({name + ", weight grad", out, in, rows, true, false, true, 1.0});
+  };
+  linear("q_proj", dim, q, tokens);
+  linear("k_proj", dim, kv, tokens);
+  linear("v_proj", dim, kv, tokens);
+  linear("o_proj", q, dim, tokens);
+  linear("mlp up", dim, up, tokens);
+  linear("mlp down", hidden, dim, tokens);
+  shapes.push_back({"head chunk, logits (f32)", chunk, m.vocab_size, dim, false, true, true, 0.0});
+  shapes.push_back({"head chunk, input grad", chunk, dim, m.vocab_size, false, false, false, 0.0});
+  shapes.push_back({"head chunk, weight grad", m.vocab_size, dim, chunk, true, false, true, 1.0});
+  return shapes;
+}
+
+void print_gemm_bench(const ModelConfig& m, int64_t tokens, int64_t chunk, Device device, int candidates,
+                      int repeats) {
+  const std::vector<GemmBenchRow> rows = run_gemm_bench(model_gemm_shapes(m, tokens, chunk), device, candidates,
+                                                        repeats);
+  std::cout << "cuBLASLt products of one block and one head chunk, " << tokens << " tokens, bf16 operands; "
+            << "heuristic: the answer amber runs; best: the fastest of the first " << candidates << "\n"
+            << "| product | m x n x k | heuristic ms | TFLOP/s | best ms | rank | TFLOP/s | heuristic / best |\n"
+            << "|---|---|---|---|---|---|---|---|\n" << std::fixed;
+  double block_heuristic = 0, block_best = 0;
+  for (const GemmBenchRow& r : rows) {
+    if (r.ms.empty() || r.ms[0] < 0) continue;
+    size_t best = 0;
+    for (size_t i = 1; i < r.ms.size(); ++i)
+      if (r.ms[i] > 0 && r.ms[i] < r.ms[best]) best = i;
+    const double flop = 2.0 * static_cast<double>(r.shape.m) * static_cast<double>(r.shape.n) *
+                        static_cast<double>(r.shape.k);
+    const auto tflops = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
+    std::cout << "| " << r.shape.name << " | " << r.shape.m << " x " << r.shape.n << " x " << r.shape.k << " | "
+              << std::setprecision(3) << r.ms[0] << " | " << std::setprecision(0) << tflops(r.ms[0]) << " | "
+              << std::setprecision(3) << r.ms[best] << " | " << best << " | " << std::setprecision(0)
+              << tflops(r.ms[best]) << " | " << std::setprecision(3) << r.ms[0] / r.ms[best] << " |\n";
+    if (r.shape.name.rfind("head", 0) != 0) {
+      block_heuristic += r.ms[0];
+      block_best += r.ms[best];
+    }
+  }
+  std::cout << "one block: heuristic " << std::setprecision(3) << block_heuristic << " ms, best " << block_best
+            << " ms; x " << m.depth << " blocks: " << block_heuristic * m.depth << " against "
+            << block_best * m.depth << " ms\n";
+}
+
 void print_attention_bench(const std::string& which, Device device, int repeats, const std::string& inputs_dir,
                            bool portable) {
   std::cout << "amber attention, " << (portable ? "portable mma.sync kernels" : "fastest kernels for this card")
@@ -105,12 +160,15 @@ void add_bench_command(CLI::App& app) {
     std::string inputs_dir;
     bool portable = false;
     int64_t vocab = 65536, dim = 1280, chunk = 2048;
+    std::string config;
+    int candidates = 8;
   };
   auto k = std::make_shared<KernelArgs>();
   auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits");
   kernel->add_option("name", k->name,
-                     "rmsnorm, swiglu, rope, all (the memory-bound ones), attention, or lmhead (chunked "
-                     "linear cross-entropy against materialised logits)")
+                     "rmsnorm, swiglu, rope, all (the memory-bound ones), attention, lmhead (chunked "
+                     "linear cross-entropy against materialised logits), or gemm (a model's products against "
+                     "cuBLASLt's other algorithms)")
       ->capture_default_str();
   kernel->add_option("--shape", k->shape, "attention only: issue 6's shape A, B, C, D, E or all")
       ->capture_default_str();
@@ -125,10 +183,19 @@ void add_bench_command(CLI::App& app) {
                    "attention only: the portable mma.sync kernels even on a Hopper card (to compare the paths)");
   kernel->add_option("--vocab", k->vocab, "lmhead only: vocabulary size")->capture_default_str();
   kernel->add_option("--dim", k->dim, "lmhead only: model width")->capture_default_str();
-  kernel->add_option("--chunk", k->chunk, "lmhead only: tokens per logits chunk")->capture_default_str();
+  kernel->add_option("--chunk", k->chunk, "lmhead and gemm: tokens per logits chunk")->capture_default_str();
+  kernel->add_option("--config", k->config, "gemm only: config whose [model] gives the products (one block and the head)")
+      ->check(CLI::ExistingFile);
+  kernel->add_option("--candidates", k->candidates, "gemm only: cuBLASLt heuristic answers timed per product")
+      ->capture_default_str();
   kernel->callback([k] {
     if (k->name == "attention")
       return print_attention_bench(k->shape, device_from_name(k->device), k->repeats, k->inputs_dir, k->portable);
+    if (k->name == "gemm") {
+      AMBER_CHECK(!k->config.empty(), "bench kernel gemm needs --config (e.g. configs/presets/kohaku-500m.toml)");
+      return print_gemm_bench(load_run_config(k->config, {}).model, k->tokens > 0 ? k->tokens : 16384, k->chunk,
+                              device_from_name(k->device), k->candidates, k->repeats);
+    }
     if (k->name == "lmhead") {
       const int64_t tokens = k->tokens > 0 ? k->tokens : 16384;
       const auto rows = run_lm_head_bench(device_from_name(k->device), tokens, k->vocab, k->dim, k->chunk, k->repeats);

@@ -19,6 +19,16 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
                   cuda::gemm(a, ta, b, tb, c, alpha, beta), cpu::gemm(a, ta, b, tb, c, alpha, beta));
 }
 
+std::vector<double> gemm_algorithm_times(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta,
+                                         int count, int repeats) {
+  const char* op = "gemm_algorithm_times";
+  std::vector<double> ms;
+  AMBER_ON_DEVICE(ops::common_device(op, {&a, &b, &c}), op,
+                  ms = cuda::time_gemm_algorithms(a, ta, b, tb, c, beta, count, repeats),
+                  fail(op, ": cuBLASLt's algorithms exist on a GPU only; use --device cuda"));
+  return ms;
+}
+
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
   AMBER_CHECK(x.ndim() == 2 && w.ndim() == 2 && x.size(1) == w.size(1), "linear: input ",
               x.shape(), " does not match weight ", w.shape(), " ([out, in])");

@@ -3,6 +3,8 @@
 // (or fp64) accumulation; bf16/f16 operands are widened first.
 #pragma once
 
+#include <vector>
+
 #include "amber/core/tensor.h"
 
 namespace amber {
@@ -11,6 +13,12 @@ namespace amber {
 // optional transpose.
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
           double alpha = 1.0, double beta = 0.0);
+
+// For `amber bench kernel gemm` (GPU only): c = op(a) op(b) + beta c timed with each
+// of cuBLASLt's first `count` heuristic answers (ms, best of `repeats`; -1 where an
+// answer does not run); entry 0 is the one gemm() runs.
+std::vector<double> gemm_algorithm_times(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                                         Tensor& c, double beta, int count, int repeats);
 
 // y [N, out] = x [N, in] * w [out, in]^T + bias [out] (bias may be undefined).
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);

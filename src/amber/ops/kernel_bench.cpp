@@ -9,6 +9,7 @@
 #include "amber/core/random.h"
 #include "amber/core/seq_info.h"
 #include "amber/ops/activation.h"
+#include "amber/ops/gemm.h"
 #include "amber/ops/loss.h"
 #include "amber/ops/norm.h"
 #include "amber/ops/rope.h"
@@ -127,6 +128,20 @@ std::vector<LmHeadBenchRow> run_lm_head_bench(Device device, int64_t tokens, int
   measure("chunked (" + std::to_string(chunk_tokens) + " tokens)", chunk_tokens, false);
   measure("naive (all " + std::to_string(tokens) + " tokens' logits)", tokens, false);
   measure("chunked, one pass (training)", chunk_tokens, true);
+  return rows;
+}
+
+std::vector<GemmBenchRow> run_gemm_bench(const std::vector<GemmBenchShape>& shapes, Device device, int candidates,
+                                         int repeats) {
+  AMBER_CHECK(candidates > 0 && repeats > 0, "bench kernel gemm: --candidates and --repeats must be positive");
+  std::vector<GemmBenchRow> rows;
+  uint64_t seed = 10;
+  for (const GemmBenchShape& s : shapes) {
+    const Tensor a = random(s.ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, device, seed++);
+    const Tensor b = random(s.tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, device, seed++);
+    Tensor c = Tensor::zeros({s.m, s.n}, s.f32_out ? DType::f32 : DType::bf16, device);
+    rows.push_back({s, gemm_algorithm_times(a, s.ta, b, s.tb, c, s.beta, candidates, repeats)});
+  }
   return rows;
 }
 

@@ -48,4 +48,24 @@ struct LmHeadBenchRow {
 std::vector<LmHeadBenchRow> run_lm_head_bench(Device device, int64_t tokens, int64_t vocab, int64_t dim,
                                               int64_t chunk_tokens, int repeats);
 
+// One product of `amber bench kernel gemm`: c [m, n] = op(a) op(b) + beta c with
+// a [m, k] (or [k, m] when ta), b [k, n] (or [n, k] when tb), bf16 operands.
+struct GemmBenchShape {
+  std::string name;  // e.g. "mlp up, forward"
+  int64_t m = 0, n = 0, k = 0;
+  bool ta = false, tb = false;
+  bool f32_out = false;  // parameter gradients accumulate into f32
+  double beta = 0;
+};
+
+struct GemmBenchRow {
+  GemmBenchShape shape;
+  std::vector<double> ms;  // per heuristic answer, best first by cuBLASLt's estimate; -1: did not run
+};
+
+// Each product timed with cuBLASLt's first `candidates` heuristic answers: how far
+// the answer gemm() runs (the first) is from the fastest measured one.
+std::vector<GemmBenchRow> run_gemm_bench(const std::vector<GemmBenchShape>& shapes, Device device, int candidates,
+                                         int repeats);
+
 }  // namespace amber

@@ -2,12 +2,19 @@
 // heuristic per shape, one workspace per thread and device) and the linear-layer bias helpers.
 #pragma once
 
+#include <vector>
+
 #include "amber/core/tensor.h"
 
 namespace amber::cuda {
 
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
           double alpha, double beta);
+// For `amber bench kernel gemm`: c = op(a) op(b) + beta c (c overwritten) timed with
+// each of cuBLASLt's first `count` heuristic answers (best of `repeats`, ms; -1 for an
+// answer that does not run); entry 0 is the algorithm gemm() uses.
+std::vector<double> time_gemm_algorithms(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                                         Tensor& c, double beta, int count, int repeats);
 // y [N, out] += bias [out] broadcast over rows.
 void add_bias(Tensor& y, const Tensor& bias);
 // dbias [out] += column sums of dy [N, out], summed in a fixed order.

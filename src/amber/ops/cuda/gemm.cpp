@@ -1,0 +1,207 @@
+// CUDA dense products through cuBLASLt. Row-major C = op(A) op(B) is computed as the
+// column-major C^T = op(B)^T op(A)^T, so the tensors are handed over as they lie, with
+// no copies.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "amber/core/error.h"
+#include "amber/ops/cuda/elementwise.h"
+#include "amber/ops/cuda/gemm.h"
+
+namespace amber::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// Everything a heuristic answer depends on: types, transposes, sizes, leading
+// dimensions and the pointers' alignments.
+using AlgoKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int, int, int>;
+
+// One handle, workspace and heuristic cache per host thread and device: each host
+// thread launches on its own cudaStreamPerThread, so sharing a workspace would race.
+struct LtState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+};
+
+LtState& lt_state() {
+  thread_local std::map<int, LtState> states;
+  int device = 0;
+  cudaGetDevice(&device);
+  LtState& s = states[device];
+  if (!s.handle) {
+    AMBER_CHECK(cublasLtCreate(&s.handle) == CUBLAS_STATUS_SUCCESS, "gemm: cublasLtCreate failed");
+    // Allocated once for the life of the thread; the pool would also serve it, but a
+    // fixed buffer keeps the steady state free of allocator calls.
+    AMBER_CHECK(cudaMalloc(&s.workspace, kWorkspaceBytes) == cudaSuccess,
+                "gemm: cannot allocate the ", kWorkspaceBytes, "-byte cuBLASLt workspace");
+  }
+  return s;
+}
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: fail("gemm: cuBLASLt takes f32, bf16 or f16, got ", dtype_name(t));
+  }
+}
+
+int alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+// Owns the descriptors of one call, so every error path releases them.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// One product c = alpha op(a) op(b) + beta c in cuBLASLt's terms: its descriptors and
+// the key of its heuristic answers.
+struct Product {
+  const Tensor* a;
+  const Tensor* b;
+  Tensor* c;
+  int64_t m, n, k;
+  Descriptors d;
+  AlgoKey key;
+
+  void check(cublasStatus_t status, const char* what) const {
+    AMBER_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm: cuBLASLt ", what, " failed (status ",
+                static_cast<int>(status), ") for op(a) ", m, "x", k, ", op(b) ", k, "x", n, ", ",
+                dtype_name(a->dtype()), " -> ", dtype_name(c->dtype()));
+  }
+
+  Product(const Tensor& a_, bool ta, const Tensor& b_, bool tb, Tensor& c_)
+      : a(&a_), b(&b_), c(&c_), m(ta ? a_.size(1) : a_.size(0)), n(tb ? b_.size(0) : b_.size(1)),
+        k(ta ? a_.size(0) : a_.size(1)) {
+    const cudaDataType_t ab_type = lt_type(a_.dtype()), c_type = lt_type(c_.dtype());
+    // Plain fp32 compute: CUBLAS_COMPUTE_32F never uses TF32, so f32 products stay f32.
+    check(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+    const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    // cuBLASLt's first operand is our b, its second our a (see the file comment).
+    check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)), "TRANSA");
+    check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)), "TRANSB");
+    check(cublasLtMatrixLayoutCreate(&d.a, ab_type, b_.size(1), b_.size(0), b_.size(1)), "layout of b");
+    check(cublasLtMatrixLayoutCreate(&d.b, ab_type, a_.size(1), a_.size(0), a_.size(1)), "layout of a");
+    check(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, n), "layout of c");
+    key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k,
+                  alignment(a_.raw()), alignment(b_.raw()), alignment(c_.raw())};
+  }
+
+  // cuBLASLt's first `count` heuristic answers, best first.
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristics(LtState& s, int count) {
+    check(cublasLtMatmulPreferenceCreate(&d.pref), "preference");
+    const uint64_t ws = kWorkspaceBytes;
+    const uint32_t al_a = std::get<8>(key), al_b = std::get<7>(key), al_c = std::get<9>(key);  // Lt's a is our b
+    check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+          "workspace preference");
+    check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                               sizeof(al_a)), "alignment preference");
+    check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                               sizeof(al_b)), "alignment preference");
+    check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                               sizeof(al_c)), "alignment preference");
+    check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                               sizeof(al_c)), "alignment preference");
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
+    int found = 0;
+    check(cublasLtMatmulAlgoGetHeuristic(s.handle, d.op, d.a, d.b, d.c, d.c, d.pref, count, results.data(), &found),
+          "heuristic");
+    AMBER_CHECK(found > 0, "gemm: cuBLASLt has no algorithm for op(a) ", m, "x", k, ", op(b) ", k, "x", n, ", ",
+                dtype_name(a->dtype()), " -> ", dtype_name(c->dtype()), " (pointer alignments ", std::get<7>(key),
+                "/", std::get<8>(key), "/", std::get<9>(key), " bytes)");
+    results.resize(static_cast<size_t>(found));
+    return results;
+  }
+
+  cublasStatus_t run(LtState& s, const cublasLtMatmulAlgo_t& algo, double alpha, double beta) const {
+    const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    return cublasLtMatmul(s.handle, d.op, &alpha_f, b->raw(), d.a, a->raw(), d.b, &beta_f, c->raw(), d.c,
+                          c->raw(), d.c, &algo, s.workspace, kWorkspaceBytes, cudaStreamPerThread);
+  }
+};
+
+// The checks every product gets; false when there is nothing to multiply (k = 0 is
+// handled here: c = beta c).
+bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+  const char* op = "gemm";
+  require_contiguous(a, op);
+  require_contiguous(b, op);
+  require_contiguous(c, op);
+  AMBER_CHECK(a.dtype() == b.dtype(), op, ": on the GPU both operands need one dtype, got ",
+              dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  AMBER_CHECK(c.dtype() == a.dtype() || c.dtype() == DType::f32, op, ": output dtype ",
+              dtype_name(c.dtype()), " with ", dtype_name(a.dtype()), " operands; use the operand dtype or f32");
+  const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1), n = tb ? b.size(0) : b.size(1);
+  if (m == 0 || n == 0) return false;
+  if (k > 0) return true;
+  if (beta == 0.0)  // an empty sum: c = beta * c
+    c.zero();
+  else
+    scale_into(c, c, beta);
+  return false;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+  if (!prepare(a, ta, b, tb, c, beta)) return;
+  LtState& s = lt_state();
+  Product p(a, ta, b, tb, c);
+  auto found = s.algos.find(p.key);
+  if (found == s.algos.end()) found = s.algos.emplace(p.key, p.heuristics(s, 1)[0].algo).first;
+  p.check(p.run(s, found->second, alpha, beta), "matmul");
+}
+
+std::vector<double> time_gemm_algorithms(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
+                                         double beta, int count, int repeats) {
+  std::vector<double> ms;
+  if (!prepare(a, ta, b, tb, c, beta)) return ms;
+  LtState& s = lt_state();
+  Product p(a, ta, b, tb, c);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (const cublasLtMatmulHeuristicResult_t& h : p.heuristics(s, count)) {
+    double best = -1.0;
+    if (p.run(s, h.algo, 1.0, beta) == CUBLAS_STATUS_SUCCESS) {  // the warm-up call
+      for (int r = 0; r < repeats; ++r) {
+        cudaEventRecord(start, cudaStreamPerThread);
+        p.check(p.run(s, h.algo, 1.0, beta), "matmul");
+        cudaEventRecord(stop, cudaStreamPerThread);
+        cudaEventSynchronize(stop);
+        float t = 0;
+        cudaEventElapsedTime(&t, start, stop);
+        best = best < 0 ? t : std::min(best, static_cast<double>(t));
+      }
+    }
+    ms.push_back(best);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const cudaError_t error = cudaGetLastError();
+  AMBER_CHECK(error == cudaSuccess, "gemm: timing the algorithms failed: ", cudaGetErrorString(error));
+  return ms;
+}
+
+}  // namespace amber::cuda
