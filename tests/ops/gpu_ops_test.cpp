@@ -121,9 +121,10 @@ struct NormShape {
 TEST(NormGpu, RmsNormMatchesCpu) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    // 64 and 128 columns take the sub-warp teams (QK-norm rows); the rest whole blocks.
+    // 64 and 128 columns take the sub-warp teams (QK-norm rows); the rest whole blocks,
+    // 1280 of a warp count that is no power of two (160 threads in bf16).
     for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}, NormShape{500, 64},
-                        NormShape{77, 128}}) {
+                        NormShape{77, 128}, NormShape{40, 1280}}) {
       const std::string tag = "rmsnorm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
       const Tensor x = random_tensor({s.rows, s.cols}, dt, 20, 2.0f);
       const Tensor w = random_tensor({s.cols}, dt, 21, 0.2f, 1.0f), dy = random_tensor(x.shape(), dt, 22);
@@ -160,7 +161,7 @@ TEST(NormGpu, RmsNormMatchesCpu) {
 TEST(NormGpu, ResidualAddMatchesCpu) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16}) {
-    for (NormShape s : {NormShape{33, 1000}, NormShape{500, 64}}) {
+    for (NormShape s : {NormShape{33, 1000}, NormShape{500, 64}, NormShape{40, 1280}}) {
       const std::string tag = "residual norm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
       const Tensor x = random_tensor({s.rows, s.cols}, dt, 40, 2.0f), r = random_tensor(x.shape(), dt, 41);
       const Tensor w = random_tensor({s.cols}, dt, 42, 0.2f, 1.0f), b = random_tensor({s.cols}, dt, 43);
@@ -190,7 +191,7 @@ TEST(NormGpu, ResidualAddMatchesCpu) {
 TEST(NormGpu, LayerNormMatchesCpu) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16}) {
-    for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}}) {
+    for (NormShape s : {NormShape{33, 1000}, NormShape{1, 4096}, NormShape{300, 37}, NormShape{40, 1280}}) {
       const std::string tag = "layernorm " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
       const Tensor x = random_tensor({s.rows, s.cols}, dt, 30, 2.0f, 3.0f);
       const Tensor w = random_tensor({s.cols}, dt, 31, 0.2f, 1.0f), b = random_tensor({s.cols}, dt, 32);
