@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "amber/ops/attention_bench.h"
+#include "amber/ops/gemm.h"
 #include "amber/ops/kernel_bench.h"
 #include "amber/train/run_config.h"
 #include "amber/train/step_bench.h"
@@ -17,10 +18,12 @@ struct BenchArgs {
   std::vector<std::string> overrides;
   StepBenchOptions options;
   std::string doc_lengths = "2048";
+  std::string gemm_tuning;
 };
 
 void run(BenchArgs& a) {
   const RunConfig config = load_run_config(a.config, a.overrides);
+  set_gemm_tuning_file(a.gemm_tuning);
   a.options.model = config.model;
   a.options.optimizer = config.optimizer;
   const size_t dash = a.doc_lengths.find('-');
@@ -149,6 +152,9 @@ void add_bench_command(CLI::App& app) {
                  "Also print GPU time per op (CUDA events around every op entry point; runs eagerly)");
   step->add_flag("!--no-graph", a->options.cuda_graph,
                  "Issue every step's kernels from the host instead of replaying a captured CUDA graph");
+  step->add_option("--gemm-tuning", a->gemm_tuning,
+                   "GPU: time cuBLASLt's first 8 algorithms for each new product shape, keep the fastest and "
+                   "record it in this file (reused by later runs that name it)");
   step->callback([a] { run(*a); });
 
   struct KernelArgs {

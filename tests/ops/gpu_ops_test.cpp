@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -326,6 +328,42 @@ TEST(GemmGpu, EveryTransposeMatchesCpu) {
       expect_close(tag + " into f32", gf, cf, dt);
     }
   }
+}
+
+// Measured algorithms: the first product of a shape is tuned and recorded under the
+// file's header; a process that names the file again reuses the choice (the same
+// bits, no new line); a file from another cuBLASLt or card is refused.
+TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
+  REQUIRE_GPU();
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "amber_gemm_tuning_test.tsv";
+  std::filesystem::remove(file);
+  const auto lines = [&] {
+    std::ifstream in(file);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  const int64_t m = 520, n = 264, k = 136;  // a shape no other test runs
+  const Tensor a = random_tensor({m, k}, DType::bf16, 90), b = random_tensor({n, k}, DType::bf16, 91);
+  Tensor cc = Tensor::empty({m, n}, DType::f32), first = nan_tensor({m, n}, DType::f32);
+  Tensor again = nan_tensor({m, n}, DType::f32);
+  gemm(a, false, b, true, cc);
+  set_gemm_tuning_file(file.string());
+  gemm(gpu(a), false, gpu(b), true, first);
+  expect_close("tuned gemm", first, cc, DType::bf16);
+  EXPECT_EQ(lines(), 2) << "the header and the one product tuned";
+  set_gemm_tuning_file(file.string());  // as a resumed run: read back, nothing re-timed
+  gemm(gpu(a), false, gpu(b), true, again);
+  EXPECT_EQ(again.to_doubles(), first.to_doubles());
+  EXPECT_EQ(lines(), 2);
+  set_gemm_tuning_file("");
+  {
+    std::ofstream other(file);
+    other << "amber-gemm-algorithms cublasLt=1 device=elsewhere\n";
+  }
+  EXPECT_THROW(set_gemm_tuning_file(file.string()), Error);
+  set_gemm_tuning_file("");
+  std::filesystem::remove(file);
 }
 
 TEST(GemmGpu, LinearForwardAndBackwardMatchCpu) {

@@ -19,6 +19,14 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
                   cuda::gemm(a, ta, b, tb, c, alpha, beta), cpu::gemm(a, ta, b, tb, c, alpha, beta));
 }
 
+void set_gemm_tuning_file(const std::string& path) {
+#ifdef AMBER_WITH_CUDA
+  cuda::set_gemm_tuning_file(path);
+#else
+  (void)path;
+#endif
+}
+
 std::vector<double> gemm_algorithm_times(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta,
                                          int count, int repeats) {
   const char* op = "gemm_algorithm_times";

@@ -3,6 +3,7 @@
 // (or fp64) accumulation; bf16/f16 operands are widened first.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "amber/core/tensor.h"
@@ -13,6 +14,15 @@ namespace amber {
 // optional transpose.
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
           double alpha = 1.0, double beta = 0.0);
+
+// Measured GEMM algorithms on the GPU, off by default (then every product runs
+// cuBLASLt's first heuristic answer, the same choice in every process). With a file,
+// each new product shape is timed with cuBLASLt's first 8 answers on a scratch
+// output and the fastest is kept: appended to the file, and read back by every later
+// process that names it, so a resumed run makes the same choices and keeps its bits.
+// The file records cuBLASLt's version and the card; another pair is refused. An empty
+// path turns tuning off. CPU products have one algorithm and ignore it.
+void set_gemm_tuning_file(const std::string& path);
 
 // For `amber bench kernel gemm` (GPU only): c = op(a) op(b) + beta c timed with each
 // of cuBLASLt's first `count` heuristic answers (ms, best of `repeats`; -1 where an

@@ -20,6 +20,7 @@
 #include "amber/data/tokenizer_json.h"
 #include "amber/gen/generate.h"
 #include "amber/model/flops.h"
+#include "amber/ops/gemm.h"
 #include "amber/train/checkpoint.h"
 
 namespace amber {
@@ -166,6 +167,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
               " already holds checkpoints of an earlier run; continue it with --resume, or choose another "
               "train.out_dir (or remove the folder) to start afresh");
   fs::create_directories(c.train.out_dir);
+  // Beside the checkpoints, so a resumed run reads the choices it made before.
+  const bool tune = c.train.gemm_tuning && device.is_cuda();
+  set_gemm_tuning_file(tune ? (fs::path(c.train.out_dir) / "gemm_algorithms.tsv").string() : std::string());
   if (!resume_dir.empty()) {
     const nlohmann::json state = load_checkpoint(resume_dir, *s.model, s.optimizer.get());
     s.loader->restore(state.at("loader"));

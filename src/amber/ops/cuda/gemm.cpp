@@ -5,8 +5,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <fstream>
 #include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "amber/core/error.h"
@@ -28,13 +34,22 @@ struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+  int policy = 0;  // the tuning policy the cached choices were made under
 };
+
+// Bumped whenever set_gemm_tuning_file changes the policy: every thread's cached
+// choices are dropped at its next product.
+std::atomic<int> tuning_policy{0};
 
 LtState& lt_state() {
   thread_local std::map<int, LtState> states;
   int device = 0;
   cudaGetDevice(&device);
   LtState& s = states[device];
+  if (s.policy != tuning_policy.load()) {
+    s.algos.clear();
+    s.policy = tuning_policy.load();
+  }
   if (!s.handle) {
     AMBER_CHECK(cublasLtCreate(&s.handle) == CUBLAS_STATUS_SUCCESS, "gemm: cublasLtCreate failed");
     // Allocated once for the life of the thread; the pool would also serve it, but a
@@ -81,6 +96,7 @@ struct Product {
   const Tensor* a;
   const Tensor* b;
   Tensor* c;
+  bool ta, tb;
   int64_t m, n, k;
   Descriptors d;
   AlgoKey key;
@@ -91,8 +107,8 @@ struct Product {
                 dtype_name(a->dtype()), " -> ", dtype_name(c->dtype()));
   }
 
-  Product(const Tensor& a_, bool ta, const Tensor& b_, bool tb, Tensor& c_)
-      : a(&a_), b(&b_), c(&c_), m(ta ? a_.size(1) : a_.size(0)), n(tb ? b_.size(0) : b_.size(1)),
+  Product(const Tensor& a_, bool ta_, const Tensor& b_, bool tb_, Tensor& c_)
+      : a(&a_), b(&b_), c(&c_), ta(ta_), tb(tb_), m(ta ? a_.size(1) : a_.size(0)), n(tb ? b_.size(0) : b_.size(1)),
         k(ta ? a_.size(0) : a_.size(1)) {
     const cudaDataType_t ab_type = lt_type(a_.dtype()), c_type = lt_type(c_.dtype());
     // Plain fp32 compute: CUBLAS_COMPUTE_32F never uses TF32, so f32 products stay f32.
@@ -162,29 +178,18 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
   return false;
 }
 
-}  // namespace
-
-void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
-  if (!prepare(a, ta, b, tb, c, beta)) return;
-  LtState& s = lt_state();
-  Product p(a, ta, b, tb, c);
-  auto found = s.algos.find(p.key);
-  if (found == s.algos.end()) found = s.algos.emplace(p.key, p.heuristics(s, 1)[0].algo).first;
-  p.check(p.run(s, found->second, alpha, beta), "matmul");
-}
-
-std::vector<double> time_gemm_algorithms(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
-                                         double beta, int count, int repeats) {
+// Milliseconds of each candidate on product p (its c overwritten): the best of
+// `repeats` after a warm-up call; -1 for a candidate that does not run.
+std::vector<double> time_candidates(LtState& s, const Product& p,
+                                    const std::vector<cublasLtMatmulHeuristicResult_t>& candidates, double beta,
+                                    int repeats) {
   std::vector<double> ms;
-  if (!prepare(a, ta, b, tb, c, beta)) return ms;
-  LtState& s = lt_state();
-  Product p(a, ta, b, tb, c);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  for (const cublasLtMatmulHeuristicResult_t& h : p.heuristics(s, count)) {
+  for (const cublasLtMatmulHeuristicResult_t& h : candidates) {
     double best = -1.0;
-    if (p.run(s, h.algo, 1.0, beta) == CUBLAS_STATUS_SUCCESS) {  // the warm-up call
+    if (p.run(s, h.algo, 1.0, beta) == CUBLAS_STATUS_SUCCESS) {
       for (int r = 0; r < repeats; ++r) {
         cudaEventRecord(start, cudaStreamPerThread);
         p.check(p.run(s, h.algo, 1.0, beta), "matmul");
@@ -200,8 +205,136 @@ std::vector<double> time_gemm_algorithms(const Tensor& a, bool ta, const Tensor&
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   const cudaError_t error = cudaGetLastError();
-  AMBER_CHECK(error == cudaSuccess, "gemm: timing the algorithms failed: ", cudaGetErrorString(error));
+  AMBER_CHECK(error == cudaSuccess, "gemm: timing cuBLASLt's algorithms failed: ", cudaGetErrorString(error));
   return ms;
+}
+
+// What a tuning file's first line must say: cuBLASLt's version and the card, since
+// an algorithm is only valid (and only fast) where it was measured.
+std::string tuning_header() {
+  int device = 0;
+  cudaGetDevice(&device);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, device);
+  std::string name = prop.name;
+  std::replace(name.begin(), name.end(), ' ', '_');
+  return "amber-gemm-algorithms cublasLt=" + std::to_string(cublasLtGetVersion()) + " device=" + name;
+}
+
+// The measured choices of set_gemm_tuning_file: read once from the file, appended to
+// as new products are tuned. One table for the process (host threads share it).
+struct Tuning {
+  std::mutex mutex;
+  std::string path;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> table;
+
+  // On a bad file the error leaves tuning off.
+  void open(const std::string& file) {
+    table.clear();
+    path.clear();
+    if (file.empty()) return;
+    std::ifstream in(file);
+    if (!in) {  // a new file: its header now, the products as they are tuned
+      std::ofstream out(file);
+      out << tuning_header() << "\n";
+      AMBER_CHECK(out.good(), "gemm tuning: cannot create ", file, "; check that its folder exists and is writable");
+      path = file;
+      return;
+    }
+    std::string header;
+    std::getline(in, header);
+    AMBER_CHECK(header == tuning_header(), "gemm tuning: ", file, " was measured as '", header,
+                "' but this process is '", tuning_header(), "'; its algorithms may not run here: remove the file "
+                "or name a new one");
+    std::map<AlgoKey, cublasLtMatmulAlgo_t> read;
+    std::string line;
+    for (int number = 2; std::getline(in, line); ++number) {
+      std::istringstream fields(line);
+      int ab = 0, c = 0, ta = 0, tb = 0, al_a = 0, al_b = 0, al_c = 0;
+      int64_t m = 0, n = 0, k = 0;
+      cublasLtMatmulAlgo_t algo{};
+      fields >> ab >> c >> ta >> tb >> m >> n >> k >> al_a >> al_b >> al_c >> std::hex;
+      for (uint64_t& word : algo.data) fields >> word;
+      AMBER_CHECK(!fields.fail(), "gemm tuning: ", file, " line ", number, " is not a product and its algorithm (",
+                  line, "); remove the file to measure afresh");
+      read[AlgoKey{ab, c, ta != 0, tb != 0, m, n, k, al_a, al_b, al_c}] = algo;
+    }
+    table = std::move(read);
+    path = file;
+  }
+
+  void record(const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) {
+    table[key] = algo;
+    std::ofstream out(path, std::ios::app);
+    const auto& [ab, c, ta, tb, m, n, k, al_a, al_b, al_c] = key;
+    out << ab << " " << c << " " << ta << " " << tb << " " << m << " " << n << " " << k << " " << al_a << " " << al_b
+        << " " << al_c << std::hex;
+    for (uint64_t word : algo.data) out << " " << word;
+    out << "\n";
+    AMBER_CHECK(out.good(), "gemm tuning: cannot append to ", path);
+  }
+};
+
+Tuning& tuning() {
+  static Tuning t;
+  return t;
+}
+
+constexpr int kTuningCandidates = 8, kTuningRepeats = 3;
+
+// The algorithm for p, and whether it may be cached for the thread: the heuristic's
+// first answer, or with tuning on the file's choice or the fastest of the first
+// kTuningCandidates timed now on a scratch output (never while a graph is being
+// captured: then the heuristic's answer serves this call only).
+std::pair<cublasLtMatmulAlgo_t, bool> choose(LtState& s, Product& p, double beta) {
+  Tuning& t = tuning();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  if (t.path.empty()) return {p.heuristics(s, 1)[0].algo, true};
+  if (const auto found = t.table.find(p.key); found != t.table.end()) return {found->second, true};
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(cudaStreamPerThread, &capture);
+  if (capture != cudaStreamCaptureStatusNone) return {p.heuristics(s, 1)[0].algo, false};
+  const std::vector<cublasLtMatmulHeuristicResult_t> candidates = p.heuristics(s, kTuningCandidates);
+  Tensor scratch = Tensor::empty(p.c->shape(), p.c->dtype(), p.c->device());
+  const Product on_scratch(*p.a, p.ta, *p.b, p.tb, scratch);
+  const std::vector<double> ms = time_candidates(s, on_scratch, candidates, beta, kTuningRepeats);
+  size_t best = 0;
+  for (size_t i = 1; i < ms.size(); ++i)
+    if (ms[i] > 0 && (ms[best] < 0 || ms[i] < ms[best])) best = i;
+  AMBER_CHECK(ms[best] > 0, "gemm: none of cuBLASLt's algorithms ran for op(a) ", p.m, "x", p.k, ", op(b) ", p.k,
+              "x", p.n);
+  t.record(p.key, candidates[best].algo);
+  return {candidates[best].algo, true};
+}
+
+}  // namespace
+
+void set_gemm_tuning_file(const std::string& path) {
+  Tuning& t = tuning();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  ++tuning_policy;
+  t.open(path);
+}
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+  if (!prepare(a, ta, b, tb, c, beta)) return;
+  LtState& s = lt_state();
+  Product p(a, ta, b, tb, c);
+  auto found = s.algos.find(p.key);
+  if (found == s.algos.end()) {
+    const auto [algo, cacheable] = choose(s, p, beta);
+    if (!cacheable) return p.check(p.run(s, algo, alpha, beta), "matmul");
+    found = s.algos.emplace(p.key, algo).first;
+  }
+  p.check(p.run(s, found->second, alpha, beta), "matmul");
+}
+
+std::vector<double> time_gemm_algorithms(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
+                                         double beta, int count, int repeats) {
+  if (!prepare(a, ta, b, tb, c, beta)) return {};
+  LtState& s = lt_state();
+  Product p(a, ta, b, tb, c);
+  return time_candidates(s, p, p.heuristics(s, count), beta, repeats);
 }
 
 }  // namespace amber::cuda

@@ -2,6 +2,7 @@
 // heuristic per shape, one workspace per thread and device) and the linear-layer bias helpers.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "amber/core/tensor.h"
@@ -10,6 +11,8 @@ namespace amber::cuda {
 
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
           double alpha, double beta);
+// ops/gemm.h's set_gemm_tuning_file.
+void set_gemm_tuning_file(const std::string& path);
 // For `amber bench kernel gemm`: c = op(a) op(b) + beta c (c overwritten) timed with
 // each of cuBLASLt's first `count` heuristic answers (best of `repeats`, ms; -1 for an
 // answer that does not run); entry 0 is the algorithm gemm() uses.
