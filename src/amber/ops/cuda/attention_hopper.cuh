@@ -14,6 +14,14 @@ namespace amber::cuda::hopper {
 
 constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1), kOwnRows = 64 * kConsumers;
 
+// Registers per thread after setmaxnreg, within the 512 a thread slot has: a 24-register
+// producer beside two 240-register consumers, or 32 beside three of 160 (a 512-thread
+// block enters with 128 each).
+template <int kGroups>
+constexpr int kConsumerRegisters = kGroups == 2 ? 240 : 160;
+template <int kGroups>
+constexpr int kProducerRegisters = kGroups == 2 ? 24 : 32;
+
 // Tensor maps of the owned tensors (boxes of kOwnRows rows) and the streamed ones.
 struct Maps {
   CUtensorMap own[2], stream[2];
@@ -22,10 +30,10 @@ struct Maps {
 // Maps for tensors of [T, heads, D]; the second owned map is left unused with kOwn = 1.
 template <int kOwn>
 Maps make_maps(const Tensor& own0, const Tensor& own1, const Tensor& stream0, const Tensor& stream1,
-               int stream_rows, const char* op) {
+               int stream_rows, const char* op, int own_rows = kOwnRows) {
   Maps m{};
-  m.own[0] = swizzled_rows_map(own0, kOwnRows, op);
-  if constexpr (kOwn == 2) m.own[1] = swizzled_rows_map(own1, kOwnRows, op);
+  m.own[0] = swizzled_rows_map(own0, own_rows, op);
+  if constexpr (kOwn == 2) m.own[1] = swizzled_rows_map(own1, own_rows, op);
   m.stream[0] = swizzled_rows_map(stream0, stream_rows, op);
   m.stream[1] = swizzled_rows_map(stream1, stream_rows, op);
   return m;
@@ -34,19 +42,20 @@ Maps make_maps(const Tensor& own0, const Tensor& own1, const Tensor& stream0, co
 // The most stages (up to 4) whose tiles fit in a block's 227 KB of shared memory
 // beside the owned tiles, the barriers, the alignment slack and `kReserveBytes` the
 // kernel keeps for itself.
-template <int D, int kOwn, int kStreamRows, int kExtraBytes = 0, int kReserveBytes = 0>
+template <int D, int kOwn, int kStreamRows, int kExtraBytes = 0, int kReserveBytes = 0, int kGroups = kConsumers>
 constexpr int ring_stages() {
   constexpr int stage = (2 * kStreamRows * D * 2 + kExtraBytes + 1023) / 1024 * 1024;
-  constexpr int room = 227 * 1024 - 2048 - kOwn * kOwnRows * D * 2 - kReserveBytes;
+  constexpr int room = 227 * 1024 - 2048 - kOwn * 64 * kGroups * D * 2 - kReserveBytes;
   return room / stage < 4 ? room / stage : 4;
 }
 
-// Shared memory: owned tiles, then per stage (kStages of them in the ring) two
-// streamed tiles and `kExtraBytes` the kernel adds (row statistics), then the barriers.
-template <int D, int kOwn, int kStreamRows, int kStages, int kExtraBytes = 0>
+// Shared memory: owned tiles (64 rows per consumer warpgroup, kGroups of them), then
+// per stage (kStages of them in the ring) two streamed tiles and `kExtraBytes` the
+// kernel adds (row statistics), then the barriers.
+template <int D, int kOwn, int kStreamRows, int kStages, int kExtraBytes = 0, int kGroups = kConsumers>
 struct Ring {
-  static constexpr int kPanels = D / 64;
-  static constexpr int kOwnBytes = kOwnRows * D * 2, kOwnPanelBytes = kOwnRows * 128;
+  static constexpr int kPanels = D / 64, kRows = 64 * kGroups;
+  static constexpr int kOwnBytes = kRows * D * 2, kOwnPanelBytes = kRows * 128;
   static constexpr int kStreamBytes = kStreamRows * D * 2, kStreamPanelBytes = kStreamRows * 128;
   static constexpr int kStageBytes = (2 * kStreamBytes + kExtraBytes + 1023) / 1024 * 1024;  // tiles stay aligned
   static constexpr int kBarrierOffset = kOwn * kOwnBytes + kStages * kStageBytes;
@@ -79,7 +88,7 @@ struct Ring {
       barrier_init(own_full(), 1);
       for (int s = 0; s < kStages; ++s) {
         barrier_init(full(s), 1 + loaders);
-        barrier_init(empty(s), 4 * kConsumers);  // one arrival per consumer warp
+        barrier_init(empty(s), 4 * kGroups);  // one arrival per consumer warp
       }
       barrier_init_fence();
     }
@@ -93,10 +102,10 @@ struct Ring {
   __device__ bool consumer(const Maps& maps, int own_head, int64_t own_row, int stream_head, int64_t first_row,
                            int stages) const {
     if (threadIdx.x >= 128) {
-      claim_registers<240>();
+      claim_registers<kConsumerRegisters<kGroups>>();
       return true;
     }
-    release_registers<24>();
+    release_registers<kProducerRegisters<kGroups>>();
     if (threadIdx.x == 0)
       produce(maps, own_head, static_cast<int>(own_row), stream_head, static_cast<int>(first_row), stages);
     return false;

@@ -1,7 +1,8 @@
-// Hopper attention forward (sm_90a; bf16/f16, head_dim 64 and 128). A block owns 128
-// query rows of one head: one producer warpgroup whose single thread issues TMA copies
-// of Q and of a ring of 128-key K/V tiles, each completing on an mbarrier,
-// and two consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma from
+// Hopper attention forward (sm_90a; bf16/f16, head_dim 64 and 128). A block owns 192
+// query rows of one head at head_dim 64, 128 at 128: one producer warpgroup whose
+// single thread issues TMA copies of Q and of a ring of 128-key K/V tiles, each
+// completing on an mbarrier, and three (two) consumer warpgroups of 64 rows each that
+// compute S = Q K^T with wgmma from
 // shared memory, run the online softmax in registers (log2 domain, fp32), and add
 // P V with P fed to wgmma from registers. Consumers hand a stage back by arriving on
 // its "empty" barrier; masks are applied only on tiles at the diagonal or the window's
@@ -16,12 +17,19 @@ using tensor_core::Fragment;
 using tensor_core::kLog2e;
 
 constexpr int kKeys = 128;  // keys per streamed stage
+// Consumer warpgroups: three at head_dim 64 (192 query rows a block), where a
+// consumer's softmax leaves the tensor cores idle unless two others have products
+// queued; two at 128, whose output accumulators need the 240 registers two allow.
 template <int D>
-using ForwardRing = Ring<D, 1, kKeys, ring_stages<D, 1, kKeys>()>;
+constexpr int kForwardGroups = D == 64 ? 3 : 2;
+template <int D>
+constexpr int kForwardThreads = 128 * (kForwardGroups<D> + 1);  // and the producer warpgroup
+template <int D>
+using ForwardRing = Ring<D, 1, kKeys, ring_stages<D, 1, kKeys, 0, 0, kForwardGroups<D>>(), 0, kForwardGroups<D>>;
 
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Maps maps, Layout g,
-                                                              ForwardArgs<T> a) {
+__global__ void __launch_bounds__(kForwardThreads<D>, 1)
+    forward_kernel(const __grid_constant__ Maps maps, Layout g, ForwardArgs<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using R = ForwardRing<D>;
   extern __shared__ uint8_t smem_raw[];
@@ -78,13 +86,14 @@ bool supports(const Tensor& q) {
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned, const float* sinks, Tensor& out,
              Tensor& lse) {
   const char* op = "attention_forward";
-  Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kOwnRows, q.device(), plan, op);
   tensor_core::with_types(q, op, [&]<class T, int D>() {
-    const Maps maps = make_maps<1>(q, q, k, v, kKeys, op);
+    constexpr int kRows = ForwardRing<D>::kRows;
+    Tensor plan;
+    const Layout g = with_tile_plan(unplanned, kRows, q.device(), plan, op);
+    const Maps maps = make_maps<1>(q, q, k, v, kKeys, op, kRows);
     constexpr int smem = ForwardRing<D>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
-    forward_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, smem,
+    forward_kernel<T, D><<<attention_grid(g, g.heads, op), kForwardThreads<D>, smem,
                            cudaStreamPerThread>>>(
         maps, g,
         ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
