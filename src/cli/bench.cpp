@@ -58,7 +58,7 @@ void run(BenchArgs& a) {
 std::vector<GemmBenchShape> model_gemm_shapes(const ModelConfig& m, int64_t tokens, int64_t chunk) {
   const int64_t dim = m.dim, q = int64_t{m.heads} * m.resolved_head_dim();
   const int64_t kv = int64_t{m.resolved_kv_heads()} * m.resolved_head_dim(), hidden = m.resolved_mlp_hidden();
-  const int64_t up = m.mlp == "swiglu" ? 2 * hidden : hidden;
+  const int64_t up = m.mlp_is_gated() ? 2 * hidden : hidden;
   std::vector<GemmBenchShape> shapes;
   const auto linear = [&](const std::string& name, int64_t in, int64_t out, int64_t rows) {
     shapes.push_back({name + ", forward", rows, out, in, false, true, false, 0.0});

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
 #include "testing.h"
@@ -73,6 +75,19 @@ TEST(Gemm, TransposesAndRejectsBadShapes) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("[5, 3]"), std::string::npos) << e.what();
+  }
+}
+
+// cuBLASLt's algorithms (bench kernel gemm) exist on a GPU only: CPU tensors get an
+// error that says so, not a silent empty answer.
+TEST(Gemm, AlgorithmTimesNeedAGpu) {
+  const Tensor a = random_tensor({4, 3}, DType::f32, 5), b = random_tensor({3, 2}, DType::f32, 6);
+  Tensor c = Tensor::zeros({4, 2}, DType::f32);
+  try {
+    gemm_algorithm_times(a, false, b, false, c, 0.0, 4, 1);
+    FAIL() << "no error on the CPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU"), std::string::npos) << e.what();
   }
 }
 

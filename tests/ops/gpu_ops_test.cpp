@@ -332,7 +332,8 @@ TEST(GemmGpu, EveryTransposeMatchesCpu) {
 
 // Measured algorithms: the first product of a shape is tuned and recorded under the
 // file's header; a process that names the file again reuses the choice (the same
-// bits, no new line); a file from another cuBLASLt or card is refused.
+// bits, no new line); a damaged line or a file from another cuBLASLt or card is
+// refused.
 TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
   REQUIRE_GPU();
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "amber_gemm_tuning_test.tsv";
@@ -357,6 +358,11 @@ TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
   EXPECT_EQ(again.to_doubles(), first.to_doubles());
   EXPECT_EQ(lines(), 2);
   set_gemm_tuning_file("");
+  {
+    std::ofstream damaged(file, std::ios::app);
+    damaged << "not a product\n";
+  }
+  EXPECT_THROW(set_gemm_tuning_file(file.string()), Error);
   {
     std::ofstream other(file);
     other << "amber-gemm-algorithms cublasLt=1 device=elsewhere\n";

@@ -3,9 +3,9 @@
 // single thread issues TMA copies of Q and of a ring of 128-key K/V tiles, each
 // completing on an mbarrier, and three (two) consumer warpgroups of 64 rows each that
 // compute S = Q K^T with wgmma from shared memory, run the online softmax in registers
-// (log2 domain, fp32), and add P V with P fed to wgmma from registers. Consumers hand a stage back by arriving on
-// its "empty" barrier; masks are applied only on tiles at the diagonal or the window's
-// edge. Keys past a document's end belong to the next document (or are TMA's zeros)
+// (log2 domain, fp32), and add P V with P fed to wgmma from registers. Consumers hand
+// a stage back by arriving on its "empty" barrier; masks are applied only on tiles at
+// the diagonal or the window's edge. Keys past a document's end belong to the next document (or are TMA's zeros)
 // and are always masked; their V rows meet a zero probability.
 #include "amber/ops/cuda/attention_hopper.cuh"
 
