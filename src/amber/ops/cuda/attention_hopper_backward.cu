@@ -25,6 +25,7 @@ using tensor_core::VisibleSpan;
 constexpr int kDqKeys = 128;
 template <bool kDq>
 constexpr int kDkdvQueries = kDq ? 128 : 64;
+constexpr int kPieceQueries = 64;  // queries per scores product in the dK/dV kernel
 template <bool kDq>
 constexpr int kStatBytes = 2 * kDkdvQueries<kDq> * 4;  // lse and delta per streamed query
 
@@ -290,7 +291,6 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
                                                            BackwardArgs<T> a, OrderedSums sums) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kQueries = kDkdvQueries<kDq>;
-  constexpr bool kOverlapDv = kQueries == 64;
   using R = DkdvRing<D, kDq>;
   static_assert(2 * kOwnRows * D * 4 <= R::kBarrierOffset, "add_dkdv's tiles fit in the ring's tiles");
   extern __shared__ uint8_t smem_raw[];
@@ -342,70 +342,75 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
   const uint64_t v_desc = k_major(ring.own(1) + consumer * 64 * 128);
   barrier_wait(ring.own_full(), 0);
   for (int stage = 0; stage < stages; ++stage) {
-    const int qt = t.begin + stage * kQueries;
-    const bool needed = keys_begin < keys_end && qt + kQueries - 1 >= keys_begin &&
-                        (g.window == 0 || qt <= keys_end - 2 + g.window);
     barrier_wait(ring.full(stage), R::parity(stage));
-    uint32_t ds_operand[kQueries / 16][4];  // dS^T (keys x queries) rounded to T
-    if (!needed) {
+    // The stage's queries in pieces of 64: a piece's scores and dP^T (64 x 64) beside
+    // dK, dV and the previous piece's operands still in flight fit the registers, so
+    // the products stay asynchronous (whole 128-query scores would not: ptxas then
+    // serialises every wgmma).
 #pragma unroll
-      for (int kk = 0; kk < kQueries / 16; ++kk)
+    for (int piece = 0; piece < kQueries / kPieceQueries; ++piece) {
+      const int qt = t.begin + stage * kQueries + piece * kPieceQueries;
+      const bool needed = keys_begin < keys_end && qt + kPieceQueries - 1 >= keys_begin &&
+                          (g.window == 0 || qt <= keys_end - 2 + g.window);
+      uint32_t ds_operand[kPieceQueries / 16][4];  // dS^T (keys x queries) rounded to T
+      if (!needed) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds_operand[kk][e] = 0;
-    } else {
-      float st[kQueries / 8][4], dpt[kQueries / 8][4];
-      const float* lse = reinterpret_cast<const float*>(ring.extra(stage));
-      const float* delta = lse + kQueries;
-      // Products overlap the arithmetic: dP^T runs while P^T is computed, and at 64
-      // queries dV's accumulation while dS^T is (at 128 the accumulators leave no
-      // registers for P^T's operands meanwhile, so dV's product follows dS^T).
-      product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(st, k_desc, k_major(ring.stream(stage, 0)));
-      wgmma_commit();
-      product_abt<T, D, kQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(dpt, v_desc, k_major(ring.stream(stage, 1)));
-      wgmma_commit();
-      wgmma_wait<1>();
-      pin(st);
-      const bool edge = qt < keys_end || qt + kQueries > query_end ||
-                        (g.window > 0 && qt + kQueries - 1 >= keys_begin + g.window);
-      // The statistics of the lane's first column (VisibleSpan's offsets index them).
-      const int lane_column = 2 * (threadIdx.x % 4);
-      lse += lane_column;
-      delta += lane_column;
+        for (int kk = 0; kk < kPieceQueries / 16; ++kk)
 #pragma unroll
-      for (int nt = 0; nt < kQueries / 8; ++nt)
+          for (int e = 0; e < 4; ++e) ds_operand[kk][e] = 0;
+      } else {
+        float st[kPieceQueries / 8][4], dpt[kPieceQueries / 8][4];
+        const int rows = piece * kPieceQueries;  // the piece's first row in the stage's tiles
+        const float* lse = reinterpret_cast<const float*>(ring.extra(stage)) + rows;
+        const float* delta = lse + kQueries;
+        const uint64_t q_rows = k_major(ring.stream(stage, 0) + rows * 128);
+        const uint64_t do_rows = k_major(ring.stream(stage, 1) + rows * 128);
+        // dP^T's product runs while P^T is computed, and dV's while dS^T is.
+        product_abt<T, D, kPieceQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(st, k_desc, q_rows);
+        wgmma_commit();
+        product_abt<T, D, kPieceQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(dpt, v_desc, do_rows);
+        wgmma_commit();
+        wgmma_wait<1>();
+        pin(st);
+        const bool edge = qt < keys_end || qt + kPieceQueries > query_end ||
+                          (g.window > 0 && qt + kPieceQueries - 1 >= keys_begin + g.window);
+        // The statistics of the lane's first column (VisibleSpan's offsets index them).
+        const int lane_column = 2 * (threadIdx.x % 4);
+        lse += lane_column;
+        delta += lane_column;
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          st[nt][e] = exp2_fast(st[nt][e] * scale_log2 - lse[nt * 8 + e % 2] * kLog2e);  // P^T
-      if (edge) {
-        const VisibleSpan seen = VisibleSpan::queries_of_keys(Fragment{f0.row0, qt}, g.window, query_end);
-#pragma unroll
-        for (int nt = 0; nt < kQueries / 8; ++nt)
+        for (int nt = 0; nt < kPieceQueries / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            if (!seen.has(nt, e)) st[nt][e] = 0.0f;
-      }
-      if constexpr (kOverlapDv) {
-        product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
+            st[nt][e] = exp2_fast(st[nt][e] * scale_log2 - lse[nt * 8 + e % 2] * kLog2e);  // P^T
+        if (edge) {
+          const VisibleSpan seen = VisibleSpan::queries_of_keys(Fragment{f0.row0, qt}, g.window, query_end);
+#pragma unroll
+          for (int nt = 0; nt < kPieceQueries / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (!seen.has(nt, e)) st[nt][e] = 0.0f;
+        }
+        product_pb<T, kPieceQueries, D>(
+            dv, st, mn_step(mn_major(ring.stream(stage, 1), R::kStreamPanelBytes), rows / 16));
+        wgmma_commit();
+        wgmma_wait<1>();
+        pin(dpt);
+#pragma unroll
+        for (int nt = 0; nt < kPieceQueries / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[nt * 8 + e % 2]);  // dS^T
+        to_operand<T, kPieceQueries>(dpt, ds_operand);
+        product_ab<T, kPieceQueries, D>(
+            dk, ds_operand, mn_step(mn_major(ring.stream(stage, 0), R::kStreamPanelBytes), rows / 16));
         wgmma_commit();
       }
-      wgmma_wait<kOverlapDv ? 1 : 0>();
-      pin(dpt);
-#pragma unroll
-      for (int nt = 0; nt < kQueries / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[nt * 8 + e % 2]);  // dS^T
-      if constexpr (!kOverlapDv) {
-        product_pb<T, kQueries, D>(dv, st, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
-        wgmma_commit();
-      }
-      to_operand<T, kQueries>(dpt, ds_operand);
-      product_ab<T, kQueries, D>(dk, ds_operand, mn_major(ring.stream(stage, 0), R::kStreamPanelBytes));
-      wgmma_commit();
+      // The piece's dS^T (this warpgroup's 64 keys) into its panel of the stage's tile.
+      if constexpr (kDq) store_ds<kPieceQueries>(dq_tiles.ds(stage) + piece * kDsPanelBytes, ds_operand, 64 * consumer);
     }
     if constexpr (kDq) {
-      // Both halves of dS^T land in the stage's tile; the consumers meet, then each
-      // computes dQ for its 64 of the stage's queries over all 128 keys.
-      store_ds<kQueries>(dq_tiles.ds(stage), ds_operand, 64 * consumer);
+      // The consumers meet, then each computes dQ for its 64 of the stage's queries
+      // over all 128 keys.
       fence_async_shared();
       named_sync(1, 2 * 128);
       float dq[D / 8][4];
@@ -417,8 +422,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
         mma_ss<T, D, 1, 1>(dq, mn_step(ds_desc, kk), mn_step(k_rows, kk), kk > 0);
       complete(dq);
       if (stage > 0) barrier_wait(dq_tiles.empty(consumer), (stage - 1) & 1);
-      store_sum_tile<D>(dq_tiles.dq(consumer), dq, Fragment{16 * warp, 0}, t.doc_start + qt + consumer * kDqRows,
-                        1.0f);
+      store_sum_tile<D>(dq_tiles.dq(consumer), dq, Fragment{16 * warp, 0},
+                        t.doc_start + t.begin + stage * kQueries + consumer * kDqRows, 1.0f);
       fence_async_shared();
       barrier_arrive(dq_tiles.full(consumer));
     } else {

@@ -3,6 +3,7 @@
 // kernel reduces them (and, in the backward, turns them into d(loss)/d(logits) in the
 // operand dtype), and two cuBLASLt products give dx and dw (+=). The per-token losses
 // are summed on the device in fixed chunks, so a step never reads them on the host.
+#include <algorithm>
 #include <cstdio>
 
 #include "amber/ops/cuda/common.cuh"
@@ -12,7 +13,10 @@
 namespace amber::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+// The row kernels run one block of kThreads per SM, each walking rows with a stride of
+// the grid: the rows in flight (one per SM, 256 KB at vocab 65536) stay in L2, so the
+// fused kernel's second read of a row hits L2 rather than memory.
+constexpr int kThreads = 1024;
 
 __device__ __forceinline__ void check_target(int32_t y, int32_t ignore, int64_t vocab, int64_t token) {
   if (y != ignore && (y < 0 || y >= vocab)) {
@@ -24,18 +28,35 @@ __device__ __forceinline__ void check_target(int32_t y, int32_t ignore, int64_t 
   }
 }
 
+// A row's elements in groups of four (16-byte loads) when every row is 16-byte aligned
+// (vocab % 4 == 0), else one by one; each thread owns the same elements in every pass.
+__device__ __forceinline__ bool rows_in_quads(int64_t vocab) { return vocab % 4 == 0; }
+
 // Log-sum-exp of one f32 row of logits, returned to every thread of the block, in one
 // pass over the row: each thread keeps a running (max, sum) pair, rescaled when its
 // max grows, and the block combines the pairs.
 __device__ float row_lse(const float* z, int64_t vocab, float* scratch) {
   float m = -INFINITY, s = 0.0f;
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const float x = z[v];
-    if (x > m) {
-      s = s * expf(m - x) + 1.0f;
-      m = x;
-    } else {
-      s += expf(x - m);
+  if (rows_in_quads(vocab)) {
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    for (int64_t i = threadIdx.x; i < vocab / 4; i += blockDim.x) {
+      const float4 x = z4[i];
+      const float top = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+      if (top > m) {
+        s = m == -INFINITY ? 0.0f : s * expf(m - top);
+        m = top;
+      }
+      s += expf(x.x - m) + expf(x.y - m) + expf(x.z - m) + expf(x.w - m);
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+      const float x = z[v];
+      if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+      } else {
+        s += expf(x - m);
+      }
     }
   }
   const float block_m = block_max(m, scratch);
@@ -54,59 +75,87 @@ __device__ __forceinline__ float row_loss(const float* z, int32_t y, int64_t voc
   return l;
 }
 
+// Four gradient elements rounded to G, stored past L2's keeping (nothing here reads
+// them again).
+template <class G>
+__device__ __forceinline__ void store_quad_streaming(G* out, int64_t quad, const float (&p)[4]) {
+  Vec<G, 4> a;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) a.v[e] = from_f32<G>(p[e]);
+  if constexpr (sizeof(a) == 16)
+    __stcs(reinterpret_cast<float4*>(out) + quad, *reinterpret_cast<const float4*>(&a));
+  else
+    __stcs(reinterpret_cast<uint2*>(out) + quad, *reinterpret_cast<const uint2*>(&a));
+}
+
 // grad[v] = softmax(z)[v] * dloss * (1 + 2 zw lse) - dloss * [v == y]; a zero row for an
-// ignored token. grad may be the logits row itself (f32), element by element.
+// ignored token. grad may be the logits row itself (f32), element by element. This is
+// the row's last read: streaming loads, so the rows other blocks are between their two
+// reads keep L2.
 template <class G>
 __device__ __forceinline__ void row_gradient(const float* z, int32_t y, float l, float dloss, int64_t vocab,
                                              int32_t ignore, float z_weight, G* out) {
-  if (y == ignore) {
-    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) out[v] = from_f32<G>(0.0f);
-    return;
-  }
+  const bool ignored = y == ignore;
   const float scale = dloss * (1.0f + 2.0f * z_weight * l);
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const float p = expf(z[v] - l) * scale;
-    out[v] = from_f32<G>(v == y ? p - dloss : p);
+  const auto grad = [&](float x, int64_t v) {
+    if (ignored) return 0.0f;
+    const float p = expf(x - l) * scale;
+    return v == y ? p - dloss : p;
+  };
+  if (rows_in_quads(vocab)) {
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    for (int64_t i = threadIdx.x; i < vocab / 4; i += blockDim.x) {
+      const float4 x = __ldcs(z4 + i);
+      const float p[4] = {grad(x.x, 4 * i), grad(x.y, 4 * i + 1), grad(x.z, 4 * i + 2), grad(x.w, 4 * i + 3)};
+      store_quad_streaming<G>(out, i, p);
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) out[v] = from_f32<G>(grad(__ldcs(z + v), v));
   }
 }
 
 struct RowArgs {
   const int32_t* targets;
   const float* dlosses;
-  int64_t vocab, first_token;
+  int64_t rows, vocab, first_token;
   int32_t ignore;
   float z_weight;
   float *losses, *lse;  // written by the forward and fused kernels, read by the backward
 };
 
-// One block per token row of the chunk (every pointer in `a` offset to the chunk).
-__global__ void ce_forward_kernel(const float* logits, RowArgs a) {
+// Each kernel walks the chunk's token rows (every pointer in `a` offset to the chunk).
+__global__ void __launch_bounds__(kThreads) ce_forward_kernel(const float* logits, RowArgs a) {
   __shared__ float scratch[32];
-  const int64_t r = blockIdx.x;
-  check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
-  row_loss(logits + r * a.vocab, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
+    row_loss(logits + r * a.vocab, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
+  }
 }
 
 template <class G>
-__global__ void ce_backward_kernel(const float* logits, RowArgs a, G* grad) {
-  const int64_t r = blockIdx.x;
-  check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
-  row_gradient<G>(logits + r * a.vocab, a.targets[r], a.lse[r], a.dlosses[r], a.vocab, a.ignore, a.z_weight,
-                  grad + r * a.vocab);
+__global__ void __launch_bounds__(kThreads) ce_backward_kernel(const float* logits, RowArgs a, G* grad) {
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
+    row_gradient<G>(logits + r * a.vocab, a.targets[r], a.lse[r], a.dlosses[r], a.vocab, a.ignore, a.z_weight,
+                    grad + r * a.vocab);
+  }
 }
 
 // The forward and the backward of a row from one product: the row is read once for
-// its lse (L2 keeps it for the second read) and once for the gradient.
+// its lse and once, from L2, for the gradient.
 template <class G>
-__global__ void ce_fused_kernel(const float* logits, RowArgs a, G* grad) {
+__global__ void __launch_bounds__(kThreads) ce_fused_kernel(const float* logits, RowArgs a, G* grad) {
   __shared__ float scratch[32];
-  const int64_t r = blockIdx.x;
-  check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
-  const float* z = logits + r * a.vocab;
-  const float l = row_loss(z, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
-  __syncthreads();  // thread 0 read z[y] before the row may be overwritten in place
-  row_gradient<G>(z, a.targets[r], l, a.dlosses[r], a.vocab, a.ignore, a.z_weight, grad + r * a.vocab);
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
+    const float* z = logits + r * a.vocab;
+    const float l = row_loss(z, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
+    __syncthreads();  // thread 0 read z[y] before the row may be overwritten in place
+    row_gradient<G>(z, a.targets[r], l, a.dlosses[r], a.vocab, a.ignore, a.z_weight, grad + r * a.vocab);
+  }
 }
+
+unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, sm_count())); }
 
 constexpr int kSumThreads = 256;
 constexpr int64_t kSumChunk = 4096;  // tokens per block of linear_cross_entropy_sums
@@ -167,9 +216,10 @@ int64_t chunk_rows(const CrossEntropyOptions& o, int64_t tokens) {
 // The row kernels' view of a chunk starting at token t0 (losses and lse are written
 // only by the kernels that produce them).
 RowArgs row_args(const CrossEntropyOptions& o, const Tensor& targets, const Tensor& dlosses,
-                 const Tensor& losses, const Tensor& lse, int64_t vocab, int64_t t0) {
+                 const Tensor& losses, const Tensor& lse, int64_t rows, int64_t vocab, int64_t t0) {
   return {static_cast<const int32_t*>(targets.raw()) + t0,
           dlosses.defined() ? static_cast<const float*>(dlosses.raw()) + t0 : nullptr,
+          rows,
           vocab,
           t0,
           o.ignore_index,
@@ -200,15 +250,15 @@ void chunked_gradient(const char* op, bool with_forward, const Tensor& dlosses, 
     Tensor block = logits.slice(0, 0, rows), gblock = grad.slice(0, 0, rows);
     const Tensor xs = x.slice(0, t0, t0 + rows);
     gemm(xs, false, w, true, block, 1.0, 0.0);
-    const RowArgs a = row_args(o, targets, dlosses, losses, lse, vocab, t0);
+    const RowArgs a = row_args(o, targets, dlosses, losses, lse, rows, vocab, t0);
     with_element_type(grad.dtype(), op, [&](auto tag) {
       using G = decltype(tag);
       const float* z = static_cast<const float*>(block.raw());
       G* g = static_cast<G*>(gblock.raw());
       if (with_forward)
-        ce_fused_kernel<G><<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
+        ce_fused_kernel<G><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
       else
-        ce_backward_kernel<G><<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
+        ce_backward_kernel<G><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
     });
     check_launch(op, block.shape());
     Tensor dxs = dx.slice(0, t0, t0 + rows);
@@ -234,8 +284,8 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
     const int64_t rows = chunk < tokens - t0 ? chunk : tokens - t0;
     Tensor block = logits.slice(0, 0, rows);
     gemm(x.slice(0, t0, t0 + rows), false, w, true, block, 1.0, 0.0);
-    ce_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<const float*>(block.raw()), row_args(o, targets, Tensor(), losses, lse, vocab, t0));
+    ce_forward_kernel<<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<const float*>(block.raw()), row_args(o, targets, Tensor(), losses, lse, rows, vocab, t0));
     check_launch(op, block.shape());
   }
 }
