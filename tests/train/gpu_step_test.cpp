@@ -110,6 +110,61 @@ TEST(TrainStepGpu, Bf16StepTracksCpuFloat32) {
   std::cout << "  worst gradient rel err " << worst << "\n";
 }
 
+// A model's parameters in one call: 40 of them (two tables on the GPU), sizes from
+// one element to several chunks, four-aligned and not, working copies in bf16 or the
+// value itself, per-parameter lr and decay. Each must get the bits it gets alone, and
+// match the CPU.
+TEST(TrainStepGpu, AdamWStepsOverManyParametersMatchOneAtATime) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  struct Param {
+    Tensor value, grad, m, v, work;
+  };
+  const auto make = [](int i, Device device, bool with_copy) {
+    const int64_t n = i % 5 == 0 ? 40000 + i : (i % 3 == 0 ? 1 + i : 64 * i + i % 4);
+    Param p;
+    p.value = testing::random_tensor({n}, DType::f32, 100 + i).to(device);
+    p.grad = testing::random_tensor({n}, DType::f32, 200 + i).to(device);
+    p.m = Tensor::zeros({n}, DType::f32, device);
+    p.v = Tensor::zeros({n}, DType::f32, device);
+    p.work = with_copy && i % 2 == 0 ? Tensor::empty({n}, DType::bf16, device) : p.value;
+    return p;
+  };
+  const auto hyper = [](int i) { return AdamWHyper{1e-2 * (1 + i % 3), 0.9, 0.95, 1e-8, i % 4 == 0 ? 0.0 : 0.1}; };
+  const auto operands = [&](std::vector<Param>& params) {
+    std::vector<AdamWOperands> out;
+    for (size_t i = 0; i < params.size(); ++i)
+      out.push_back({&params[i].value, &params[i].grad, &params[i].m, &params[i].v, &params[i].work,
+                     hyper(static_cast<int>(i))});
+    return out;
+  };
+  constexpr int kParams = 40;
+  std::vector<Param> cpu, together, alone;
+  for (int i = 0; i < kParams; ++i) {
+    cpu.push_back(make(i, Device::cpu(), false));
+    together.push_back(make(i, Device::cuda(), true));
+    alone.push_back(make(i, Device::cuda(), true));
+  }
+  Tensor sc = Tensor::zeros({kScheduleSize}, DType::f64), sg = Tensor::zeros({kScheduleSize}, DType::f64, Device::cuda());
+  for (int step = 0; step < 2; ++step) {
+    advance_schedule(sc, Tensor::from_vector(std::vector<double>{1.0, 0.5}, {2}), 0.9, 0.95);
+    advance_schedule(sg, Tensor::from_vector(std::vector<double>{1.0, 0.5}, {2}).to(Device::cuda()), 0.9, 0.95);
+    adamw_steps(operands(cpu), sc);
+    adamw_steps(operands(together), sg);
+    for (AdamWOperands& p : operands(alone)) adamw_step(*p.value, *p.grad, *p.m, *p.v, p.hyper, sg, *p.work);
+  }
+  for (int i = 0; i < kParams; ++i) {
+    SCOPED_TRACE("parameter " + std::to_string(i));
+    EXPECT_EQ(testing::relative_error(together[i].value, alone[i].value), 0.0);
+    EXPECT_EQ(testing::relative_error(together[i].m, alone[i].m), 0.0);
+    EXPECT_EQ(testing::relative_error(together[i].v, alone[i].v), 0.0);
+    if (i % 2 == 0)  // the bf16 copy is the new value rounded
+      EXPECT_EQ(testing::relative_error(together[i].work.to(DType::f32), together[i].value.to(DType::bf16).to(DType::f32)),
+                0.0);
+    EXPECT_LT(testing::relative_error(together[i].value, cpu[i].value), 1e-6);
+    EXPECT_LT(testing::relative_error(together[i].v, cpu[i].v), 1e-6);
+  }
+}
+
 TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Tensor p = testing::random_tensor({70, 33}, DType::f32, 1), g = testing::random_tensor({70, 33}, DType::f32, 2);

@@ -57,18 +57,29 @@ void finite_flag(const Tensor& values, Tensor& flag) {
 
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
                 const Tensor& schedule, Tensor& work) {
+  const AdamWOperands one{&value, &grad, &m, &v, &work, h};
+  adamw_steps(std::span<const AdamWOperands>(&one, 1), schedule);
+}
+
+void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule) {
   const char* op = "adamw_step";
-  require_same_shape(value, grad, "adamw_step grad");
-  require_same_shape(value, m, "adamw_step first moment");
-  require_same_shape(value, v, "adamw_step second moment");
-  require_same_shape(value, work, "adamw_step working copy");
   require_schedule(schedule, op);
-  for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m),
-                          static_cast<const Tensor*>(&v), static_cast<const Tensor*>(&work)})
-    require_contiguous(*t, op);
-  AMBER_ON_DEVICE(ops::common_device(op, {&value, &grad, &m, &v, &schedule, &work}), op,
-                  cuda::adamw_step(value, grad, m, v, h, schedule, work),
-                  cpu::adamw_step(value, grad, m, v, h, schedule, work));
+  std::vector<const Tensor*> all{&schedule};
+  for (const AdamWOperands& p : params) {
+    require_same_shape(*p.value, *p.grad, "adamw_step grad");
+    require_same_shape(*p.value, *p.m, "adamw_step first moment");
+    require_same_shape(*p.value, *p.v, "adamw_step second moment");
+    require_same_shape(*p.value, *p.work, "adamw_step working copy");
+    for (const Tensor* t : {static_cast<const Tensor*>(p.value), p.grad, static_cast<const Tensor*>(p.m),
+                            static_cast<const Tensor*>(p.v), static_cast<const Tensor*>(p.work)}) {
+      require_contiguous(*t, op);
+      all.push_back(t);
+    }
+  }
+  const auto on_cpu = [&] {
+    for (const AdamWOperands& p : params) cpu::adamw_step(*p.value, *p.grad, *p.m, *p.v, p.hyper, schedule, *p.work);
+  };
+  AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::adamw_steps(params, schedule), on_cpu());
 }
 
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {

@@ -42,6 +42,21 @@ void finite_flag(const Tensor& values, Tensor& flag);
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
                 const Tensor& schedule, Tensor& work);
 
+// One parameter's operands of adamw_step.
+struct AdamWOperands {
+  Tensor* value;
+  const Tensor* grad;
+  Tensor* m;
+  Tensor* v;
+  Tensor* work;
+  AdamWHyper hyper;
+};
+
+// adamw_step for every entry, each getting the bits it gets alone; on a GPU the
+// parameters share a few launches (a model's hundreds of tensors, many of them small,
+// would otherwise take one launch each).
+void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule);
+
 // Where the schedule applies: momentum = mu momentum + grad.
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
 

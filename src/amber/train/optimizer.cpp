@@ -56,10 +56,12 @@ class GroupedOptimizer final : public Optimizer {
 
   void step(const Tensor& gate) override {
     advance_schedule(schedule_, gate, config_.beta1, config_.beta2);
-    for (AdamWSlot& s : adamw_) {
-      const AdamWHyper h{s.lr, config_.beta1, config_.beta2, config_.eps, s.weight_decay};
-      adamw_step(s.param->value, s.param->grad, s.m, s.v, h, schedule_, s.param->work);
-    }
+    std::vector<AdamWOperands> operands;
+    operands.reserve(adamw_.size());
+    for (AdamWSlot& s : adamw_)
+      operands.push_back({&s.param->value, &s.param->grad, &s.m, &s.v, &s.param->work,
+                          AdamWHyper{s.lr, config_.beta1, config_.beta2, config_.eps, s.weight_decay}});
+    adamw_steps(operands, schedule_);
     // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
     const double decay = config_.weight_decay * config_.lr / config_.muon_lr;
     for (MuonSlot& s : muon_) {

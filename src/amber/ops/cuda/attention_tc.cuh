@@ -185,11 +185,12 @@ struct OnlineSoftmax {
   }
 
   // One stage of raw scores s (16 rows x N keys, this warp's, at fragment f): masks
-  // the invisible keys when `edge`, rescales o and the sums to the new max, and
-  // leaves the stage's unnormalised probabilities in s. exp2 is the family's.
-  template <int N, int D, class Exp2>
-  __device__ __forceinline__ void stage(float (&s)[N / 8][4], float (&o)[D / 8][4], const Fragment& f, bool edge,
-                                        int window, float scale_log2, Exp2 exp2) {
+  // the invisible keys when `edge`, moves the max and the sums to the stage, and
+  // leaves the stage's unnormalised probabilities in s and, per row r, the factor by
+  // which the output so far must be rescaled. exp2 is the family's.
+  template <int N, class Exp2>
+  __device__ __forceinline__ void exponentiate(float (&s)[N / 8][4], const Fragment& f, bool edge, int window,
+                                               float scale_log2, Exp2 exp2, float (&rescale)[2]) {
     if (edge) {
       const VisibleSpan seen = VisibleSpan::keys_of_queries(f, window);
 #pragma unroll
@@ -207,11 +208,9 @@ struct OnlineSoftmax {
       // A row that has seen nothing yet keeps max -inf: 0 as the reference gives
       // exp2 = 0 instead of NaN.
       const float ref = m_new == -INFINITY ? 0.0f : m_new;
-      const float rescale = exp2(m[r] - ref);
+      rescale[r] = exp2(m[r] - ref);
       m[r] = m_new;
-      l[r] *= rescale;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale, o[dt][2 * r + 1] *= rescale;
+      l[r] *= rescale[r];
 #pragma unroll
       for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
@@ -220,6 +219,23 @@ struct OnlineSoftmax {
           l[r] += s[nt][e];
         }
     }
+  }
+
+  template <int D>
+  __device__ __forceinline__ static void rescale_rows(float (&o)[D / 8][4], const float (&rescale)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) o[dt][2 * r] *= rescale[r], o[dt][2 * r + 1] *= rescale[r];
+  }
+
+  // exponentiate, then the output so far rescaled at once.
+  template <int N, int D, class Exp2>
+  __device__ __forceinline__ void stage(float (&s)[N / 8][4], float (&o)[D / 8][4], const Fragment& f, bool edge,
+                                        int window, float scale_log2, Exp2 exp2) {
+    float rescale[2];
+    exponentiate<N>(s, f, edge, window, scale_log2, exp2, rescale);
+    rescale_rows<D>(o, rescale);
   }
 
   // Writes each row's log-sum-exp (natural log; rows at or past `limit` skipped) into

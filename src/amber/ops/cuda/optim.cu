@@ -44,26 +44,54 @@ struct AdamWElement {
   }
 };
 
+// Up to kMax parameters of one working dtype for one launch, passed by value (a
+// captured graph holds it). Parameter i owns the chunks first_chunk[i] ..
+// first_chunk[i + 1] - 1 of kAdamWChunk elements each.
+constexpr int64_t kAdamWChunk = 16384;  // a multiple of 4: chunks start on whole groups of four
+struct AdamWTable {
+  static constexpr int kMax = 32;
+  struct Entry {
+    float *p, *m, *v;
+    const float* g;
+    void* work;  // the working copy in the table's dtype, or null (the value is it)
+    int64_t n;
+    double lr, weight_decay;
+    float b1, b2, eps;
+    bool vector;  // every pointer allows groups of four
+  };
+  Entry e[kMax];
+  int64_t first_chunk[kMax + 1];
+  int count;
+};
+
 // Every update kernel reads the schedule first and leaves its tensors alone when the
 // step does not apply; the lr factor arrives through the schedule, not the launch.
-// AdamW: four elements per thread and step where every pointer is aligned (`vector`),
-// the rest one by one; `work` (null: none) receives each new value rounded to W.
+// AdamW: one block per chunk of any parameter in the table; four elements per thread
+// and step where the parameter's pointers allow it, the rest one by one; `work`
+// receives each new value rounded to W.
 template <class W>
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, W* work, int64_t n, bool vector, float b1,
-                             float b2, double lr, double weight_decay, float eps, const double* schedule) {
+__global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__ AdamWTable table,
+                                                         const double* schedule) {
   if (schedule[kScheduleApply] == 0.0) return;
-  const double lr_now = lr * schedule[kScheduleLrMultiplier];
-  const AdamWElement adamw{b1,
-                           b2,
-                           eps,
+  const int64_t chunk = blockIdx.x;
+  int i = 0;
+  while (i + 1 < table.count && table.first_chunk[i + 1] <= chunk) ++i;
+  const AdamWTable::Entry& t = table.e[i];
+  const double lr_now = t.lr * schedule[kScheduleLrMultiplier];
+  const AdamWElement adamw{t.b1,
+                           t.b2,
+                           t.eps,
                            static_cast<float>(lr_now),
-                           static_cast<float>(lr_now * weight_decay),
+                           static_cast<float>(lr_now * t.weight_decay),
                            static_cast<float>(schedule[kScheduleBias1]),
                            static_cast<float>(schedule[kScheduleBias2])};
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t quads = vector ? n / 4 : 0;
-  for (int64_t q = first; q < quads; q += stride) {
+  const int64_t begin = (chunk - table.first_chunk[i]) * kAdamWChunk;
+  const int64_t end = begin + kAdamWChunk < t.n ? begin + kAdamWChunk : t.n;
+  float *p = t.p, *m = t.m, *v = t.v;
+  const float* g = t.g;
+  W* work = static_cast<W*>(t.work);
+  const int64_t quads_end = t.vector ? end / 4 : begin / 4;
+  for (int64_t q = begin / 4 + threadIdx.x; q < quads_end; q += blockDim.x) {
     float4 pq = reinterpret_cast<const float4*>(p)[q], mq = reinterpret_cast<const float4*>(m)[q];
     float4 vq = reinterpret_cast<const float4*>(v)[q];
     const float4 gq = reinterpret_cast<const float4*>(g)[q];
@@ -76,9 +104,9 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, W* wo
     reinterpret_cast<float4*>(v)[q] = vq;
     if (work) store_f32<W, 4>(work + 4 * q, {pq.x, pq.y, pq.z, pq.w});
   }
-  for (int64_t i = 4 * quads + first; i < n; i += stride) {
-    p[i] = adamw(p[i], g[i], m[i], v[i]);
-    if (work) work[i] = from_f32<W>(p[i]);
+  for (int64_t j = 4 * quads_end + threadIdx.x; j < end; j += blockDim.x) {
+    p[j] = adamw(p[j], g[j], m[j], v[j]);
+    if (work) work[j] = from_f32<W>(p[j]);
   }
 }
 
@@ -218,27 +246,64 @@ void finite_flag(const Tensor& values, Tensor& flag) {
   check_launch("finite_flag", values.shape());
 }
 
-void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
-                const Tensor& schedule, Tensor& work) {
-  const char* op = "adamw_step";
-  for (const Tensor* t : {static_cast<const Tensor*>(&value), &grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)})
-    AMBER_CHECK(t->dtype() == DType::f32, op, ": GPU AdamW keeps fp32 weights, gradients and state; got ",
-                dtype_name(t->dtype()));
-  const int64_t n = value.numel();
-  if (n == 0) return;
-  const bool separate = !work.shares_storage_with(value);
-  const DType work_type = separate ? work.dtype() : DType::f32;
-  with_element_type(work_type, op, [&](auto tag) {
+namespace {
+
+// The working dtype of a parameter's update: its copy's, or f32 when the value is it.
+DType work_type(const AdamWOperands& p) {
+  return p.work->shares_storage_with(*p.value) ? DType::f32 : p.work->dtype();
+}
+
+void launch_adamw(const AdamWTable& table, DType work, const Tensor& schedule, const char* op) {
+  with_element_type(work, op, [&](auto tag) {
     using W = decltype(tag);
-    W* out = separate ? static_cast<W*>(work.raw()) : nullptr;
-    const bool vector = aligned16(value.raw()) && aligned16(grad.raw()) && aligned16(m.raw()) &&
-                        aligned16(v.raw()) && (!out || reinterpret_cast<uintptr_t>(out) % (4 * sizeof(W)) == 0);
-    adamw_kernel<W><<<grid_for(vector ? n / 4 + 1 : n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<float*>(value.raw()), static_cast<const float*>(grad.raw()), static_cast<float*>(m.raw()),
-        static_cast<float*>(v.raw()), out, n, vector, static_cast<float>(h.beta1), static_cast<float>(h.beta2),
-        h.lr, h.weight_decay, static_cast<float>(h.eps), static_cast<const double*>(schedule.raw()));
+    adamw_kernel<W><<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, cudaStreamPerThread>>>(
+        table, static_cast<const double*>(schedule.raw()));
   });
-  check_launch(op, value.shape());
+  check_launch(op, {table.count});
+}
+
+}  // namespace
+
+void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule) {
+  const char* op = "adamw_step";
+  for (const AdamWOperands& p : params)
+    for (const Tensor* t : {static_cast<const Tensor*>(p.value), p.grad, static_cast<const Tensor*>(p.m),
+                            static_cast<const Tensor*>(p.v)})
+      AMBER_CHECK(t->dtype() == DType::f32, op, ": GPU AdamW keeps fp32 weights, gradients and state; got ",
+                  dtype_name(t->dtype()));
+  for (const AdamWOperands& p : params)
+    AMBER_CHECK(work_type(p) == DType::f32 || work_type(p) == DType::bf16 || work_type(p) == DType::f16, op,
+                ": the working copy must be f32, bf16 or f16, got ", dtype_name(work_type(p)));
+  // Parameters of one working dtype, in order, fill tables of up to kMax.
+  for (const DType work : {DType::f32, DType::bf16, DType::f16}) {
+    AdamWTable table{};
+    const auto flush = [&] {
+      if (table.count > 0) launch_adamw(table, work, schedule, op);
+      table = AdamWTable{};
+    };
+    for (const AdamWOperands& p : params) {
+      if (work_type(p) != work || p.value->numel() == 0) continue;
+      void* out = work == DType::f32 ? nullptr : p.work->raw();
+      const int64_t n = p.value->numel();
+      const size_t bytes = dtype_size(work);
+      table.e[table.count] = {static_cast<float*>(p.value->raw()),
+                              static_cast<float*>(p.m->raw()),
+                              static_cast<float*>(p.v->raw()),
+                              static_cast<const float*>(p.grad->raw()),
+                              out,
+                              n,
+                              p.hyper.lr,
+                              p.hyper.weight_decay,
+                              static_cast<float>(p.hyper.beta1),
+                              static_cast<float>(p.hyper.beta2),
+                              static_cast<float>(p.hyper.eps),
+                              aligned16(p.value->raw()) && aligned16(p.grad->raw()) && aligned16(p.m->raw()) &&
+                                  aligned16(p.v->raw()) && (!out || reinterpret_cast<uintptr_t>(out) % (4 * bytes) == 0)};
+      table.first_chunk[table.count + 1] = table.first_chunk[table.count] + (n + kAdamWChunk - 1) / kAdamWChunk;
+      if (++table.count == AdamWTable::kMax) flush();
+    }
+    flush();
+  }
 }
 
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {

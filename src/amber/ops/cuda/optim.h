@@ -10,8 +10,7 @@ namespace amber::cuda {
 
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2);
 void finite_flag(const Tensor& values, Tensor& flag);
-void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
-                const Tensor& schedule, Tensor& work);
+void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule);
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
 void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
                   const Tensor& schedule);
