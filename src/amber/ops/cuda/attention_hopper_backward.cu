@@ -119,8 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
 //
 // Under GQA the query heads of one KV head add their dK and dV the same way, into
 // fp32 sums [kv_heads, T, D] in head order (add_dkdv), so no per-head partials travel
-// through memory; the group's last head adds the sums to its own and writes dK and dV
-// (store_rows_plus_sum).
+// through memory.
 struct OrderedSums {
   float* dq;        // [heads, T, 64] when dQ is folded in, else null
   float *dk, *dv;   // [kv_heads, T, D] under GQA, else null
@@ -170,8 +169,8 @@ struct DqTiles {
 // the row's 16-byte chunks are permuted by the token (XOR with 2 (row % 4)), so the
 // fragment stores of eight consecutive rows into an fp32 tile spread over the banks
 // (rows 256 or 512 bytes apart otherwise share them: 8-way conflicts). Rows stay whole,
-// so the bulk copies of any number of rows are unchanged; from_sum_kernel and
-// store_rows_plus_sum undo the permutation.
+// so the bulk copies of any number of rows are unchanged; from_sum_kernel undoes the
+// permutation.
 __device__ __forceinline__ int sum_column(int64_t row, int col) {
   return ((col / 4) ^ (2 * static_cast<int>(row % 4))) * 4 + col % 4;
 }
@@ -251,7 +250,6 @@ __device__ __forceinline__ void store_ds(uint8_t* tile, const uint32_t (&ds)[kQu
 // Under GQA, after the stage loop: the block's dK and dV (scaled, fp32) go through
 // the ring's memory, which no stage uses any more, into the KV head's ordered sums;
 // query head `member` of the group adds after members 0..member-1 (member 0 stores).
-// Every member but the group's last does this.
 // Called by both consumer warpgroups; rows_first is this warpgroup's first tile row.
 template <int D, class R>
 __device__ void add_dkdv(const R& ring, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4], int rows_first,
@@ -281,30 +279,6 @@ __device__ void add_dkdv(const R& ring, const float (&dk)[D / 8][4], const float
   bulk_commit();
   bulk_wait();
   flag_release_add(counter);
-}
-
-// The group's last query head, once the other heads' sums are in (the caller waits on
-// the counter): each thread's rows of acc (fragment f, document rows; rows at or past
-// limit skipped) become out[token, kvh] = sum[kvh, token] + acc * scale, rounded once
-// to T; out is [T, kv_heads, D]. The same bits as a bulk addition of the tile followed
-// by from_sum, one pass fewer.
-template <class T, int D>
-__device__ void store_rows_plus_sum(const float (&acc)[D / 8][4], const Fragment& f, float scale, int limit,
-                                    const TileRange& t, const float* sum, const Layout& g, int kvh, T* out) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = f.row(2 * r);
-    if (i >= limit) continue;
-    const int64_t token = t.doc_start + i;
-    const float* sum_row = sum + (kvh * g.tokens + token) * D;
-    T* row = out + (token * g.kv_heads + kvh) * D;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const int col = f.col(dt, 0);
-      const float2 s = __ldcg(reinterpret_cast<const float2*>(sum_row + sum_column(token, col)));
-      *reinterpret_cast<uint32_t*>(row + col) = pack2<T>(s.x + acc[dt][2 * r] * scale, s.y + acc[dt][2 * r + 1] * scale);
-    }
-  }
 }
 
 // dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of one head,
@@ -459,14 +433,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
     pin(dk);
     if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   }
-  const int member = h - kvh * group;
-  if (sums.dk && member < group - 1) {
-    add_dkdv<D>(ring, dk, dv, 64 * consumer, sums, g, t, kvh, member);
-  } else if (sums.dk) {
-    if (threadIdx.x == 128) flag_wait_at_least(sums.kv_counter(g, t.doc_start + t.begin, kvh), member);
-    named_sync(2, 2 * 128);
-    store_rows_plus_sum<T, D>(dk, f0, g.scale, tile_end, t, sums.dk, g, kvh, a.dk);
-    store_rows_plus_sum<T, D>(dv, f0, 1.0f, tile_end, t, sums.dv, g, kvh, a.dv);
+  if (sums.dk) {
+    add_dkdv<D>(ring, dk, dv, 64 * consumer, sums, g, t, kvh, h - kvh * group);
   } else if (keys_begin < keys_end) {
     store_rows<T, D>(dk, f0, g.scale, tile_end, t.doc_start, g.kv_heads, kvh, a.dk);
     store_rows<T, D>(dv, f0, 1.0f, tile_end, t.doc_start, g.kv_heads, kvh, a.dv);
@@ -541,6 +509,10 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     dkdv_kernel<T, D, kFoldDq><<<grid, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums);
     check_launch(op, k.shape());
     if constexpr (kFoldDq) from_sum<T, D>(dq_sum, tokens, g.heads, g.scale, args.dq, op);
+    if (grouped) {
+      from_sum<T, D>(dk_sum, tokens, g.kv_heads, 1.0f, args.dk, op);
+      from_sum<T, D>(dv_sum, tokens, g.kv_heads, 1.0f, args.dv, op);
+    }
   });
 }
 
