@@ -1,6 +1,6 @@
 // Hopper attention backward (sm_90a; bf16/f16, head_dim 64 and 128), deterministic.
 // The dK/dV kernel owns 128 keys (K and V) for one query head and streams Q, dO and
-// their row statistics in stages of 64 queries. At head_dim 64 it also computes dQ (a
+// their row statistics in stages of queries. At head_dim 64 it also computes dQ (a
 // fifth product per stage, summed across key tiles in a fixed order; see OrderedSums); at
 // 128 a separate dQ kernel owns 128 query rows (Q and dO) and streams K and V, as the
 // portable path does (attention_tc_backward.cu). Both recompute P = exp2(scale q.k -
@@ -20,12 +20,14 @@ using tensor_core::store_rows;
 using tensor_core::VisibleSpan;
 
 // Rows per streamed stage: 128 keys for the dQ kernel. The dK/dV kernel streams 128
-// queries at head_dim 64 (with dQ folded in: the scores are 64 x 128 wgmmas) and 64 at
-// 128, where its dK and dV accumulators are twice as large and more queries spill.
+// queries at head_dim 64 (with dQ folded in, whose product takes the stage's 128) and
+// 64 at 128, where its dK and dV accumulators are twice as large and more queries
+// spill. Its score products take 64 queries at a time (64 x 64 wgmmas): a stage at
+// head_dim 64 is two pieces.
 constexpr int kDqKeys = 128;
 template <bool kDq>
 constexpr int kDkdvQueries = kDq ? 128 : 64;
-constexpr int kPieceQueries = 64;  // queries per scores product in the dK/dV kernel
+constexpr int kPieceQueries = 64;
 template <bool kDq>
 constexpr int kStatBytes = 2 * kDkdvQueries<kDq> * 4;  // lse and delta per streamed query
 
