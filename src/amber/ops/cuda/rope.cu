@@ -1,6 +1,6 @@
-// CUDA RoPE (rotate-half, partial rotary pass-through). Each block forms its token's
-// cos/sin row in double from integer positions, exactly as the CPU does, rounds it
-// to float in shared memory, and rotates every head of the token in 16-byte pieces;
+// CUDA RoPE (rotate-half, partial rotary pass-through). Each block forms its tokens'
+// cos/sin rows in double from integer positions, exactly as the CPU does, rounds them
+// to float in shared memory, and rotates every head of its tokens in 16-byte pieces;
 // y may alias x (each thread reads its elements before writing them).
 #include <cstdio>
 
@@ -21,42 +21,50 @@ struct RopeParams {
   int half, rotary_dim, dim;
 };
 
+// A block takes kTokens consecutive tokens: a token's heads are often few (4 KV heads
+// of 64 columns are 32 packs of 16 bytes), so a block per token left most of its
+// threads idle behind the cos/sin row's latency.
+constexpr int kTokens = 8;
+constexpr int kThreads = 256;
+
 // Each thread rotates V consecutive pairs (columns r .. r+V-1 with r+half .. r+half+V-1)
-// of one head, or copies V pass-through columns: 16-byte accesses when V = 16 / sizeof(T).
+// of one head of one token, or copies V pass-through columns: 16-byte accesses when
+// V = 16 / sizeof(T).
 template <class T, int V>
-__global__ void rope_kernel(const T* x, const int32_t* positions, const RopeParams p, T* y,
-                            int64_t heads) {
-  __shared__ float cos_row[kMaxHalf], sin_row[kMaxHalf];
-  const int64_t t = blockIdx.x;
-  const int32_t pos = positions[t];
-  if (pos < 0) {
-    if (threadIdx.x == 0)
-      printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(t));
-    __trap();
-  }
-  for (int i = threadIdx.x; i < p.half; i += blockDim.x) {
+__global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, const int32_t* positions, const RopeParams p,
+                                                        T* y, int64_t tokens, int64_t heads) {
+  __shared__ float cos_row[kTokens][kMaxHalf], sin_row[kTokens][kMaxHalf];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTokens;
+  const int count = static_cast<int>(tokens - first < kTokens ? tokens - first : kTokens);
+  for (int j = threadIdx.x; j < count * p.half; j += blockDim.x) {
+    const int u = j / p.half, i = j % p.half;
+    const int32_t pos = positions[first + u];
+    if (pos < 0) {
+      printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(first + u));
+      __trap();
+    }
     double s, c;
     sincos(pos * p.inv_freq[i], &s, &c);
-    cos_row[i] = static_cast<float>(c * p.cos_scale);
-    sin_row[i] = static_cast<float>(s * p.sin_scale);
+    cos_row[u][i] = static_cast<float>(c * p.cos_scale);
+    sin_row[u][i] = static_cast<float>(s * p.sin_scale);
   }
   __syncthreads();
   const int pass = p.dim - p.rotary_dim;
   const int per_head = (p.half + pass) / V;
-  const T* in = x + t * heads * p.dim;
-  T* out = y + t * heads * p.dim;
-  for (int64_t k = threadIdx.x; k < heads * per_head; k += blockDim.x) {
-    const int64_t h = k / per_head;
-    const int r = static_cast<int>(k % per_head) * V;
-    const T* hi = in + h * p.dim;
-    T* ho = out + h * p.dim;
+  const int per_token = static_cast<int>(heads) * per_head;
+  for (int k = threadIdx.x; k < count * per_token; k += blockDim.x) {
+    const int u = k / per_token;
+    const int64_t h = k % per_token / per_head;
+    const int r = k % per_head * V;
+    const T* hi = x + ((first + u) * heads + h) * p.dim;
+    T* ho = y + ((first + u) * heads + h) * p.dim;
     if (r < p.half) {
       float a[V], b[V], ya[V], yb[V];
       load_f32<T, V>(hi + r, a);
       load_f32<T, V>(hi + r + p.half, b);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float c = cos_row[r + e], s = sin_row[r + e];
+        const float c = cos_row[u][r + e], s = sin_row[u][r + e];
         ya[e] = a[e] * c - b[e] * s;
         yb[e] = b[e] * c + a[e] * s;
       }
@@ -97,9 +105,9 @@ void rope_apply(const Tensor& x, const Tensor& positions, const RopeTable& table
     const int pass = table.head_dim - table.rotary_dim;
     const bool packed = half % N == 0 && pass % N == 0 && aligned16(x.raw()) && aligned16(y.raw());
     const auto launch = [&](auto kernel) {
-      kernel<<<static_cast<unsigned>(tokens), 128, 0, cudaStreamPerThread>>>(
+      kernel<<<static_cast<unsigned>((tokens + kTokens - 1) / kTokens), kThreads, 0, cudaStreamPerThread>>>(
           static_cast<const T*>(x.raw()), static_cast<const int32_t*>(positions.raw()), p,
-          static_cast<T*>(y.raw()), heads);
+          static_cast<T*>(y.raw()), tokens, heads);
     };
     if (packed) launch(rope_kernel<T, N>);
     else launch(rope_kernel<T, 1>);
