@@ -111,8 +111,8 @@ TEST(TrainStepGpu, Bf16StepTracksCpuFloat32) {
 }
 
 // A model's parameters in one call: 40 of them (two tables on the GPU), sizes from
-// one element to several chunks, four-aligned and not, working copies in bf16 or the
-// value itself, per-parameter lr and decay. Each must get the bits it gets alone, and
+// one element to several chunks, four-aligned and not, working copies in bf16, in a
+// separate f32 tensor or the value itself, per-parameter lr and decay. Each must get the bits it gets alone, and
 // match the CPU.
 TEST(TrainStepGpu, AdamWStepsOverManyParametersMatchOneAtATime) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
@@ -126,7 +126,12 @@ TEST(TrainStepGpu, AdamWStepsOverManyParametersMatchOneAtATime) {
     p.grad = testing::random_tensor({n}, DType::f32, 200 + i).to(device);
     p.m = Tensor::zeros({n}, DType::f32, device);
     p.v = Tensor::zeros({n}, DType::f32, device);
-    p.work = with_copy && i % 2 == 0 ? Tensor::empty({n}, DType::bf16, device) : p.value;
+    // Working copies: bf16 for even i, a separate f32 tensor for every fifth odd one,
+    // else the value itself.
+    p.work = !with_copy ? p.value
+             : i % 2 == 0 ? Tensor::empty({n}, DType::bf16, device)
+             : i % 10 == 1 ? Tensor::empty({n}, DType::f32, device)
+                           : p.value;
     return p;
   };
   const auto hyper = [](int i) { return AdamWHyper{1e-2 * (1 + i % 3), 0.9, 0.95, 1e-8, i % 4 == 0 ? 0.0 : 0.1}; };
@@ -160,6 +165,8 @@ TEST(TrainStepGpu, AdamWStepsOverManyParametersMatchOneAtATime) {
     if (i % 2 == 0)  // the bf16 copy is the new value rounded
       EXPECT_EQ(testing::relative_error(together[i].work.to(DType::f32), together[i].value.to(DType::bf16).to(DType::f32)),
                 0.0);
+    if (i % 10 == 1)  // a separate f32 copy is the new value
+      EXPECT_EQ(testing::relative_error(together[i].work, together[i].value), 0.0);
     EXPECT_LT(testing::relative_error(together[i].value, cpu[i].value), 1e-6);
     EXPECT_LT(testing::relative_error(together[i].v, cpu[i].v), 1e-6);
   }

@@ -283,7 +283,7 @@ void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule) 
     };
     for (const AdamWOperands& p : params) {
       if (work_type(p) != work || p.value->numel() == 0) continue;
-      void* out = work == DType::f32 ? nullptr : p.work->raw();
+      void* out = p.work->shares_storage_with(*p.value) ? nullptr : p.work->raw();
       const int64_t n = p.value->numel();
       const size_t bytes = dtype_size(work);
       table.e[table.count] = {static_cast<float*>(p.value->raw()),
