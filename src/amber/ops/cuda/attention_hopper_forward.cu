@@ -75,9 +75,21 @@ __global__ void __launch_bounds__(kForwardThreads<D>, 1)
     const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
     softmax.exponentiate<kKeys>(s, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{}, rescale);
   };
+  // A stage's scores product, issued once its tiles have landed.
+  const auto issue_scores = [&](int stage, float (&s)[kKeys / 8][4]) {
+    barrier_wait(ring.full(stage), R::parity(stage));
+    product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
+    wgmma_commit();
+  };
   const auto add_pv = [&](int stage, const uint32_t (&p)[kKeys / 16][4]) {
     product_ab<T, kKeys, D>(o, p, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
     wgmma_commit();
+  };
+  // Every product has landed: the output may be read and the stage handed back.
+  const auto retire = [&](int stage) {
+    wgmma_wait<0>();
+    pin(o);
+    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
   };
   barrier_wait(ring.own_full(), 0);
   for (int stage = 0; stage < needed_begin; ++stage) skip(stage);
@@ -85,17 +97,13 @@ __global__ void __launch_bounds__(kForwardThreads<D>, 1)
     for (int stage = needed_begin; stage < needed_end; ++stage) {
       float s[kKeys / 8][4], rescale[2];
       uint32_t p[kKeys / 16][4];
-      barrier_wait(ring.full(stage), R::parity(stage));
-      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
-      wgmma_commit();
+      issue_scores(stage, s);
       wgmma_wait<0>();
       scores(stage, s, rescale);
       tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
       to_operand<T, kKeys>(s, p);
       add_pv(stage, p);
-      wgmma_wait<0>();
-      pin(o);
-      if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
+      retire(stage);
     }
   } else if (needed_begin < needed_end) {
     // A stage's P V product is issued behind the next stage's scores and runs while
@@ -103,34 +111,25 @@ __global__ void __launch_bounds__(kForwardThreads<D>, 1)
     uint32_t p[kKeys / 16][4];  // the previous stage's probabilities, rounded to T
     {
       float s[kKeys / 8][4], rescale[2];
-      barrier_wait(ring.full(needed_begin), R::parity(needed_begin));
-      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc,
-                                                                        k_major(ring.stream(needed_begin, 0)));
-      wgmma_commit();
+      issue_scores(needed_begin, s);
       wgmma_wait<0>();
       scores(needed_begin, s, rescale);  // o is still zero: nothing to rescale
       to_operand<T, kKeys>(s, p);
     }
     for (int stage = needed_begin + 1; stage < needed_end; ++stage) {
       float s[kKeys / 8][4], rescale[2];
-      barrier_wait(ring.full(stage), R::parity(stage));
-      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
-      wgmma_commit();
+      issue_scores(stage, s);
       add_pv(stage - 1, p);
       wgmma_wait<1>();
       scores(stage, s, rescale);
-      wgmma_wait<0>();
-      pin(o);
-      if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage - 1));
+      retire(stage - 1);
       tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
       to_operand<T, kKeys>(s, p);
     }
     add_pv(needed_end - 1, p);
-    wgmma_wait<0>();
-    pin(o);
-    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(needed_end - 1));
+    retire(needed_end - 1);
   }
-  for (int stage = max(needed_begin, needed_end); stage < stages; ++stage) skip(stage);
+  for (int stage = needed_end; stage < stages; ++stage) skip(stage);
   if (rows_begin >= rows_end) return;
   softmax.finish<D>(o, f0, tile_end, t.doc_start, g.heads, h, a.lse);
   tensor_core::store_rows<T, D>(o, f0, 1.0f, tile_end, t.doc_start, g.heads, h, a.out);

@@ -44,6 +44,14 @@ struct AdamWElement {
   }
 };
 
+// The table entry owning chunk `chunk`, for tables whose entry i owns the chunks
+// first_chunk[i] .. first_chunk[i + 1] - 1 (count entries).
+__device__ __forceinline__ int table_entry(const int64_t* first_chunk, int count, int64_t chunk) {
+  int i = 0;
+  while (i + 1 < count && first_chunk[i + 1] <= chunk) ++i;
+  return i;
+}
+
 // Up to kMax parameters of one working dtype for one launch, passed by value (a
 // captured graph holds it). Parameter i owns the chunks first_chunk[i] ..
 // first_chunk[i + 1] - 1 of kAdamWChunk elements each.
@@ -74,8 +82,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
                                                          const double* schedule) {
   if (schedule[kScheduleApply] == 0.0) return;
   const int64_t chunk = blockIdx.x;
-  int i = 0;
-  while (i + 1 < table.count && table.first_chunk[i + 1] <= chunk) ++i;
+  const int i = table_entry(table.first_chunk, table.count, chunk);
   const AdamWTable::Entry& t = table.e[i];
   const double lr_now = t.lr * schedule[kScheduleLrMultiplier];
   const AdamWElement adamw{t.b1,
@@ -145,8 +152,7 @@ template <class T>
 __global__ void chunk_square_sums(const __grid_constant__ SquareSumTable table, double* partial) {
   __shared__ float scratch[32];
   const int64_t chunk = blockIdx.x;
-  int i = 0;
-  while (i + 1 < table.count && table.first_chunk[i + 1] <= chunk) ++i;
+  const int i = table_entry(table.first_chunk, table.count, chunk);
   const T* x = static_cast<const T*>(table.data[i]);
   const int64_t begin = (chunk - table.first_chunk[i]) * kChunk;
   const int64_t end = begin + kChunk < table.n[i] ? begin + kChunk : table.n[i];
@@ -248,10 +254,13 @@ void finite_flag(const Tensor& values, Tensor& flag) {
 
 namespace {
 
-// The working dtype of a parameter's update: its copy's, or f32 when the value is it.
-DType work_type(const AdamWOperands& p) {
-  return p.work->shares_storage_with(*p.value) ? DType::f32 : p.work->dtype();
+// The parameter's separate working copy, or null when the value is it.
+void* working_copy(const AdamWOperands& p) {
+  return p.work->shares_storage_with(*p.value) ? nullptr : p.work->raw();
 }
+
+// The dtype the update writes its working copy in: the copy's, or f32 when the value is it.
+DType work_type(const AdamWOperands& p) { return working_copy(p) ? p.work->dtype() : DType::f32; }
 
 void launch_adamw(const AdamWTable& table, DType work, const Tensor& schedule, const char* op) {
   with_element_type(work, op, [&](auto tag) {
@@ -271,9 +280,11 @@ void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule) 
                             static_cast<const Tensor*>(p.v)})
       AMBER_CHECK(t->dtype() == DType::f32, op, ": GPU AdamW keeps fp32 weights, gradients and state; got ",
                   dtype_name(t->dtype()));
-  for (const AdamWOperands& p : params)
-    AMBER_CHECK(work_type(p) == DType::f32 || work_type(p) == DType::bf16 || work_type(p) == DType::f16, op,
-                ": the working copy must be f32, bf16 or f16, got ", dtype_name(work_type(p)));
+  for (const AdamWOperands& p : params) {
+    const DType work = work_type(p);
+    AMBER_CHECK(work == DType::f32 || work == DType::bf16 || work == DType::f16, op,
+                ": the working copy must be f32, bf16 or f16, got ", dtype_name(work));
+  }
   // Parameters of one working dtype, in order, fill tables of up to kMax.
   for (const DType work : {DType::f32, DType::bf16, DType::f16}) {
     AdamWTable table{};
@@ -283,7 +294,7 @@ void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule) 
     };
     for (const AdamWOperands& p : params) {
       if (work_type(p) != work || p.value->numel() == 0) continue;
-      void* out = p.work->shares_storage_with(*p.value) ? nullptr : p.work->raw();
+      void* out = working_copy(p);
       const int64_t n = p.value->numel();
       const size_t bytes = dtype_size(work);
       table.e[table.count] = {static_cast<float*>(p.value->raw()),

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, const int32_
     const int u = j / p.half, i = j % p.half;
     const int32_t pos = positions[first + u];
     if (pos < 0) {
-      printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(first + u));
+      if (i == 0) printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(first + u));
       __trap();
     }
     double s, c;
