@@ -84,16 +84,40 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// delta[t, h] = dout . out of that row, one warp per row, fp32.
-template <class T>
-__global__ void delta_kernel(const T* dout, const T* out, int64_t rows, int dim, float* delta) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
+// delta[t, h] = dout . out of that row, fp32. A group of `lanes` lanes (a power of two,
+// at most 32) takes a row, each lane kVec consecutive elements per load: at head_dim 64
+// a row is 128 bytes, which one lane per element read 2 bytes at a time.
+template <class T, int kVec>
+__global__ void delta_kernel(const T* dout, const T* out, int64_t rows, int dim, int lanes, float* delta) {
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = thread / lanes;
+  const int sub = static_cast<int>(thread % lanes);
   float s = 0.0f;
-  for (int d = threadIdx.x % 32; d < dim; d += 32)
-    s = fmaf(to_f32(dout[row * dim + d]), to_f32(out[row * dim + d]), s);
-  s = warp_sum(s);
-  if (threadIdx.x % 32 == 0) delta[row] = s;
+  if (row < rows)
+    for (int d = sub * kVec; d < dim; d += lanes * kVec) {
+      float a[kVec], b[kVec];
+      load_f32<T, kVec>(dout + row * dim + d, a);
+      load_f32<T, kVec>(out + row * dim + d, b);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) s = fmaf(a[e], b[e], s);
+    }
+  for (int o = lanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (row < rows && sub == 0) delta[row] = s;
+}
+
+// Launches delta_kernel with 16-byte loads when every row allows them.
+template <class T>
+void row_deltas(const T* dout, const T* out, int64_t rows, int dim, float* delta) {
+  constexpr int kWide = 16 / sizeof(T);
+  const bool wide = dim % kWide == 0 && aligned16(dout) && aligned16(out);
+  const int loads = wide ? dim / kWide : dim;
+  int lanes = 1;
+  while (lanes < 32 && 2 * lanes <= loads) lanes *= 2;
+  const unsigned blocks = static_cast<unsigned>((rows * lanes + kThreads - 1) / kThreads);
+  if (wide)
+    delta_kernel<T, kWide><<<blocks, kThreads, 0, cudaStreamPerThread>>>(dout, out, rows, dim, lanes, delta);
+  else
+    delta_kernel<T, 1><<<blocks, kThreads, 0, cudaStreamPerThread>>>(dout, out, rows, dim, lanes, delta);
 }
 
 // partial[h] = -sum over tokens of exp(sink_h - lse[t, h]) * delta[t, h]: a sink moves
@@ -168,10 +192,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   Tensor delta = Tensor::empty({seq.total_tokens, g.heads}, DType::f32, q.device());
   with_element_type(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    delta_kernel<T><<<static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)),
-                      kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<const T*>(dout.raw()), static_cast<const T*>(out.raw()), rows,
-        static_cast<int>(q.size(2)), static_cast<float*>(delta.raw()));
+    row_deltas<T>(static_cast<const T*>(dout.raw()), static_cast<const T*>(out.raw()), rows,
+                  static_cast<int>(q.size(2)), static_cast<float*>(delta.raw()));
   });
   check_launch(op, q.shape());
   if (!options.portable_kernels && hopper::supports(q))
