@@ -59,7 +59,7 @@ struct Ring {
   static constexpr int kStreamBytes = kStreamRows * D * 2, kStreamPanelBytes = kStreamRows * 128;
   static constexpr int kStageBytes = (2 * kStreamBytes + kExtraBytes + 1023) / 1024 * 1024;  // tiles stay aligned
   static constexpr int kBarrierOffset = kOwn * kOwnBytes + kStages * kStageBytes;
-  static constexpr int kEndOffset = kBarrierOffset + 8 * (1 + 2 * kStages);
+  static constexpr int kEndOffset = kBarrierOffset + 8 * (2 + 2 * kStages);
   static constexpr int kSmemBytes = kEndOffset + 1024;  // +1024: alignment of the tiles
 
   uint8_t* base;
@@ -75,6 +75,9 @@ struct Ring {
   __device__ uint64_t* own_full() const { return reinterpret_cast<uint64_t*>(base + kBarrierOffset); }
   __device__ uint64_t* full(int stage) const { return own_full() + 1 + stage % kStages; }
   __device__ uint64_t* empty(int stage) const { return own_full() + 1 + kStages + stage % kStages; }
+  // A persistent block's consumers hand the owned tiles back once their last product
+  // has read them, so the next tile's may load behind the epilogue.
+  __device__ uint64_t* own_empty() const { return own_full() + 1 + 2 * kStages; }
   __device__ static int parity(int stage) { return (stage / kStages) & 1; }
   // Before refilling: waits until the consumers are done with the stage's last use.
   __device__ void wait_free(int stage) const {
@@ -90,6 +93,7 @@ struct Ring {
         barrier_init(full(s), 1 + loaders);
         barrier_init(empty(s), 4 * kGroups);  // one arrival per consumer warp
       }
+      barrier_init(own_empty(), 4 * kGroups);
       barrier_init_fence();
     }
     __syncthreads();
@@ -112,20 +116,23 @@ struct Ring {
   }
 
   // The producer thread: the owned tiles at row own_row of head own_head, then
-  // `stages` streamed tiles from row first_row of head stream_head (rows absolute).
-  __device__ void produce(const Maps& maps, int own_head, int own_row, int stream_head, int first_row,
-                          int stages) const {
+  // `stages` streamed tiles from row first_row of head stream_head (rows absolute) into
+  // the ring's stages first_stage on (a persistent block's stages count on across its
+  // tiles).
+  __device__ void produce(const Maps& maps, int own_head, int own_row, int stream_head, int first_row, int stages,
+                          int first_stage = 0) const {
     barrier_expect(own_full(), kOwn * kOwnBytes);
     for (int i = 0; i < kOwn; ++i)
       for (int p = 0; p < kPanels; ++p)
         tma_load(own(i) + p * kOwnPanelBytes, maps.own[i], own_head * D + p * 64, own_row, own_full());
-    for (int stage = 0; stage < stages; ++stage) {
+    for (int s = 0; s < stages; ++s) {
+      const int stage = first_stage + s;
       wait_free(stage);
       barrier_expect(full(stage), 2 * kStreamBytes);
       for (int i = 0; i < 2; ++i)
         for (int p = 0; p < kPanels; ++p)
           tma_load(stream(stage, i) + p * kStreamPanelBytes, maps.stream[i], stream_head * D + p * 64,
-                   first_row + stage * kStreamRows, full(stage));
+                   first_row + s * kStreamRows, full(stage));
     }
   }
 };

@@ -9,6 +9,8 @@
 // masks are applied only on tiles at the diagonal or the window's edge. Keys past a
 // document's end belong to the next document (or are TMA's zeros) and are always
 // masked; their V rows meet a zero probability.
+#include <algorithm>
+
 #include "amber/ops/cuda/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
@@ -37,102 +39,161 @@ static_assert(ring_stages<64, 1, kKeys, 0, 0, kForwardGroups<64>>() >= 2 &&
                   ring_stages<128, 1, kKeys, 0, 0, kForwardGroups<128>>() >= 2,
               "the forward's ring holds two stages");
 
+// A block's share of the work: the tile of work item w (plan slot w % tile_slots of
+// head w / tile_slots), its KV head, its first key stage's key and its stage count.
+struct ForwardWork {
+  TileRange t;
+  int h, kvh, key_begin, stages;
+};
+
+__device__ __forceinline__ bool forward_work(const Layout& g, int w, ForwardWork& x) {
+  if (!tile_of(g, w % g.tile_slots, true, x.t)) return false;
+  x.h = w / g.tile_slots;
+  x.kvh = x.h / (g.heads / g.kv_heads);
+  x.key_begin = first_key(x.t.begin, g.window) / kKeys * kKeys;
+  x.stages = (x.t.begin + x.t.rows - x.key_begin + kKeys - 1) / kKeys;
+  return true;
+}
+
+// One persistent block per SM takes work items in the order of a shared ticket (heads
+// major, each document's last tile first, so the longest tiles start first). Its
+// producer thread draws the ticket, publishes the item in shared memory and loads the
+// tile's Q once the consumers have handed the previous one back (own_empty), which
+// they do as soon as their last product has landed, so the load runs behind their
+// epilogue; K/V stages count on across tiles, so the next tile's stream starts as ring
+// stages free. An item past the end tells the consumers to stop.
 template <class T, int D>
 __global__ void __launch_bounds__(kForwardThreads<D>, 1)
-    forward_kernel(const __grid_constant__ Maps maps, Layout g, ForwardArgs<T> a) {
+    forward_kernel(const __grid_constant__ Maps maps, Layout g, ForwardArgs<T> a, int items, int* ticket) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using R = ForwardRing<D>;
   extern __shared__ uint8_t smem_raw[];
+  __shared__ int published;  // the current tile's work item
   const R ring(smem_raw);
-  TileRange t;
-  if (!tile_of(g, true, t)) return;
-  const int h = blockIdx.y, kvh = h / (g.heads / g.kv_heads);
-  const int tile_end = t.begin + t.rows;
-  const int key_begin = first_key(t.begin, g.window) / kKeys * kKeys;
-  const int stages = (tile_end - key_begin + kKeys - 1) / kKeys;
   ring.init(0);
-  if (!ring.consumer(maps, h, t.doc_start + t.begin, kvh, t.doc_start + key_begin, stages)) return;
-  const int consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4;
-  const int rows_begin = t.begin + 64 * consumer;  // this warpgroup's 64 rows
-  const int rows_end = min(rows_begin + 64, tile_end);
-  const Fragment f0{rows_begin + 16 * warp, 0};
-  const float scale_log2 = g.scale * kLog2e;
-  tensor_core::OnlineSoftmax softmax(a.sinks, h);
-  float o[D / 8][4] = {};
-  const uint64_t q_desc = k_major(ring.own(0) + consumer * 64 * 128);  // 64 rows into each panel
-  // The stages this warpgroup needs are one run: keys before its rows' window and
-  // past its last row are skipped (the stage only waited for and handed back).
-  const int needed_end = rows_begin < rows_end ? min(stages, (rows_end - key_begin + kKeys - 1) / kKeys) : 0;
-  const int needed_begin = g.window > 0 ? min(needed_end, (first_key(rows_begin, g.window) - key_begin) / kKeys) : 0;
-  const auto skip = [&](int stage) {
-    barrier_wait(ring.full(stage), R::parity(stage));
-    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
-  };
-  // Scores of a stage, exponentiated in place (rescale: the output's factor).
-  const auto scores = [&](int stage, float (&s)[kKeys / 8][4], float (&rescale)[2]) {
-    const int kt = key_begin + stage * kKeys;
-    pin(s);
-    const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
-    softmax.exponentiate<kKeys>(s, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{}, rescale);
-  };
-  // A stage's scores product, issued once its tiles have landed.
-  const auto issue_scores = [&](int stage, float (&s)[kKeys / 8][4]) {
-    barrier_wait(ring.full(stage), R::parity(stage));
-    product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(s, q_desc, k_major(ring.stream(stage, 0)));
-    wgmma_commit();
-  };
-  const auto add_pv = [&](int stage, const uint32_t (&p)[kKeys / 16][4]) {
-    product_ab<T, kKeys, D>(o, p, mn_major(ring.stream(stage, 1), R::kStreamPanelBytes));
-    wgmma_commit();
-  };
-  // Every product has landed: the output may be read and the stage handed back.
-  const auto retire = [&](int stage) {
-    wgmma_wait<0>();
-    pin(o);
-    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
-  };
-  barrier_wait(ring.own_full(), 0);
-  for (int stage = 0; stage < needed_begin; ++stage) skip(stage);
-  if constexpr (!kOverlapPv<D>) {
-    for (int stage = needed_begin; stage < needed_end; ++stage) {
-      float s[kKeys / 8][4], rescale[2];
-      uint32_t p[kKeys / 16][4];
-      issue_scores(stage, s);
-      wgmma_wait<0>();
-      scores(stage, s, rescale);
-      tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
-      to_operand<T, kKeys>(s, p);
-      add_pv(stage, p);
-      retire(stage);
+  if (threadIdx.x < 128) {
+    release_registers<kProducerRegisters<kForwardGroups<D>>>();
+    if (threadIdx.x != 0) return;
+    // The next work item with a tile (plan slots past the documents' tiles have none).
+    const auto draw = [&] {
+      ForwardWork x;
+      int w;
+      do w = atomicAdd(ticket, 1);
+      while (w < items && !forward_work(g, w, x));
+      return w;
+    };
+    int w = draw();
+    for (int first_stage = 0, tile = 0;; ++tile) {
+      if (tile > 0) barrier_wait(ring.own_empty(), (tile - 1) & 1);
+      published = w;
+      if (w >= items) {
+        barrier_arrive(ring.own_full());
+        return;
+      }
+      ForwardWork x;
+      forward_work(g, w, x);
+      ring.produce(maps, x.h, static_cast<int>(x.t.doc_start) + x.t.begin, x.kvh,
+                   static_cast<int>(x.t.doc_start) + x.key_begin, x.stages, first_stage);
+      first_stage += x.stages;
+      w = draw();  // while the consumers work through the tile's last stages
     }
-  } else if (needed_begin < needed_end) {
-    // A stage's P V product is issued behind the next stage's scores and runs while
-    // their softmax does; the output is rescaled once it has landed.
-    uint32_t p[kKeys / 16][4];  // the previous stage's probabilities, rounded to T
-    {
-      float s[kKeys / 8][4], rescale[2];
-      issue_scores(needed_begin, s);
-      wgmma_wait<0>();
-      scores(needed_begin, s, rescale);  // o is still zero: nothing to rescale
-      to_operand<T, kKeys>(s, p);
-    }
-    for (int stage = needed_begin + 1; stage < needed_end; ++stage) {
-      float s[kKeys / 8][4], rescale[2];
-      issue_scores(stage, s);
-      add_pv(stage - 1, p);
-      wgmma_wait<1>();
-      scores(stage, s, rescale);
-      retire(stage - 1);
-      tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
-      to_operand<T, kKeys>(s, p);
-    }
-    add_pv(needed_end - 1, p);
-    retire(needed_end - 1);
   }
-  for (int stage = needed_end; stage < stages; ++stage) skip(stage);
-  if (rows_begin >= rows_end) return;
-  softmax.finish<D>(o, f0, tile_end, t.doc_start, g.heads, h, a.lse);
-  tensor_core::store_rows<T, D>(o, f0, 1.0f, tile_end, t.doc_start, g.heads, h, a.out);
+  claim_registers<kConsumerRegisters<kForwardGroups<D>>>();
+  const int consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4;
+  const float scale_log2 = g.scale * kLog2e;
+  const uint64_t q_desc = k_major(ring.own(0) + consumer * 64 * 128);  // 64 rows into each panel
+  for (int first_stage = 0, tile = 0;;) {
+    barrier_wait(ring.own_full(), tile & 1);
+    const int w = published;
+    if (w >= items) return;
+    ForwardWork x;
+    forward_work(g, w, x);
+    const TileRange& t = x.t;
+    const int tile_end = t.begin + t.rows, key_begin = x.key_begin, stages = x.stages;
+    const int rows_begin = t.begin + 64 * consumer;  // this warpgroup's 64 rows
+    const int rows_end = min(rows_begin + 64, tile_end);
+    const Fragment f0{rows_begin + 16 * warp, 0};
+    tensor_core::OnlineSoftmax softmax(a.sinks, x.h);
+    float o[D / 8][4] = {};
+    // The stages this warpgroup needs are one run: keys before its rows' window and
+    // past its last row are skipped (the stage only waited for and handed back).
+    const int needed_end = rows_begin < rows_end ? min(stages, (rows_end - key_begin + kKeys - 1) / kKeys) : 0;
+    const int needed_begin =
+        g.window > 0 ? min(needed_end, (first_key(rows_begin, g.window) - key_begin) / kKeys) : 0;
+    // Stage s of this tile is the ring's stage first_stage + s.
+    const auto skip = [&](int s) {
+      barrier_wait(ring.full(first_stage + s), R::parity(first_stage + s));
+      if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(first_stage + s));
+    };
+    // Scores of a stage, exponentiated in place (rescale: the output's factor).
+    const auto scores = [&](int s, float (&sc)[kKeys / 8][4], float (&rescale)[2]) {
+      const int kt = key_begin + s * kKeys;
+      pin(sc);
+      const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
+      softmax.exponentiate<kKeys>(sc, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{}, rescale);
+    };
+    // A stage's scores product, issued once its tiles have landed.
+    const auto issue_scores = [&](int s, float (&sc)[kKeys / 8][4]) {
+      const int stage = first_stage + s;
+      barrier_wait(ring.full(stage), R::parity(stage));
+      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(sc, q_desc, k_major(ring.stream(stage, 0)));
+      wgmma_commit();
+    };
+    const auto add_pv = [&](int s, const uint32_t (&p)[kKeys / 16][4]) {
+      product_ab<T, kKeys, D>(o, p, mn_major(ring.stream(first_stage + s, 1), R::kStreamPanelBytes));
+      wgmma_commit();
+    };
+    // Every product has landed: the output may be read and the stage handed back.
+    const auto retire = [&](int s) {
+      wgmma_wait<0>();
+      pin(o);
+      if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(first_stage + s));
+    };
+    for (int s = 0; s < needed_begin; ++s) skip(s);
+    if constexpr (!kOverlapPv<D>) {
+      for (int s = needed_begin; s < needed_end; ++s) {
+        float sc[kKeys / 8][4], rescale[2];
+        uint32_t p[kKeys / 16][4];
+        issue_scores(s, sc);
+        wgmma_wait<0>();
+        scores(s, sc, rescale);
+        tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
+        to_operand<T, kKeys>(sc, p);
+        add_pv(s, p);
+        retire(s);
+      }
+    } else if (needed_begin < needed_end) {
+      // A stage's P V product is issued behind the next stage's scores and runs while
+      // their softmax does; the output is rescaled once it has landed.
+      uint32_t p[kKeys / 16][4];  // the previous stage's probabilities, rounded to T
+      {
+        float sc[kKeys / 8][4], rescale[2];
+        issue_scores(needed_begin, sc);
+        wgmma_wait<0>();
+        scores(needed_begin, sc, rescale);  // o is still zero: nothing to rescale
+        to_operand<T, kKeys>(sc, p);
+      }
+      for (int s = needed_begin + 1; s < needed_end; ++s) {
+        float sc[kKeys / 8][4], rescale[2];
+        issue_scores(s, sc);
+        add_pv(s - 1, p);
+        wgmma_wait<1>();
+        scores(s, sc, rescale);
+        retire(s - 1);
+        tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
+        to_operand<T, kKeys>(sc, p);
+      }
+      add_pv(needed_end - 1, p);
+      retire(needed_end - 1);
+    }
+    for (int s = needed_end; s < stages; ++s) skip(s);
+    if (threadIdx.x % 32 == 0) barrier_arrive(ring.own_empty());  // Q is read no more
+    first_stage += stages;
+    ++tile;
+    if (rows_begin >= rows_end) continue;
+    softmax.finish<D>(o, f0, tile_end, t.doc_start, g.heads, x.h, a.lse);
+    tensor_core::store_rows<T, D>(o, f0, 1.0f, tile_end, t.doc_start, g.heads, x.h, a.out);
+  }
 #endif
 }
 
@@ -156,12 +217,19 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& un
     const Maps maps = make_maps<1>(q, q, k, v, kKeys, op, kRows);
     constexpr int smem = ForwardRing<D>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
-    forward_kernel<T, D><<<attention_grid(g, g.heads, op), kForwardThreads<D>, smem,
-                           cudaStreamPerThread>>>(
+    const int64_t items = int64_t{g.tile_slots} * g.heads;
+    AMBER_CHECK(items < (int64_t{1} << 31), op, ": ", g.tile_slots, " tiles x ", g.heads,
+                " heads exceed the work items a launch can count");
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));  // one per SM
+    Tensor ticket = Tensor::empty({1}, DType::i32, q.device());
+    AMBER_CHECK(cudaMemsetAsync(ticket.raw(), 0, sizeof(int), cudaStreamPerThread) == cudaSuccess, op,
+                ": cannot clear the work ticket");
+    forward_kernel<T, D><<<blocks, kForwardThreads<D>, smem, cudaStreamPerThread>>>(
         maps, g,
         ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
                        static_cast<const T*>(v.raw()), sinks, static_cast<T*>(out.raw()),
-                       static_cast<float*>(lse.raw())});
+                       static_cast<float*>(lse.raw())},
+        static_cast<int>(items), static_cast<int*>(ticket.raw()));
   });
   check_launch(op, q.shape());
 }
