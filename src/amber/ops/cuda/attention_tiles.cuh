@@ -14,9 +14,10 @@ namespace amber::cuda {
 
 // Tiles start at document starts (cu_seqlens on the device). A tile plan, built on the
 // device from cu_seqlens (with_tile_plan), lists every (document, k) with k counting
-// the document's tiles of `tile_rows` rows; block x of a launch takes slot x, and
-// slots past the plan's end hold document -1 and exit at once. Nothing here reads the
-// host's document lengths, so the grid depends only on the token and document counts.
+// the document's tiles of `tile_rows` rows; block x of a launch takes slot x (or, in the
+// Hopper forward's persistent blocks, the slots of the work items it draws), and slots
+// past the plan's end hold document -1 and are skipped. Nothing here reads the host's
+// document lengths, so the grid depends only on the token and document counts.
 struct Layout {
   const int32_t* cu_seqlens;
   int num_docs;
