@@ -28,6 +28,18 @@ struct Case {
 // Lengths on both sides of the kernels' 64-row tiles and 32-key steps.
 const std::vector<int32_t> kEdges = {1, 127, 128, 129};
 
+// Far more work items (tiles x heads) than a GPU has blocks at once, so a persistent
+// block takes many tiles one after another: `short_documents` of 1-60 tokens with a
+// 600-token document (several tiles of several stages) after every hundredth.
+std::vector<int32_t> many_documents(int short_documents) {
+  std::vector<int32_t> lengths;
+  for (int i = 0; i < short_documents; ++i) {
+    lengths.push_back(1 + (i * 37) % 60);
+    if (i % 100 == 99) lengths.push_back(600);
+  }
+  return lengths;
+}
+
 // Random lengths from the Philox stream (1 .. 200) plus one document of many tiles.
 std::vector<int32_t> mixed_lengths(uint64_t seed) {
   const std::vector<double> r = testing::random_tensor({6}, DType::f64, seed).to_doubles();
@@ -195,6 +207,12 @@ TEST(AttentionGpu, GqaHeadDim128WindowMixedLengths) {
 TEST(AttentionGpu, GqaHeadDim64WindowSinksMixedLengths) {
   REQUIRE_GPU();
   check_case({"gqa 4/2 d64 w200 sinks mixed", mixed_lengths(1400), 4, 2, 64, 200, true}, 1410);
+}
+
+TEST(AttentionGpu, ManyDocumentsOutnumberThePersistentBlocks) {
+  REQUIRE_GPU();
+  check_case({"gqa 4/2 d64 many documents", many_documents(300), 4, 2, 64, 0, false}, 1600);
+  check_case({"gqa 4/2 d128 w90 many documents", many_documents(300), 4, 2, 128, 90, false}, 1610);
 }
 
 // head_dim 32 is what the small model presets (dim 128, 4 heads) run on the GPU.
