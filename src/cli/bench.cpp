@@ -65,9 +65,7 @@ std::vector<GemmBenchShape> model_gemm_shapes(const ModelConfig& m, int64_t toke
     shapes.push_back({name + ", input grad", rows, in, out, false, false, false, 0.0});
     shapes.push_back({name + ", weight grad", out, in, rows, true, false, true, 1.0});
   };
-  linear("q_proj", dim, q, tokens);
-  linear("k_proj", dim, kv, tokens);
-  linear("v_proj", dim, kv, tokens);
+  linear("qkv_proj (q, k, v stacked)", dim, q + 2 * kv, tokens);
   linear("o_proj", q, dim, tokens);
   linear("mlp up", dim, up, tokens);
   linear("mlp down", hidden, dim, tokens);

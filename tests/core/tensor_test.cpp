@@ -109,5 +109,29 @@ TEST(TensorGpu, FillWritesTheCpuBits) {
   }
 }
 
+// copy_from between strided views on one GPU (the heads of a stacked projection in
+// and out) moves the bits a CPU copy moves, with words of 16 bytes down to 1.
+TEST(TensorGpu, StridedCopiesOnTheDeviceMatchTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    DType dt;
+    int64_t d;  // elements per row: 16-byte rows, then 4-byte and 2-byte ones
+  };
+  for (Case c : {Case{DType::bf16, 64}, Case{DType::f32, 3}, Case{DType::bf16, 5}, Case{DType::f64, 7}}) {
+    Tensor cpu = Tensor::empty({9, 6, c.d}, c.dt);
+    for (int64_t i = 0; i < cpu.numel(); ++i) store_from_double(cpu.raw(), c.dt, static_cast<size_t>(i), 0.25 * i);
+    const Tensor gpu = cpu.to(Device::cuda());
+    // Out of a view: heads 2-4 into a contiguous tensor.
+    const Tensor gathered = gpu.slice(1, 2, 5).contiguous();
+    EXPECT_EQ(gathered.to_doubles(), cpu.slice(1, 2, 5).contiguous().to_doubles()) << dtype_name(c.dt);
+    // Into a view: those heads written into heads 0-2 of another stack.
+    Tensor target = Tensor::zeros(cpu.shape(), c.dt, Device::cuda()), expected = Tensor::zeros(cpu.shape(), c.dt);
+    Tensor into = target.slice(1, 0, 3), expected_into = expected.slice(1, 0, 3);
+    into.copy_from(gathered);
+    expected_into.copy_from(cpu.slice(1, 2, 5));
+    EXPECT_EQ(target.to_doubles(), expected.to_doubles()) << dtype_name(c.dt);
+  }
+}
+
 }  // namespace
 }  // namespace amber

@@ -201,6 +201,14 @@ TEST(LanguageModel, ParameterNamesAndCounts) {
   EXPECT_NO_THROW(model.param("layers.0.mlp.gate_up_proj.weight"));
   EXPECT_NO_THROW(model.param("layers.0.attn.sinks"));
   EXPECT_NO_THROW(model.param("lm_head.weight"));
+  // q, k and v are parameters of their own, stacked in one buffer for one product.
+  const Param &q = model.param("layers.1.attn.q_proj.weight"), &k = model.param("layers.1.attn.k_proj.weight");
+  const Param& v = model.param("layers.1.attn.v_proj.weight");
+  for (const Tensor Param::*t : {&Param::value, &Param::grad, &Param::work}) {
+    EXPECT_TRUE((q.*t).shares_storage_with(k.*t) && (k.*t).shares_storage_with(v.*t));
+    EXPECT_EQ((k.*t).offset(), (q.*t).offset() + (q.*t).numel());
+    EXPECT_EQ((v.*t).offset(), (k.*t).offset() + (k.*t).numel());
+  }
   try {
     model.param("layers.1.attn.q_prj.weight");
     FAIL();

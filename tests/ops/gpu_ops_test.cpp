@@ -225,6 +225,45 @@ TEST(NormGpu, LayerNormMatchesCpu) {
   }
 }
 
+// QK-norm on the heads of a stacked projection [T, H + 2 Hkv, D]: the input and the
+// input gradient are token-strided views (heads from the second on, so rows start at an
+// offset), the gradient's other heads stay untouched. Sub-warp teams (64, 128; head
+// counts that are and are not powers of two, Kohaku-500M's q among them) and a
+// block-wide row (1280, the staged backward).
+TEST(NormGpu, TokenStridedHeadsMatchCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t tokens, heads, stacked, d;
+  };
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (Case c : {Case{300, 5, 8, 64}, Case{4096, 20, 28, 64}, Case{77, 2, 5, 128}, Case{40, 1, 3, 1280}}) {
+      const std::string tag = "token-strided rmsnorm " + std::to_string(c.tokens) + "x" + std::to_string(c.heads) +
+                              " of " + std::to_string(c.stacked) + "x" + std::to_string(c.d);
+      const Tensor stack = random_tensor({c.tokens, c.stacked, c.d}, dt, 50, 2.0f);
+      const Tensor x = stack.slice(1, 1, 1 + c.heads), gx = gpu(stack).slice(1, 1, 1 + c.heads);
+      const Tensor w = random_tensor({c.d}, dt, 51, 0.2f, 1.0f), dy = random_tensor(x.shape(), dt, 52);
+      const int64_t rows = c.tokens * c.heads;
+      Tensor cy = Tensor::empty(x.shape(), dt), cr = Tensor::empty({rows}, DType::f32);
+      Tensor gy = nan_tensor(x.shape(), dt), gr = nan_tensor({rows}, DType::f32);
+      rmsnorm_forward(x, w, 1e-6, cy, cr);
+      rmsnorm_forward(gx, gpu(w), 1e-6, gy, gr);
+      expect_close(tag + " forward", gy, cy, dt);
+      expect_close(tag + " rstd", gr, cr, DType::f32);
+      for (bool accumulate : {false, true}) {
+        const Tensor grads = random_tensor(stack.shape(), dt, 53);
+        Tensor c_stack = grads.clone(), g_stack = gpu(grads);
+        Tensor cdx = c_stack.slice(1, 1, 1 + c.heads), gdx = g_stack.slice(1, 1, 1 + c.heads);
+        Tensor cdw = Tensor::zeros({c.d}, DType::f32), gdw = gpu(cdw);
+        rmsnorm_backward(dy, x, w, cr, cdx, cdw, accumulate);
+        rmsnorm_backward(gpu(dy), gx, gpu(w), gr, gdx, gdw, accumulate);
+        // The whole stack: the heads the norm must not touch compare too.
+        expect_close(tag + (accumulate ? " dx (+=), whole stack" : " dx, whole stack"), g_stack, c_stack, dt);
+        expect_close(tag + " dweight", gdw, cdw, dt);
+      }
+    }
+  }
+}
+
 TEST(NormGpu, WeightGradientsAreBitIdenticalAcrossRuns) {
   REQUIRE_GPU();
   const DType dt = DType::bf16;

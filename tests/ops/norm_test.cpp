@@ -148,6 +148,37 @@ TEST(Norms, BackwardAccumulateAddsToDx) {
   expect_sum(added, alone, "layernorm");
 }
 
+// QK-norm reads the heads of a stacked projection in place and writes its gradient
+// into the stacked gradient: on token-strided views the norms give the bits they give
+// on contiguous copies, and the other heads stay as they were.
+TEST(Norms, TokenStridedViewsMatchContiguousCopies) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor stack = random_tensor({30, 5, 16}, dt, 17, 1.0f, 2.0f), dy = random_tensor({30, 2, 16}, dt, 18);
+    const Tensor w = random_tensor({16}, dt, 19, 0.3f, 1.0f);
+    const Tensor x = stack.slice(1, 1, 3), x_copy = x.contiguous();
+    ASSERT_FALSE(x.is_contiguous());
+    Tensor y = Tensor::empty(dy.shape(), dt), y_copy = Tensor::empty(dy.shape(), dt);
+    Tensor rstd = Tensor::empty({60}, DType::f32), rstd_copy = Tensor::empty({60}, DType::f32);
+    rmsnorm_forward(x, w, 1e-6, y, rstd);
+    rmsnorm_forward(x_copy, w, 1e-6, y_copy, rstd_copy);
+    EXPECT_EQ(y.to_doubles(), y_copy.to_doubles()) << dtype_name(dt);
+    EXPECT_EQ(rstd.to_doubles(), rstd_copy.to_doubles()) << dtype_name(dt);
+    for (bool accumulate : {false, true}) {
+      const Tensor grads = random_tensor(stack.shape(), dt, 20);
+      Tensor stacked = grads.clone(), dx = stacked.slice(1, 1, 3), dx_copy = dx.contiguous();
+      Tensor dw = Tensor::zeros({16}, DType::f32), dw_copy = Tensor::zeros({16}, DType::f32);
+      rmsnorm_backward(dy, x, w, rstd, dx, dw, accumulate);
+      rmsnorm_backward(dy, x_copy, w, rstd, dx_copy, dw_copy, accumulate);
+      EXPECT_EQ(dx.contiguous().to_doubles(), dx_copy.to_doubles()) << dtype_name(dt) << " accumulate " << accumulate;
+      EXPECT_EQ(dw.to_doubles(), dw_copy.to_doubles());
+      for (int64_t head : {0, 3, 4})
+        EXPECT_EQ(stacked.slice(1, head, head + 1).contiguous().to_doubles(),
+                  grads.slice(1, head, head + 1).contiguous().to_doubles())
+            << "head " << head << " was written";
+    }
+  }
+}
+
 TEST(RmsNorm, Float32BackwardMatchesFloat64) {
   const Tensor x = random_tensor({300, 64}, DType::f64, 13), w = random_tensor({64}, DType::f64, 14, 0.3f, 1.0f);
   const Tensor g = random_tensor(x.shape(), DType::f64, 15);

@@ -37,6 +37,11 @@ void reset_pool_peak(int device);
 // Element conversion on the device between f32, bf16 and f16 (round to nearest even);
 // returns false for other pairs, which the caller converts through the host.
 bool convert(void* dst, DType dst_type, const void* src, DType src_type, size_t n);
+// A same-dtype copy on one device between two views of `shape` (ndim <= kMaxDims,
+// strides in elements) whose last dimension is contiguous in both, such as the heads
+// of a stacked projection; no host synchronisation.
+void copy_rows(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
+               const int64_t* shape, int ndim, size_t element_bytes);
 // n elements of `element_bytes` (1, 2, 4 or 8) on the device set to the bit pattern
 // at `element` (host memory), without a host synchronisation.
 void fill(void* dst, size_t element_bytes, const void* element, size_t n);

@@ -190,6 +190,14 @@ void Tensor::copy_from(const Tensor& src) {
     });
     return;
   }
+  // Strided views on one GPU: row by row (the last dimension contiguous on both sides).
+  if (src.device() == device() && src.dtype() == dtype_ && !(src.is_contiguous() && is_contiguous()) &&
+      ndim() > 0 && stride(-1) == 1 && src.stride(-1) == 1) {
+    std::array<int64_t, kMaxDims> dims{};
+    for (int d = 0; d < ndim(); ++d) dims[d] = shape_[d];
+    cuda::copy_rows(raw(), strides_.data(), src.raw(), src.strides_.data(), dims.data(), ndim(), dtype_size(dtype_));
+    return;
+  }
   // Across devices: move contiguous bytes, converting dtype on the host side.
   AMBER_CHECK(src.is_contiguous() && is_contiguous(),
               "copies between devices need contiguous tensors; call contiguous() first");

@@ -18,14 +18,17 @@ class CausalAttention final : public AttentionLayer {
         position_(s.position) {
     const ModelConfig& c = *s.config;
     const int64_t q_dim = int64_t{heads_} * head_dim_, kv_dim = int64_t{kv_heads_} * head_dim_;
-    q_ = make_param(s.name + ".q_proj.weight", {q_dim, c.dim}, s.placement);
-    k_ = make_param(s.name + ".k_proj.weight", {kv_dim, c.dim}, s.placement);
-    v_ = make_param(s.name + ".v_proj.weight", {kv_dim, c.dim}, s.placement);
+    // q, k and v are three parameters stacked in one buffer: one product computes all
+    // three projections (and one their gradients), which at GQA's narrow k and v runs
+    // faster than three.
+    const auto stacked = [&](const char* what, const Shape& trailing) {
+      return make_stacked_params({s.name + ".q_proj." + what, s.name + ".k_proj." + what, s.name + ".v_proj." + what},
+                                 {q_dim, kv_dim, kv_dim}, trailing, s.placement);
+    };
+    qkv_ = stacked("weight", Shape{c.dim});
     o_ = make_param(s.name + ".o_proj.weight", {c.dim, q_dim}, s.placement);
     if (c.attn_bias) {
-      q_bias_ = make_param(s.name + ".q_proj.bias", {q_dim}, s.placement);
-      k_bias_ = make_param(s.name + ".k_proj.bias", {kv_dim}, s.placement);
-      v_bias_ = make_param(s.name + ".v_proj.bias", {kv_dim}, s.placement);
+      qkv_bias_ = stacked("bias", Shape{});
       o_bias_ = make_param(s.name + ".o_proj.bias", {c.dim}, s.placement);
     }
     if (c.qk_norm) {
@@ -42,7 +45,9 @@ class CausalAttention final : public AttentionLayer {
   }
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const override {
-    for (const auto& p : {q_, k_, v_, o_, q_bias_, k_bias_, v_bias_, o_bias_, sinks_})
+    for (const StackedParams* stack : {&qkv_, &qkv_bias_})
+      for (const auto& p : stack->parts) out.push_back(p);
+    for (const auto& p : {o_, o_bias_, sinks_})
       if (p) out.push_back(p);
     if (q_norm_) q_norm_->collect(out);
     if (k_norm_) k_norm_->collect(out);
@@ -51,9 +56,9 @@ class CausalAttention final : public AttentionLayer {
   Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& s, Arena& arena) const override {
     const int64_t tokens = h.size(0);
     s.h = h;
-    s.q_raw = project(h, q_, q_bias_, arena).view({tokens, heads_, head_dim_});
-    s.k_raw = project(h, k_, k_bias_, arena).view({tokens, kv_heads_, head_dim_});
-    s.v = project(h, v_, v_bias_, arena).view({tokens, kv_heads_, head_dim_});
+    Tensor v_raw;
+    project_qkv(h, arena, s.q_raw, s.k_raw, v_raw);
+    s.v = copy(v_raw, arena);
     // QK-norm and position encoding write fresh tensors: the raw projections stay
     // intact for the norm's backward.
     s.q = q_norm_ ? q_norm_->forward(s.q_raw, s.q_norm, arena) : copy(s.q_raw, arena);
@@ -68,11 +73,10 @@ class CausalAttention final : public AttentionLayer {
   Tensor infer(const Tensor& h, const CachedStep& step, LayerCache& cache, Arena& arena) const override {
     const int64_t tokens = h.size(0);
     Saved s;  // the forward's bookkeeping, discarded: generation has no backward
-    Tensor q_raw = project(h, q_, q_bias_, arena).view({tokens, heads_, head_dim_});
-    Tensor k_raw = project(h, k_, k_bias_, arena).view({tokens, kv_heads_, head_dim_});
-    Tensor v = project(h, v_, v_bias_, arena).view({tokens, kv_heads_, head_dim_});
-    Tensor q = q_norm_ ? q_norm_->forward(q_raw, s.q_norm, arena) : q_raw;
-    Tensor k = k_norm_ ? k_norm_->forward(k_raw, s.k_norm, arena) : k_raw;
+    Tensor q_raw, k_raw, v;
+    project_qkv(h, arena, q_raw, k_raw, v);
+    Tensor q = q_norm_ ? q_norm_->forward(q_raw, s.q_norm, arena) : copy(q_raw, arena);
+    Tensor k = k_norm_ ? k_norm_->forward(k_raw, s.k_norm, arena) : copy(k_raw, arena);
     position_->forward(q, k, step.positions);
     for (size_t seq = 0; seq + 1 < step.cu_q.size(); ++seq) {
       const int64_t first = step.cu_q[seq], count = step.cu_q[seq + 1] - first, at = step.starts[seq];
@@ -93,7 +97,7 @@ class CausalAttention final : public AttentionLayer {
     const DType dt = dout.dtype();
     Tensor o_flat = s.o.view({tokens, int64_t{heads_} * head_dim_});
     Tensor d_o = arena.alloc(o_flat.shape(), dt);
-    Tensor dqb = grad_of(q_bias_), dkb = grad_of(k_bias_), dvb = grad_of(v_bias_), dob = grad_of(o_bias_);
+    Tensor dob = grad_of(o_bias_), dqkv_bias = grad_of(qkv_bias_.whole);
     linear_backward(dout, o_flat, o_->work, d_o, o_->grad, dob);
     Tensor dq = arena.alloc(s.q.shape(), dt), dk = arena.alloc(s.k.shape(), dt);
     Tensor dv = arena.alloc(s.v.shape(), dt);
@@ -101,13 +105,18 @@ class CausalAttention final : public AttentionLayer {
     attention_backward(d_o.view(s.o.shape()), s.q, s.k, s.v, s.o, s.lse, seq, options_, sinks(), dq, dk,
                        dv, dsinks);
     position_->backward(dq, dk, seq.positions);
-    if (q_norm_) dq = q_norm_->backward(dq, s.q_norm, arena);
-    if (k_norm_) dk = k_norm_->backward(dk, s.k_norm, arena);
-    // dh = dq Wq + dk Wk + dv Wv, the last two added by the products themselves.
+    // The three input gradients side by side, as the stacked projection wrote them, so
+    // one product gives dh = [dq dk dv] [Wq; Wk; Wv] and the weights' gradients.
+    Tensor dqkv = arena.alloc({tokens, heads_ + 2 * int64_t{kv_heads_}, head_dim_}, dt);
+    Tensor dq_raw = dqkv.slice(1, 0, heads_), dk_raw = dqkv.slice(1, heads_, heads_ + kv_heads_);
+    if (q_norm_) q_norm_->backward_to(dq, s.q_norm, dq_raw);
+    else dq_raw.copy_from(dq);
+    if (k_norm_) k_norm_->backward_to(dk, s.k_norm, dk_raw);
+    else dk_raw.copy_from(dk);
+    dqkv.slice(1, heads_ + kv_heads_, heads_ + 2 * kv_heads_).copy_from(dv);
     Tensor dh = arena.alloc(s.h.shape(), dt);
-    linear_backward(dq.view({tokens, dq.numel() / tokens}), s.h, q_->work, dh, q_->grad, dqb);
-    linear_backward(dk.view({tokens, dk.numel() / tokens}), s.h, k_->work, dh, k_->grad, dkb, true);
-    linear_backward(dv.view({tokens, dv.numel() / tokens}), s.h, v_->work, dh, v_->grad, dvb, true);
+    linear_backward(dqkv.view({tokens, dqkv.numel() / tokens}), s.h, qkv_.whole->work, dh, qkv_.whole->grad,
+                    dqkv_bias);
     return dh;
   }
 
@@ -117,6 +126,18 @@ class CausalAttention final : public AttentionLayer {
     Tensor y = arena.alloc({x.size(0), w->work.size(0)}, x.dtype());
     linear_forward(x, w->work, b ? b->work : Tensor(), y);
     return y;
+  }
+  // The stacked projection [T, H + 2 Hkv, Dh] and its q, k and v heads, as views
+  // (token-strided: the norms read them in place, other consumers copy them).
+  void project_qkv(const Tensor& h, Arena& arena, Tensor& q, Tensor& k, Tensor& v) const {
+    const int64_t tokens = h.size(0), kv_end = heads_ + 2 * int64_t{kv_heads_};
+    const Tensor bias = qkv_bias_.whole ? qkv_bias_.whole->work : Tensor();
+    Tensor qkv = arena.alloc({tokens, kv_end * head_dim_}, h.dtype());
+    linear_forward(h, qkv_.whole->work, bias, qkv);
+    const Tensor heads = qkv.view({tokens, kv_end, head_dim_});
+    q = heads.slice(1, 0, heads_);
+    k = heads.slice(1, heads_, heads_ + kv_heads_);
+    v = heads.slice(1, heads_ + kv_heads_, kv_end);
   }
   static Tensor copy(const Tensor& x, Arena& arena) {
     Tensor y = arena.alloc(x.shape(), x.dtype());
@@ -129,7 +150,8 @@ class CausalAttention final : public AttentionLayer {
   int heads_, kv_heads_, head_dim_;
   std::shared_ptr<const PositionEncoding> position_;
   AttentionOptions options_;
-  std::shared_ptr<Param> q_, k_, v_, o_, q_bias_, k_bias_, v_bias_, o_bias_, sinks_;
+  StackedParams qkv_, qkv_bias_;  // qkv_bias_ empty without attn_bias
+  std::shared_ptr<Param> o_, o_bias_, sinks_;
   std::unique_ptr<Norm> q_norm_, k_norm_;
 };
 

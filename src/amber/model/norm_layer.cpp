@@ -80,7 +80,7 @@ class LayerNorm final : public Norm {
 
 Tensor Norm::backward(const Tensor& dy, const Saved& saved, Arena& arena) const {
   Tensor dx = arena.alloc(dy.shape(), dy.dtype());
-  backward_into(dy, saved, dx, false);
+  backward_to(dy, saved, dx);
   return dx;
 }
 

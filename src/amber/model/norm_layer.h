@@ -34,6 +34,8 @@ class Norm {
   Tensor forward(const Tensor& x, Saved& saved, Arena& arena) const { return forward(x, saved, arena, {}); }
   // dx from `arena`; gains accumulate their gradients.
   Tensor backward(const Tensor& dy, const Saved& saved, Arena& arena) const;
+  // dx overwritten: a tensor shaped like dy, or a token-strided view of one (ops/norm.h).
+  void backward_to(const Tensor& dy, const Saved& saved, Tensor& dx) const { backward_into(dy, saved, dx, false); }
   // dx += the input gradient, in the norm's own pass (the residual stream's gradient).
   void backward_add(const Tensor& dy, const Saved& saved, Tensor& dx) const { backward_into(dy, saved, dx, true); }
 

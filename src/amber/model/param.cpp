@@ -13,4 +13,27 @@ std::shared_ptr<Param> make_param(std::string name, Shape shape, const Placement
   return p;
 }
 
+StackedParams make_stacked_params(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
+                                  const Shape& trailing, const Placement& placement) {
+  AMBER_CHECK(names.size() == rows.size() && !names.empty(), "make_stacked_params: ", names.size(), " names for ",
+              rows.size(), " row counts");
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  Shape whole_shape{total};
+  for (int d = 0; d < trailing.ndim(); ++d) whole_shape.push_back(trailing[d]);
+  StackedParams s;
+  s.whole = make_param("", whole_shape, placement);
+  int64_t first = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto p = std::make_shared<Param>(*s.whole);
+    p->name = names[i];
+    p->value = s.whole->value.slice(0, first, first + rows[i]);
+    p->grad = s.whole->grad.slice(0, first, first + rows[i]);
+    p->work = s.whole->work.slice(0, first, first + rows[i]);
+    s.parts.push_back(std::move(p));
+    first += rows[i];
+  }
+  return s;
+}
+
 }  // namespace amber

@@ -39,4 +39,16 @@ struct Placement {
 // Creates a parameter with a zeroed gradient.
 std::shared_ptr<Param> make_param(std::string name, Shape shape, const Placement& placement);
 
+// Parameters that one product reads together (q, k and v projections): each part is a
+// parameter of its own (own name, optimizer state, checkpoint entry) whose value, grad
+// and work are consecutive dim-0 slices of `whole`'s, so a single GEMM can read or
+// write all of them. `whole` has no name and is not collected.
+struct StackedParams {
+  std::shared_ptr<Param> whole;
+  std::vector<std::shared_ptr<Param>> parts;
+};
+// Part i has shape [rows[i], trailing...].
+StackedParams make_stacked_params(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
+                                  const Shape& trailing, const Placement& placement);
+
 }  // namespace amber

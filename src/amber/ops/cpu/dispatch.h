@@ -27,16 +27,15 @@ Tensor widened(const Tensor& t) {
 }
 
 // An output buffer in compute type T for `out`; call store() when done to round
-// back into `out` if it is narrower.
+// back into `out` if it is narrower, or to scatter into it if it is a strided view.
 template <class T>
 class Output {
  public:
   explicit Output(Tensor& out, bool accumulate = false) : out_(out) {
-    require_contiguous(out, "op output");
-    if (out.dtype() == dtype_of<T>()) {
+    if (out.dtype() == dtype_of<T>() && out.is_contiguous()) {
       buffer_ = out;
     } else {
-      buffer_ = accumulate ? out.to(dtype_of<T>()) : Tensor::empty(out.shape(), dtype_of<T>());
+      buffer_ = accumulate ? out.contiguous().to(dtype_of<T>()) : Tensor::empty(out.shape(), dtype_of<T>());
     }
   }
   T* data() { return buffer_.template data<T>(); }

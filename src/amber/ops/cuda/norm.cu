@@ -14,6 +14,25 @@
 namespace amber::cuda {
 namespace {
 
+// Where row r of an input or input gradient starts: rows of d elements, `heads` rows
+// per token and tokens token_stride elements apart; a contiguous tensor is one row per
+// "token" (heads 1, token_stride d). A token-strided view [T, H, d] is the heads of a
+// stacked projection (QK-norm reading q in place beside k and v). Its token index
+// row / heads is a high multiply and a shift (rows < 2^31; magic = ceil(2^(31 + l) /
+// heads) < 2^32, l = ceil(log2 heads)): the QK-norms are short rows, where a 64-bit
+// division per row cost more than their memory traffic.
+struct RowPitch {
+  int64_t heads, token_stride;
+  int64_t gap;  // token_stride - heads * d: what a token's rows skip
+  uint32_t magic;
+  int shift;  // l - 1
+  __device__ __forceinline__ int64_t at(int64_t row, int64_t d) const {
+    if (heads == 1) return row * token_stride;
+    const uint32_t token = __umulhi(static_cast<uint32_t>(row), magic) >> shift;
+    return row * d + static_cast<int64_t>(token) * gap;
+  }
+};
+
 // Loads V weights, or ones when there is no affine weight.
 template <class T, int V>
 __device__ __forceinline__ void load_weight(const T* w, int64_t j, float (&out)[V]) {
@@ -84,12 +103,12 @@ struct StagedRows {
     return slots + ((step % kStages) * 2 + tensor) * blockDim.x * 16 + threadIdx.x * 16;
   }
   // Commits one group per call, empty for rows past `last`, so waits count uniformly.
-  __device__ void issue(int64_t step, int64_t row, int64_t last, const T* x, const T* dy, int64_t d,
+  __device__ void issue(int64_t step, int64_t row, int64_t last, const T* x, RowPitch xp, const T* dy, int64_t d,
                         int64_t groups) const {
     const bool valid = row < last && threadIdx.x < groups;
-    const int64_t at = valid ? row * d + threadIdx.x * V : 0;
-    cp_async_16(slot(step, 0), x + at, valid);
-    cp_async_16(slot(step, 1), dy + at, valid);
+    const int64_t column = threadIdx.x * V;
+    cp_async_16(slot(step, 0), x + (valid ? xp.at(row, d) + column : 0), valid);
+    cp_async_16(slot(step, 1), dy + (valid ? row * d + column : 0), valid);
     cp_async_commit();
   }
   __device__ void read(int64_t step, float (&a)[1][V], float (&g)[1][V]) const {
@@ -109,15 +128,15 @@ struct Residual {
 };
 
 template <class T, int V, int P, int L>
-__global__ void norm_forward_kernel(const T* x, Residual<T> res, const T* w, const T* bias, float eps, T* y,
-                                    float* mean, float* rstd, int64_t rows, int64_t d) {
+__global__ void norm_forward_kernel(const T* x, RowPitch xp, Residual<T> res, const T* w, const T* bias, float eps,
+                                    T* y, float* mean, float* rstd, int64_t rows, int64_t d) {
   __shared__ float scratch[32];
   const Team<L> team{};
   const int64_t row = static_cast<int64_t>(blockIdx.x) * team.count() + team.index();
   const int64_t groups = d / V;
   const bool live = row < rows;  // dead teams still take part in the shuffles
   float a[P][V];
-  load_row<T, V, P, L>(team, live ? x + row * d : nullptr, groups, a);
+  load_row<T, V, P, L>(team, live ? x + xp.at(row, d) : nullptr, groups, a);
   if (res.r) {
     float r[P][V];
     load_row<T, V, P, L>(team, live ? res.r + row * d : nullptr, groups, r);
@@ -185,8 +204,8 @@ template <class T, int V, int P, int L>
 constexpr bool kStageable = L == 0 && P == 1 && V * sizeof(T) == 16;
 
 template <class T, int V, int P, int L, bool kDb, bool kStaged>
-__global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_kernel(const T* dy, const T* x, const T* w, const float* mean,
-                                     const float* rstd, T* dx, bool accumulate, float* dw_partial,
+__global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_kernel(const T* dy, const T* x, RowPitch xp, const T* w, const float* mean,
+                                     const float* rstd, T* dx, RowPitch dxp, bool accumulate, float* dw_partial,
                                      float* db_partial, int64_t rows, int64_t rows_per_block, int64_t d) {
   static_assert(!kStaged || kStageable<T, V, P, L>, "staged rows are one 16-byte pack per thread of a block");
   // Dynamic shared memory: [teams][d] floats for dw, then for db (L > 0), or the
@@ -213,10 +232,10 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
   float a[P][V], g[P][V];
   const StagedRows<T, V> staged{reinterpret_cast<uint8_t*>(team_acc)};
   if constexpr (kStaged) {
-    for (int64_t s = 0; s < StagedRows<T, V>::kStages - 1; ++s) staged.issue(s, row_at(s), last, x, dy, d, groups);
+    for (int64_t s = 0; s < StagedRows<T, V>::kStages - 1; ++s) staged.issue(s, row_at(s), last, x, xp, dy, d, groups);
   } else {
     const int64_t r = row_at(0);
-    load_row<T, V, P, L>(team, r < last ? x + r * d : nullptr, groups, a);
+    load_row<T, V, P, L>(team, r < last ? x + xp.at(r, d) : nullptr, groups, a);
     load_row<T, V, P, L>(team, r < last ? dy + r * d : nullptr, groups, g);
   }
   for (int64_t step = 0; step < steps; ++step) {
@@ -225,11 +244,11 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
     float next_a[P][V], next_g[P][V];
     if constexpr (kStaged) {
       const int64_t ahead = step + StagedRows<T, V>::kStages - 1;
-      staged.issue(ahead, row_at(ahead), last, x, dy, d, groups);
+      staged.issue(ahead, row_at(ahead), last, x, xp, dy, d, groups);
       cp_async_wait<StagedRows<T, V>::kStages - 1>();
       staged.read(step, a, g);
     } else {
-      load_row<T, V, P, L>(team, next < last ? x + next * d : nullptr, groups, next_a);
+      load_row<T, V, P, L>(team, next < last ? x + xp.at(next, d) : nullptr, groups, next_a);
       load_row<T, V, P, L>(team, next < last ? dy + next * d : nullptr, groups, next_g);
     }
     // The residual stream's gradient this row adds to, loaded before the reductions
@@ -238,7 +257,7 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
     if (accumulate && live) {
 #pragma unroll
       for (int k = 0; k < P; ++k)
-        if (pack_valid(team, k, groups)) load_f32<T, V>(dx + row * d + pack_column(team, k, V), prior[k]);
+        if (pack_valid(team, k, groups)) load_f32<T, V>(dx + dxp.at(row, d) + pack_column(team, k, V), prior[k]);
     }
     const float mu = mean && live ? mean[row] : 0.0f, inv = live ? rstd[row] : 0.0f;
     // xhat = (x - mu) inv, gw = dy * w: dx = inv (gw - mean(gw) - xhat mean(gw xhat));
@@ -266,7 +285,7 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
         acc_w[k][e] += g[k][e] * xhat;
         if constexpr (kDb) acc_b[k][e] += g[k][e];
       }
-      store_f32<T, V>(dx + row * d + pack_column(team, k, V), o);
+      store_f32<T, V>(dx + dxp.at(row, d) + pack_column(team, k, V), o);
     }
     if constexpr (!kStaged) {
 #pragma unroll
@@ -353,20 +372,40 @@ void require_stat(const Tensor& t, const char* what, const char* op) {
               dtype_name(t.dtype()));
 }
 
+// The input and its gradient may be token-strided views; the rest is contiguous.
+RowPitch row_pitch(const Tensor& t, const char* what, const char* op) {
+  const int64_t d = t.size(-1);
+  if (t.is_contiguous()) return {1, d, 0, 0, 0};
+  AMBER_CHECK(t.ndim() == 3 && t.stride(2) == 1 && t.stride(1) == d && t.stride(0) >= t.size(1) * d, op, ": ", what,
+              " ", t.shape(), " must be contiguous or a token-strided [T, H, D] view (the heads of a stacked projection)");
+  const int64_t heads = t.size(1), rows = t.size(0) * heads;
+  if (heads == 1) return {1, t.stride(0), 0, 0, 0};
+  AMBER_CHECK(rows < (int64_t{1} << 31), op, ": ", what, " ", t.shape(), " has ", rows,
+              " rows; token-strided views take fewer than 2^31 (make it contiguous first)");
+  int l = 0;
+  while ((int64_t{1} << l) < heads) ++l;
+  const uint64_t magic = ((uint64_t{1} << (31 + l)) + static_cast<uint64_t>(heads) - 1) / static_cast<uint64_t>(heads);
+  return {heads, t.stride(0), t.stride(0) - heads * d, static_cast<uint32_t>(magic), l - 1};
+}
+
+// 16-byte packs need every row of a strided view to start on a 16-byte boundary.
+bool rows_aligned(const RowPitch& p, int pack) { return p.token_stride % pack == 0; }
+
 // The shape of one norm call, after its tensors were validated for the GPU.
 struct NormCall {
   const char* op;
   int64_t rows, d;
+  RowPitch x_pitch;
 };
 
 NormCall prepare(const char* op, const Tensor& x, std::initializer_list<std::pair<const Tensor*, const char*>> same,
                  std::initializer_list<std::pair<const Tensor*, const char*>> stats) {
-  require_contiguous(x, op);
+  const RowPitch pitch = row_pitch(x, "input", op);
   for (const auto& [t, what] : same) require_activation(*t, x, what, op);
   for (const auto& [t, what] : stats)
     if (t->defined()) require_stat(*t, what, op);
   const int64_t d = x.size(-1);
-  return {op, d > 0 ? x.numel() / d : 0, d};
+  return {op, d > 0 ? x.numel() / d : 0, d, pitch};
 }
 
 template <class T>
@@ -395,7 +434,9 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
     }
     const Residual<T> res{ptr<T>(r), static_cast<float>(add.scale),
                           sum.defined() ? static_cast<T*>(sum.raw()) : nullptr};
-    const bool packed = c.d % N == 0 && all_aligned({&x, &weight, &bias, &y, &r, &sum});
+    AMBER_CHECK(!add.residual || x.is_contiguous(), c.op, ": a residual add needs a contiguous input");
+    const bool packed =
+        c.d % N == 0 && rows_aligned(c.x_pitch, N) && all_aligned({&x, &weight, &bias, &y, &r, &sum});
     float* pm = mean.defined() ? static_cast<float*>(mean.raw()) : nullptr;
     float* pr = static_cast<float*>(rstd.raw());
     T* py = static_cast<T*>(y.raw());
@@ -406,8 +447,8 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
         const int64_t rows_per_block = L ? threads / L : 1;
         norm_forward_kernel<T, V, decltype(packs)::value, L>
             <<<static_cast<unsigned>((c.rows + rows_per_block - 1) / rows_per_block), threads, 0,
-               cudaStreamPerThread>>>(ptr<T>(x), res, ptr<T>(weight), ptr<T>(bias), static_cast<float>(eps),
-                                      py, pm, pr, c.rows, c.d);
+               cudaStreamPerThread>>>(ptr<T>(x), c.x_pitch, res, ptr<T>(weight), ptr<T>(bias),
+                                      static_cast<float>(eps), py, pm, pr, c.rows, c.d);
       });
     };
     if (packed) launch(std::integral_constant<int, N>{});
@@ -421,11 +462,15 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
                    Tensor& dbias) {
   if (c.rows == 0) return;
   const bool want_dw = weight.defined() && dweight.defined(), want_db = dbias.defined();
+  const RowPitch dx_pitch = row_pitch(dx, "input grad", c.op);
+  AMBER_CHECK(dx.dtype() == x.dtype(), c.op, ": input grad is ", dtype_name(dx.dtype()), " but the input is ",
+              dtype_name(x.dtype()), "; on the GPU they must match");
   Tensor dw_partial, db_partial;
   with_element_type(x.dtype(), c.op, [&](auto tag) {
     using T = decltype(tag);
     constexpr int N = Pack<T>::n;
-    const bool packed = c.d % N == 0 && all_aligned({&dy, &x, &weight, &dx});
+    const bool packed = c.d % N == 0 && rows_aligned(c.x_pitch, N) && rows_aligned(dx_pitch, N) &&
+                        all_aligned({&dy, &x, &weight, &dx});
     const auto launch = [&](auto v) {
       constexpr int V = decltype(v)::value;
       with_split(c.d / V, 1, c.op, [&](auto team, auto packs, int threads) {
@@ -457,8 +502,8 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
         if (want_dw) dw_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());
         if (want_db) db_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());
         kernel<<<static_cast<unsigned>(blocks), threads, smem, cudaStreamPerThread>>>(
-            ptr<T>(dy), ptr<T>(x), ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
-            ptr<float>(rstd), static_cast<T*>(dx.raw()), accumulate,
+            ptr<T>(dy), ptr<T>(x), c.x_pitch, ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
+            ptr<float>(rstd), static_cast<T*>(dx.raw()), dx_pitch, accumulate,
             want_dw ? static_cast<float*>(dw_partial.raw()) : nullptr,
             want_db ? static_cast<float*>(db_partial.raw()) : nullptr, c.rows, rows_per_block, c.d);
       });
@@ -483,7 +528,7 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                       Tensor& dx, Tensor& dweight, bool accumulate) {
   const NormCall c = prepare("rmsnorm_backward", x,
-                             {{&dy, "grad"}, {&weight, "weight"}, {&dx, "input grad"}}, {{&rstd, "rstd"}});
+                             {{&dy, "grad"}, {&weight, "weight"}}, {{&rstd, "rstd"}});
   Tensor no_bias;
   norm_backward(c, dy, x, weight, Tensor(), rstd, dx, accumulate, dweight, no_bias);
 }
@@ -499,7 +544,7 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) {
   const NormCall c = prepare("layernorm_backward", x,
-                             {{&dy, "grad"}, {&weight, "weight"}, {&dx, "input grad"}},
+                             {{&dy, "grad"}, {&weight, "weight"}},
                              {{&mean, "mean"}, {&rstd, "rstd"}});
   norm_backward(c, dy, x, weight, mean, rstd, dx, accumulate, dweight, dbias);
 }
