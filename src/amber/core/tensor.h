@@ -73,7 +73,9 @@ class Tensor {
   Tensor clone() const;
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
-  void copy_from(const Tensor& src);  // same shape; converts dtype, crosses devices
+  // Same shape; converts dtype and crosses devices (contiguous tensors); strided views
+  // on the CPU, and on one GPU in one dtype when the last dimension is contiguous.
+  void copy_from(const Tensor& src);
   void fill(double value);            // any device (a kernel on a GPU when contiguous)
   void zero();
 

@@ -1,5 +1,7 @@
 // Normalisations over the last dimension. x is viewed as [N, D]; statistics are
-// computed in fp32 (fp64 for f64 inputs) and saved for the backward.
+// computed in fp32 (fp64 for f64 inputs) and saved for the backward. x and dx may also
+// be token-strided views [T, H, D] (the heads of a stacked projection, rows contiguous,
+// tokens apart by more than H * D); every other tensor is contiguous.
 #pragma once
 
 #include "amber/core/tensor.h"
