@@ -131,10 +131,7 @@ class CausalAttention final : public AttentionLayer {
   // (token-strided: the norms read them in place, other consumers copy them).
   void project_qkv(const Tensor& h, Arena& arena, Tensor& q, Tensor& k, Tensor& v) const {
     const int64_t tokens = h.size(0), kv_end = heads_ + 2 * int64_t{kv_heads_};
-    const Tensor bias = qkv_bias_.whole ? qkv_bias_.whole->work : Tensor();
-    Tensor qkv = arena.alloc({tokens, kv_end * head_dim_}, h.dtype());
-    linear_forward(h, qkv_.whole->work, bias, qkv);
-    const Tensor heads = qkv.view({tokens, kv_end, head_dim_});
+    const Tensor heads = project(h, qkv_.whole, qkv_bias_.whole, arena).view({tokens, kv_end, head_dim_});
     q = heads.slice(1, 0, heads_);
     k = heads.slice(1, heads_, heads_ + kv_heads_);
     v = heads.slice(1, heads_ + kv_heads_, kv_end);

@@ -359,11 +359,15 @@ void with_split(int64_t groups, int aim, const char* op, Fn&& fn) {
             " per row; use a width that is a multiple of 8 (16-byte packs) or run on the CPU");
 }
 
+void require_input_dtype(const Tensor& t, const Tensor& x, const char* what, const char* op) {
+  AMBER_CHECK(t.dtype() == x.dtype(), op, ": ", what, " is ", dtype_name(t.dtype()), " but the input is ",
+              dtype_name(x.dtype()), "; on the GPU they must match");
+}
+
 void require_activation(const Tensor& t, const Tensor& x, const char* what, const char* op) {
   if (!t.defined()) return;
   require_contiguous(t, op);
-  AMBER_CHECK(t.dtype() == x.dtype(), op, ": ", what, " is ", dtype_name(t.dtype()), " but the input is ",
-              dtype_name(x.dtype()), "; on the GPU they must match");
+  require_input_dtype(t, x, what, op);
 }
 
 void require_stat(const Tensor& t, const char* what, const char* op) {
@@ -372,7 +376,8 @@ void require_stat(const Tensor& t, const char* what, const char* op) {
               dtype_name(t.dtype()));
 }
 
-// The input and its gradient may be token-strided views; the rest is contiguous.
+// t's rows, checked: a contiguous tensor or a token-strided view (the input and its
+// gradient may be; every other tensor is contiguous).
 RowPitch row_pitch(const Tensor& t, const char* what, const char* op) {
   const int64_t d = t.size(-1);
   if (t.is_contiguous()) return {1, d, 0, 0, 0};
@@ -463,8 +468,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
   if (c.rows == 0) return;
   const bool want_dw = weight.defined() && dweight.defined(), want_db = dbias.defined();
   const RowPitch dx_pitch = row_pitch(dx, "input grad", c.op);
-  AMBER_CHECK(dx.dtype() == x.dtype(), c.op, ": input grad is ", dtype_name(dx.dtype()), " but the input is ",
-              dtype_name(x.dtype()), "; on the GPU they must match");
+  require_input_dtype(dx, x, "input grad", c.op);
   Tensor dw_partial, db_partial;
   with_element_type(x.dtype(), c.op, [&](auto tag) {
     using T = decltype(tag);

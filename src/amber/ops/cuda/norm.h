@@ -1,5 +1,6 @@
-// CUDA implementations behind ops/norm.h: contiguous f32/bf16/f16 rows, fp32 statistics,
-// weight gradients reduced deterministically through per-block partial sums.
+// CUDA implementations behind ops/norm.h: f32/bf16/f16 rows (the input and its gradient
+// contiguous or token-strided), fp32 statistics, weight gradients reduced
+// deterministically through per-block partial sums.
 #pragma once
 
 #include "amber/core/tensor.h"
