@@ -1,8 +1,15 @@
 // CUDA chunked linear cross-entropy with z-loss. Only chunk_tokens x V logits exist
-// at once: cuBLASLt writes them in f32 into one buffer reused by every chunk, a row
-// kernel reduces them (and, in the backward, turns them into d(loss)/d(logits) in the
-// operand dtype), and two cuBLASLt products give dx and dw (+=). The per-token losses
-// are summed on the device in fixed chunks, so a step never reads them on the host.
+// at once: cuBLASLt writes them in the operands' dtype into one buffer reused by every
+// chunk, a row kernel reduces them in f32 (and, in the backward, overwrites them with
+// d(loss)/d(logits)), and two cuBLASLt products give dx and dw (+=). The per-token
+// losses are summed on the device in fixed chunks, so a step never reads them on the
+// host.
+//
+// Why logits in the operands' dtype (bf16 in training) rather than f32: a logit made
+// from bf16 x and w already carries the inputs' rounding (about one bf16 unit of the
+// terms' scale), and rounding its result once more adds an error of the same order,
+// while f32 logits double the bytes every kernel of the head moves. PyTorch's bf16
+// autocast computes its logits the same way.
 #include <algorithm>
 #include <cstdio>
 
@@ -14,9 +21,13 @@ namespace amber::cuda {
 namespace {
 
 // The row kernels run one block of kThreads per SM, each walking rows with a stride of
-// the grid: the rows in flight (one per SM, 256 KB at vocab 65536) stay in L2, so the
-// fused kernel's second read of a row hits L2 rather than memory.
+// the grid: the rows in flight (one per SM, 128 KB of bf16 at vocab 65536) stay in L2,
+// so the fused kernel's second read of a row hits L2 rather than memory.
 constexpr int kThreads = 1024;
+// Packs each thread loads before it reduces them: enough bytes in flight per SM to
+// cover memory latency.
+constexpr int kUnroll = 4;
+constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void check_target(int32_t y, int32_t ignore, int64_t vocab, int64_t token) {
   if (y != ignore && (y < 0 || y >= vocab)) {
@@ -28,89 +39,124 @@ __device__ __forceinline__ void check_target(int32_t y, int32_t ignore, int64_t 
   }
 }
 
-// A row's elements in groups of four (16-byte loads) when every row is 16-byte aligned
-// (vocab % 4 == 0), else one by one; each thread owns the same elements in every pass.
-__device__ __forceinline__ bool rows_in_quads(int64_t vocab) { return vocab % 4 == 0; }
+// A row's elements in 16-byte packs when every row starts on a 16-byte boundary, else
+// one by one; each thread owns the same elements in every pass.
+template <class L>
+__device__ __forceinline__ bool rows_in_packs(int64_t vocab) {
+  return vocab % Pack<L>::n == 0;
+}
 
-// Log-sum-exp of one f32 row of logits, returned to every thread of the block, in one
-// pass over the row: each thread keeps a running (max, sum) pair, rescaled when its
-// max grows, and the block combines the pairs.
-__device__ float row_lse(const float* z, int64_t vocab, float* scratch) {
-  float m = -INFINITY, s = 0.0f;
-  if (rows_in_quads(vocab)) {
-    const float4* z4 = reinterpret_cast<const float4*>(z);
-    for (int64_t i = threadIdx.x; i < vocab / 4; i += blockDim.x) {
-      const float4 x = z4[i];
-      const float top = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
-      if (top > m) {
-        s = m == -INFINITY ? 0.0f : s * expf(m - top);
-        m = top;
+template <class L>
+__device__ __forceinline__ void load_pack(const L* row, int64_t pack, bool streaming, float (&out)[Pack<L>::n]) {
+  const float4* p = reinterpret_cast<const float4*>(row) + pack;
+  const float4 raw = streaming ? __ldcs(p) : *p;
+  const Pack<L> a = *reinterpret_cast<const Pack<L>*>(&raw);
+#pragma unroll
+  for (int e = 0; e < Pack<L>::n; ++e) out[e] = to_f32(a.v[e]);
+}
+
+// Stored past L2's keeping: nothing reads the gradient again in this kernel.
+template <class L>
+__device__ __forceinline__ void store_pack_streaming(L* row, int64_t pack, const float (&in)[Pack<L>::n]) {
+  Pack<L> a;
+#pragma unroll
+  for (int e = 0; e < Pack<L>::n; ++e) a.v[e] = from_f32<L>(in[e]);
+  __stcs(reinterpret_cast<float4*>(row) + pack, *reinterpret_cast<const float4*>(&a));
+}
+
+// Folds x into a thread's running (max m, sum s of 2^((x - m) log2 e)), the max and
+// exponents in log2 units so each term is one ex2.
+__device__ __forceinline__ void fold(float top, const float* x, int n, float& m, float& s) {
+  const float t = top * kLog2e;
+  if (t > m) {
+    s = m == -INFINITY ? 0.0f : s * exp2f(m - t);
+    m = t;
+  }
+  for (int e = 0; e < n; ++e) s += exp2f(fmaf(x[e], kLog2e, -m));
+}
+
+// Log-sum-exp of one row of logits, returned to every thread of the block, in one pass
+// over the row: each thread keeps a running (max, sum) pair, rescaled when its max
+// grows, and the block combines the pairs.
+template <class L>
+__device__ float row_lse(const L* z, int64_t vocab, float* scratch) {
+  float m = -INFINITY, s = 0.0f;  // m in log2 units
+  if (rows_in_packs<L>(vocab)) {
+    constexpr int P = Pack<L>::n;
+    const int64_t packs = vocab / P;
+    for (int64_t i = threadIdx.x; i < packs; i += kUnroll * blockDim.x) {
+      float x[kUnroll][P];
+      float top = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = i + u * blockDim.x;
+        if (k < packs) {
+          load_pack<L>(z, k, false, x[u]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < P; ++e) x[u][e] = -INFINITY;
+        }
+#pragma unroll
+        for (int e = 0; e < P; ++e) top = fmaxf(top, x[u][e]);
       }
-      s += expf(x.x - m) + expf(x.y - m) + expf(x.z - m) + expf(x.w - m);
+      if (top == -INFINITY) continue;
+      fold(top, &x[0][0], kUnroll * P, m, s);
     }
   } else {
     for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
-      const float x = z[v];
-      if (x > m) {
-        s = s * expf(m - x) + 1.0f;
-        m = x;
-      } else {
-        s += expf(x - m);
-      }
+      const float x = to_f32(z[v]);
+      fold(x, &x, 1, m, s);
     }
   }
   const float block_m = block_max(m, scratch);
-  const float mine = m == -INFINITY ? 0.0f : s * expf(m - block_m);
-  return block_m + logf(block_sum(mine, scratch));
+  const float mine = m == -INFINITY ? 0.0f : s * exp2f(m - block_m);
+  return (block_m + log2f(block_sum(mine, scratch))) / kLog2e;
 }
 
 // The lse and loss of one row (thread 0 writes them): loss = lse - z[y] + zw * lse^2.
-__device__ __forceinline__ float row_loss(const float* z, int32_t y, int64_t vocab, int32_t ignore,
-                                          float z_weight, float* scratch, float* loss, float* lse) {
+template <class L>
+__device__ __forceinline__ float row_loss(const L* z, int32_t y, int64_t vocab, int32_t ignore, float z_weight,
+                                          float* scratch, float* loss, float* lse) {
   const float l = row_lse(z, vocab, scratch);
   if (threadIdx.x == 0) {
     *lse = l;
-    *loss = y == ignore ? 0.0f : l - z[y] + z_weight * l * l;
+    *loss = y == ignore ? 0.0f : l - to_f32(z[y]) + z_weight * l * l;
   }
   return l;
 }
 
-// Four gradient elements rounded to G, stored past L2's keeping (nothing here reads
-// them again).
-template <class G>
-__device__ __forceinline__ void store_quad_streaming(G* out, int64_t quad, const float (&p)[4]) {
-  Vec<G, 4> a;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) a.v[e] = from_f32<G>(p[e]);
-  if constexpr (sizeof(a) == 16)
-    __stcs(reinterpret_cast<float4*>(out) + quad, *reinterpret_cast<const float4*>(&a));
-  else
-    __stcs(reinterpret_cast<uint2*>(out) + quad, *reinterpret_cast<const uint2*>(&a));
-}
-
-// grad[v] = softmax(z)[v] * dloss * (1 + 2 zw lse) - dloss * [v == y]; a zero row for an
-// ignored token. grad may be the logits row itself (f32), element by element. This is
-// the row's last read: streaming loads, so the rows other blocks are between their two
-// reads keep L2.
-template <class G>
-__device__ __forceinline__ void row_gradient(const float* z, int32_t y, float l, float dloss, int64_t vocab,
-                                             int32_t ignore, float z_weight, G* out) {
+// z[v] becomes softmax(z)[v] * dloss * (1 + 2 zw lse) - dloss * [v == y], in place
+// (a zero row for an ignored token). This is the row's last read: streaming loads, so
+// the rows other blocks are between their two reads keep L2.
+template <class L>
+__device__ __forceinline__ void row_gradient(L* z, int32_t y, float l, float dloss, int64_t vocab, int32_t ignore,
+                                             float z_weight) {
   const bool ignored = y == ignore;
-  const float scale = dloss * (1.0f + 2.0f * z_weight * l);
+  const float scale = dloss * (1.0f + 2.0f * z_weight * l), l2 = l * kLog2e;
   const auto grad = [&](float x, int64_t v) {
     if (ignored) return 0.0f;
-    const float p = expf(x - l) * scale;
+    const float p = exp2f(fmaf(x, kLog2e, -l2)) * scale;
     return v == y ? p - dloss : p;
   };
-  if (rows_in_quads(vocab)) {
-    const float4* z4 = reinterpret_cast<const float4*>(z);
-    for (int64_t i = threadIdx.x; i < vocab / 4; i += blockDim.x) {
-      const float4 x = __ldcs(z4 + i);
-      const float p[4] = {grad(x.x, 4 * i), grad(x.y, 4 * i + 1), grad(x.z, 4 * i + 2), grad(x.w, 4 * i + 3)};
-      store_quad_streaming<G>(out, i, p);
+  if (rows_in_packs<L>(vocab)) {
+    constexpr int P = Pack<L>::n;
+    const int64_t packs = vocab / P;
+    for (int64_t i = threadIdx.x; i < packs; i += kUnroll * blockDim.x) {
+      float x[kUnroll][P];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u * blockDim.x < packs) load_pack<L>(z, i + u * blockDim.x, true, x[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = i + u * blockDim.x;
+        if (k >= packs) continue;
+#pragma unroll
+        for (int e = 0; e < P; ++e) x[u][e] = grad(x[u][e], k * P + e);
+        store_pack_streaming<L>(z, k, x[u]);
+      }
     }
   } else {
-    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) out[v] = from_f32<G>(grad(__ldcs(z + v), v));
+    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) z[v] = from_f32<L>(grad(to_f32(__ldcs(z + v)), v));
   }
 }
 
@@ -124,7 +170,8 @@ struct RowArgs {
 };
 
 // Each kernel walks the chunk's token rows (every pointer in `a` offset to the chunk).
-__global__ void __launch_bounds__(kThreads) ce_forward_kernel(const float* logits, RowArgs a) {
+template <class L>
+__global__ void __launch_bounds__(kThreads) ce_forward_kernel(const L* logits, RowArgs a) {
   __shared__ float scratch[32];
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
@@ -132,26 +179,25 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(const float* logit
   }
 }
 
-template <class G>
-__global__ void __launch_bounds__(kThreads) ce_backward_kernel(const float* logits, RowArgs a, G* grad) {
+template <class L>
+__global__ void __launch_bounds__(kThreads) ce_backward_kernel(L* logits, RowArgs a) {
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
-    row_gradient<G>(logits + r * a.vocab, a.targets[r], a.lse[r], a.dlosses[r], a.vocab, a.ignore, a.z_weight,
-                    grad + r * a.vocab);
+    row_gradient(logits + r * a.vocab, a.targets[r], a.lse[r], a.dlosses[r], a.vocab, a.ignore, a.z_weight);
   }
 }
 
 // The forward and the backward of a row from one product: the row is read once for
 // its lse and once, from L2, for the gradient.
-template <class G>
-__global__ void __launch_bounds__(kThreads) ce_fused_kernel(const float* logits, RowArgs a, G* grad) {
+template <class L>
+__global__ void __launch_bounds__(kThreads) ce_fused_kernel(L* logits, RowArgs a) {
   __shared__ float scratch[32];
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     check_target(a.targets[r], a.ignore, a.vocab, a.first_token + r);
-    const float* z = logits + r * a.vocab;
+    L* z = logits + r * a.vocab;
     const float l = row_loss(z, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
-    __syncthreads();  // thread 0 read z[y] before the row may be overwritten in place
-    row_gradient<G>(z, a.targets[r], l, a.dlosses[r], a.vocab, a.ignore, a.z_weight, grad + r * a.vocab);
+    __syncthreads();  // thread 0 read z[y] before the row is overwritten
+    row_gradient(z, a.targets[r], l, a.dlosses[r], a.vocab, a.ignore, a.z_weight);
   }
 }
 
@@ -228,9 +274,9 @@ RowArgs row_args(const CrossEntropyOptions& o, const Tensor& targets, const Tens
           static_cast<float*>(lse.raw()) + t0};
 }
 
-// The backward's chunk loop: logits by cuBLASLt, a row kernel that turns them into
-// d(loss)/d(logits) in w's dtype (with_forward: also writing loss and lse, so the
-// forward's product is not needed), then dx and dw (+=) by cuBLASLt.
+// The backward's chunk loop: logits by cuBLASLt in w's dtype, a row kernel that
+// overwrites them with d(loss)/d(logits) (with_forward: also writing loss and lse, so
+// the forward's product is not needed), then dx and dw (+=) by cuBLASLt.
 void chunked_gradient(const char* op, bool with_forward, const Tensor& dlosses, const Tensor& x,
                       const Tensor& w, const Tensor& targets, const CrossEntropyOptions& o,
                       const Tensor& losses, const Tensor& lse, Tensor& dx, Tensor& dw) {
@@ -241,29 +287,25 @@ void chunked_gradient(const char* op, bool with_forward, const Tensor& dlosses, 
   if (tokens == 0) return;
   AMBER_CHECK(vocab > 0, op, ": empty vocabulary");
   const int64_t chunk = chunk_rows(o, tokens);
-  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, x.device());
-  // The gradient feeds cuBLASLt next to w, so it takes w's dtype; for f32 it simply
-  // overwrites the logits.
-  Tensor grad = w.dtype() == DType::f32 ? logits : Tensor::empty({chunk, vocab}, w.dtype(), x.device());
+  Tensor logits = Tensor::empty({chunk, vocab}, w.dtype(), x.device());
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t rows = chunk < tokens - t0 ? chunk : tokens - t0;
-    Tensor block = logits.slice(0, 0, rows), gblock = grad.slice(0, 0, rows);
+    Tensor block = logits.slice(0, 0, rows);
     const Tensor xs = x.slice(0, t0, t0 + rows);
     gemm(xs, false, w, true, block, 1.0, 0.0);
     const RowArgs a = row_args(o, targets, dlosses, losses, lse, rows, vocab, t0);
-    with_element_type(grad.dtype(), op, [&](auto tag) {
-      using G = decltype(tag);
-      const float* z = static_cast<const float*>(block.raw());
-      G* g = static_cast<G*>(gblock.raw());
+    with_element_type(block.dtype(), op, [&](auto tag) {
+      using L = decltype(tag);
+      L* z = static_cast<L*>(block.raw());
       if (with_forward)
-        ce_fused_kernel<G><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
+        ce_fused_kernel<L><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a);
       else
-        ce_backward_kernel<G><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a, g);
+        ce_backward_kernel<L><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a);
     });
     check_launch(op, block.shape());
     Tensor dxs = dx.slice(0, t0, t0 + rows);
-    gemm(gblock, false, w, false, dxs, 1.0, 0.0);
-    gemm(gblock, true, xs, false, dw, 1.0, 1.0);
+    gemm(block, false, w, false, dxs, 1.0, 0.0);
+    gemm(block, true, xs, false, dw, 1.0, 1.0);
   }
 }
 
@@ -279,13 +321,16 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
   if (tokens == 0) return;
   AMBER_CHECK(vocab > 0, op, ": empty vocabulary");
   const int64_t chunk = chunk_rows(o, tokens);
-  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, x.device());
+  Tensor logits = Tensor::empty({chunk, vocab}, w.dtype(), x.device());
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t rows = chunk < tokens - t0 ? chunk : tokens - t0;
     Tensor block = logits.slice(0, 0, rows);
     gemm(x.slice(0, t0, t0 + rows), false, w, true, block, 1.0, 0.0);
-    ce_forward_kernel<<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<const float*>(block.raw()), row_args(o, targets, Tensor(), losses, lse, rows, vocab, t0));
+    const RowArgs a = row_args(o, targets, Tensor(), losses, lse, rows, vocab, t0);
+    with_element_type(block.dtype(), op, [&](auto tag) {
+      using L = decltype(tag);
+      ce_forward_kernel<L><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(static_cast<const L*>(block.raw()), a);
+    });
     check_launch(op, block.shape());
   }
 }

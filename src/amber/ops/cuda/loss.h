@@ -1,5 +1,6 @@
-// CUDA implementations behind ops/loss.h: per token chunk, cuBLASLt logits into a reused
-// f32 buffer, one row kernel for softmax, loss and gradient, then cuBLASLt for dx and dw.
+// CUDA implementations behind ops/loss.h: per token chunk, cuBLASLt logits in w's dtype
+// into a reused buffer, one row kernel for softmax, loss and gradient (in place), then
+// cuBLASLt for dx and dw.
 #pragma once
 
 #include "amber/core/tensor.h"
