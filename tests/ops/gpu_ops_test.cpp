@@ -346,6 +346,69 @@ TEST(RopeGpu, ForwardAndBackwardMatchCpu) {
   }
 }
 
+// QK-norm fused with RoPE against the two CPU ops per side, q and k as the heads of one
+// stacked projection (token-strided input and input gradient; k with its own gain):
+// head_dim 64 and 128 with full rotation and a YaRN head with partial rotation (the
+// fused kernel, which passes the unrotated columns through), head_dim 96 (12 packs a
+// row: the two GPU ops per side), with and without the norms' gains.
+TEST(RopeGpu, QkNormRopeMatchesTheTwoOps) {
+  REQUIRE_GPU();
+  RopeConfig d64, d128, partial, d96;
+  d64.head_dim = 64;
+  d96.head_dim = 96;
+  d128.head_dim = 128;
+  d128.theta = 1e5;
+  partial.head_dim = 64;
+  partial.partial = 0.5;
+  partial.scaling = RopeScaling::yarn;
+  partial.factor = 4.0;
+  partial.original_context = 2048;
+  for (const RopeConfig& config : {d64, d128, partial, d96}) {
+    const RopeTable table(config);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      for (bool affine : {true, false}) {
+        const std::string tag = "qk_norm_rope head_dim " + std::to_string(config.head_dim) + " rotary " +
+                                std::to_string(table.rotary_dim) + (affine ? " gain" : "");
+        const int64_t tokens = 301, stacked = 9, d = config.head_dim;
+        // q: heads 0..4 of the stack, k: heads 5..6, v (untouched): 7..8.
+        const int64_t ranges[2][2] = {{0, 5}, {5, 7}};
+        const Tensor stack = random_tensor({tokens, stacked, d}, dt, 70, 2.0f), gstack = gpu(stack);
+        const Tensor pos = random_ids(tokens, 8192, 72), gpos = gpu(pos);
+        const Tensor grads = random_tensor(stack.shape(), dt, 74);
+        Tensor c_stack = grads.clone(), g_stack = gpu(grads);
+        QkNormRopeForward cf[2], gf[2];
+        QkNormRopeBackward cb[2], gb[2];
+        for (int side = 0; side < 2; ++side) {
+          const int64_t h0 = ranges[side][0], h1 = ranges[side][1], heads = h1 - h0;
+          const Tensor w = affine ? random_tensor({d}, dt, 71 + 10 * side, 0.2f, 1.0f) : Tensor();
+          const Tensor dy = random_tensor({tokens, heads, d}, dt, 73 + 10 * side);
+          const Tensor dw0 = random_tensor({d}, DType::f32, 75 + 10 * side);
+          cf[side] = {stack.slice(1, h0, h1), w, 1e-6, Tensor::empty({tokens, heads, d}, dt),
+                      Tensor::empty({tokens * heads}, DType::f32)};
+          gf[side] = {gstack.slice(1, h0, h1), affine ? gpu(w) : Tensor(), 1e-6, nan_tensor({tokens, heads, d}, dt),
+                      nan_tensor({tokens * heads}, DType::f32)};
+          cb[side] = {dy, cf[side].x, w, cf[side].rstd, c_stack.slice(1, h0, h1), affine ? dw0.clone() : Tensor()};
+          gb[side] = {gpu(dy), gf[side].x, gf[side].weight, gf[side].rstd, g_stack.slice(1, h0, h1),
+                      affine ? gpu(dw0) : Tensor()};
+        }
+        qk_norm_rope_forward(cf[0], cf[1], pos, table);  // the CPU: the two ops per side
+        qk_norm_rope_forward(gf[0], gf[1], gpos, table);
+        for (int side = 0; side < 2; ++side) {
+          const std::string which = tag + (side == 0 ? " q" : " k");
+          expect_close(which + " forward", gf[side].y, cf[side].y, dt);
+          expect_close(which + " rstd", gf[side].rstd, cf[side].rstd, DType::f32);
+        }
+        qk_norm_rope_backward(cb[0], cb[1], pos, table);
+        qk_norm_rope_backward(gb[0], gb[1], gpos, table);
+        expect_close(tag + " dq and dk, whole stack", g_stack, c_stack, dt);
+        if (affine)
+          for (int side = 0; side < 2; ++side)
+            expect_close(tag + (side == 0 ? " q" : " k") + " dweight (+=)", gb[side].dweight, cb[side].dweight, dt);
+      }
+    }
+  }
+}
+
 TEST(GemmGpu, EveryTransposeMatchesCpu) {
   REQUIRE_GPU();
   const int64_t m = 33, n = 65, k = 47;

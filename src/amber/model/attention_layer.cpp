@@ -5,6 +5,7 @@
 #include "amber/ops/attention.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/norm.h"
+#include "amber/ops/rope.h"
 
 namespace amber {
 namespace {
@@ -42,6 +43,7 @@ class CausalAttention final : public AttentionLayer {
     }
     options_.softmax_scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     options_.window = s.window;
+    fused_qk_ = q_norm_ && q_norm_->rms_parts() && position_->rope_table();
   }
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const override {
@@ -59,11 +61,7 @@ class CausalAttention final : public AttentionLayer {
     Tensor v_raw;
     project_qkv(h, arena, s.q_raw, s.k_raw, v_raw);
     s.v = copy(v_raw, arena);
-    // QK-norm and position encoding write fresh tensors: the raw projections stay
-    // intact for the norm's backward.
-    s.q = q_norm_ ? q_norm_->forward(s.q_raw, s.q_norm, arena) : copy(s.q_raw, arena);
-    s.k = k_norm_ ? k_norm_->forward(s.k_raw, s.k_norm, arena) : copy(s.k_raw, arena);
-    position_->forward(s.q, s.k, seq.positions);
+    normalise_and_rotate(seq.positions, s, arena);
     s.o = arena.alloc({tokens, heads_, head_dim_}, h.dtype());
     s.lse = arena.alloc({tokens, heads_}, norm_stat_dtype(h.dtype()));
     attention_forward(s.q, s.k, s.v, seq, options_, sinks(), s.o, s.lse);
@@ -73,11 +71,10 @@ class CausalAttention final : public AttentionLayer {
   Tensor infer(const Tensor& h, const CachedStep& step, LayerCache& cache, Arena& arena) const override {
     const int64_t tokens = h.size(0);
     Saved s;  // the forward's bookkeeping, discarded: generation has no backward
-    Tensor q_raw, k_raw, v;
-    project_qkv(h, arena, q_raw, k_raw, v);
-    Tensor q = q_norm_ ? q_norm_->forward(q_raw, s.q_norm, arena) : copy(q_raw, arena);
-    Tensor k = k_norm_ ? k_norm_->forward(k_raw, s.k_norm, arena) : copy(k_raw, arena);
-    position_->forward(q, k, step.positions);
+    Tensor v;
+    project_qkv(h, arena, s.q_raw, s.k_raw, v);
+    normalise_and_rotate(step.positions, s, arena);
+    const Tensor &q = s.q, &k = s.k;
     for (size_t seq = 0; seq + 1 < step.cu_q.size(); ++seq) {
       const int64_t first = step.cu_q[seq], count = step.cu_q[seq + 1] - first, at = step.starts[seq];
       AMBER_CHECK(at + count <= cache.k.size(1), "generation: sequence ", seq, " reached the KV cache capacity ",
@@ -104,15 +101,11 @@ class CausalAttention final : public AttentionLayer {
     Tensor dsinks = grad_of(sinks_);
     attention_backward(d_o.view(s.o.shape()), s.q, s.k, s.v, s.o, s.lse, seq, options_, sinks(), dq, dk,
                        dv, dsinks);
-    position_->backward(dq, dk, seq.positions);
     // The three input gradients side by side, as the stacked projection wrote them, so
     // one product gives dh = [dq dk dv] [Wq; Wk; Wv] and the weights' gradients.
     Tensor dqkv = arena.alloc({tokens, heads_ + 2 * int64_t{kv_heads_}, head_dim_}, dt);
     Tensor dq_raw = dqkv.slice(1, 0, heads_), dk_raw = dqkv.slice(1, heads_, heads_ + kv_heads_);
-    if (q_norm_) q_norm_->backward_to(dq, s.q_norm, dq_raw);
-    else dq_raw.copy_from(dq);
-    if (k_norm_) k_norm_->backward_to(dk, s.k_norm, dk_raw);
-    else dk_raw.copy_from(dk);
+    unrotate_and_unnormalise(dq, dk, seq.positions, s, dq_raw, dk_raw);
     dqkv.slice(1, heads_ + kv_heads_, heads_ + 2 * kv_heads_).copy_from(dv);
     Tensor dh = arena.alloc(s.h.shape(), dt);
     linear_backward(dqkv.view({tokens, dqkv.numel() / tokens}), s.h, qkv_.whole->work, dh, qkv_.whole->grad,
@@ -126,6 +119,53 @@ class CausalAttention final : public AttentionLayer {
     Tensor y = arena.alloc({x.size(0), w->work.size(0)}, x.dtype());
     linear_forward(x, w->work, b ? b->work : Tensor(), y);
     return y;
+  }
+  // s.q and s.k, what the attention kernel reads, from s.q_raw and s.k_raw: QK-norm and
+  // the position encoding into fresh tensors (the raw projections stay intact for the
+  // norm's backward); one pass for both when the norm is an RMSNorm and the encoding
+  // RoPE (qk_norm_rope_forward).
+  void normalise_and_rotate(const Tensor& positions, Saved& s, Arena& arena) const {
+    if (fused_qk_) {
+      const QkNormRopeForward q = norm_and_rope_side(*q_norm_, s.q_raw, s.q_norm, arena);
+      const QkNormRopeForward k = norm_and_rope_side(*k_norm_, s.k_raw, s.k_norm, arena);
+      qk_norm_rope_forward(q, k, positions, *position_->rope_table());
+      s.q = q.y;
+      s.k = k.y;
+      return;
+    }
+    s.q = q_norm_ ? q_norm_->forward(s.q_raw, s.q_norm, arena) : copy(s.q_raw, arena);
+    s.k = k_norm_ ? k_norm_->forward(s.k_raw, s.k_norm, arena) : copy(s.k_raw, arena);
+    position_->forward(s.q, s.k, positions);
+  }
+  // One side of the fused pass, its output and the norm's saved state allocated.
+  static QkNormRopeForward norm_and_rope_side(const Norm& norm, const Tensor& raw, Norm::Saved& saved, Arena& arena) {
+    const Norm::RmsParts rms = *norm.rms_parts();
+    saved.x = raw;
+    saved.rstd = arena.alloc({raw.size(0) * raw.size(1)}, norm_stat_dtype(raw.dtype()));
+    return {raw, rms.weight ? rms.weight->work : Tensor(), rms.eps, arena.alloc(raw.shape(), raw.dtype()),
+            saved.rstd};
+  }
+  // The transpose: the attention's dq and dk (rotated in place when not fused) into the
+  // raw projections' gradients dq_raw and dk_raw (views into the stacked gradient).
+  void unrotate_and_unnormalise(Tensor& dq, Tensor& dk, const Tensor& positions, const Saved& s, Tensor& dq_raw,
+                                Tensor& dk_raw) const {
+    if (fused_qk_) {
+      qk_norm_rope_backward(norm_and_rope_grad(*q_norm_, dq, s.q_norm, dq_raw),
+                            norm_and_rope_grad(*k_norm_, dk, s.k_norm, dk_raw), positions,
+                            *position_->rope_table());
+      return;
+    }
+    position_->backward(dq, dk, positions);
+    if (q_norm_) q_norm_->backward_to(dq, s.q_norm, dq_raw);
+    else dq_raw.copy_from(dq);
+    if (k_norm_) k_norm_->backward_to(dk, s.k_norm, dk_raw);
+    else dk_raw.copy_from(dk);
+  }
+  static QkNormRopeBackward norm_and_rope_grad(const Norm& norm, const Tensor& dy, const Norm::Saved& saved,
+                                               const Tensor& dx) {
+    const Norm::RmsParts rms = *norm.rms_parts();
+    return {dy, saved.x, rms.weight ? rms.weight->work : Tensor(), saved.rstd, dx,
+            rms.weight ? rms.weight->grad : Tensor()};
   }
   // The stacked projection [T, H + 2 Hkv, Dh] and its q, k and v heads, as views
   // (token-strided: the norms read them in place, other consumers copy them).
@@ -150,6 +190,7 @@ class CausalAttention final : public AttentionLayer {
   StackedParams qkv_, qkv_bias_;  // qkv_bias_ empty without attn_bias
   std::shared_ptr<Param> o_, o_bias_, sinks_;
   std::unique_ptr<Norm> q_norm_, k_norm_;
+  bool fused_qk_ = false;  // QK-norm (RMSNorm) and RoPE in one pass
 };
 
 }  // namespace

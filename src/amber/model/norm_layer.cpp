@@ -19,6 +19,7 @@ class RmsNorm final : public Norm {
   void collect(std::vector<std::shared_ptr<Param>>& out) const override {
     if (weight_) out.push_back(weight_);
   }
+  std::optional<RmsParts> rms_parts() const override { return RmsParts{weight_, eps_}; }
   using Norm::forward;
   Tensor forward(const Tensor& x, Saved& s, Arena& arena, const ResidualAdd& add) const override {
     Tensor y = arena.alloc(x.shape(), x.dtype());

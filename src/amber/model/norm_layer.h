@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ class Norm {
   Tensor forward(const Tensor& x, Saved& saved, Arena& arena) const { return forward(x, saved, arena, {}); }
   // dx from `arena`; gains accumulate their gradients.
   Tensor backward(const Tensor& dy, const Saved& saved, Arena& arena) const;
+  // An RMSNorm's gain (null without one) and epsilon, for a pass that fuses the norm
+  // with what follows it (QK-norm with RoPE); nullopt for other norms.
+  struct RmsParts {
+    std::shared_ptr<Param> weight;
+    double eps;
+  };
+  virtual std::optional<RmsParts> rms_parts() const { return std::nullopt; }
   // dx overwritten: a tensor shaped like dy, or a token-strided view of one (ops/norm.h).
   void backward_to(const Tensor& dy, const Saved& saved, Tensor& dx) const { backward_into(dy, saved, dx, false); }
   // dx += the input gradient, in the norm's own pass (the residual stream's gradient).

@@ -16,6 +16,7 @@ class Rope final : public PositionEncoding {
     rope_backward(dq, positions, table_, dq);
     rope_backward(dk, positions, table_, dk);
   }
+  const RopeTable* rope_table() const override { return &table_; }
 
  private:
   static RopeConfig config_of(const ModelConfig& c) {

@@ -5,6 +5,7 @@
 #include "amber/core/seq_info.h"
 #include "amber/model/config.h"
 #include "amber/model/registry.h"
+#include "amber/ops/rope.h"
 
 namespace amber {
 
@@ -16,6 +17,9 @@ class PositionEncoding {
   virtual void forward(Tensor& q, Tensor& k, const Tensor& positions) const = 0;
   // The transpose, applied in place to the incoming gradients.
   virtual void backward(Tensor& dq, Tensor& dk, const Tensor& positions) const = 0;
+  // The rotary table when this encoding is RoPE (a pass that fuses QK-norm with the
+  // rotation reads it), else null.
+  virtual const RopeTable* rope_table() const { return nullptr; }
 };
 
 const Registry<PositionEncoding, const ModelConfig&>& position_registry();

@@ -8,6 +8,7 @@
 #include "amber/ops/cpu/rope.h"
 #include "amber/ops/cuda/rope.h"
 #include "amber/ops/device_switch.h"
+#include "amber/ops/norm.h"
 
 namespace amber {
 
@@ -81,6 +82,47 @@ void rope_backward(const Tensor& dy, const Tensor& positions, const RopeTable& t
   AMBER_ON_DEVICE(ops::common_device(op, {&dy, &positions, &dx}), op,
                   cuda::rope_backward(dy, positions, table, dx),
                   cpu::rope_backward(dy, positions, table, dx));
+}
+
+void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k, const Tensor& positions,
+                          const RopeTable& table) {
+  const char* op = "qk_norm_rope_forward";
+  for (const QkNormRopeForward* s : {&q, &k}) {
+    check_rope(s->x, positions, table, s->y, op);
+    AMBER_CHECK(s->rstd.numel() == s->x.size(0) * s->x.size(1), op, ": rstd needs ", s->x.size(0) * s->x.size(1),
+                " elements, has ", s->rstd.numel());
+  }
+  const Device device = ops::common_device(op, {&q.x, &q.weight, &q.y, &q.rstd, &k.x, &k.weight, &k.y, &k.rstd,
+                                                &positions});
+  AMBER_ON_DEVICE(device, op, cuda::qk_norm_rope_forward(q, k, positions, table), ([&] {
+                    for (const QkNormRopeForward* s : {&q, &k}) {
+                      Tensor y = s->y, rstd = s->rstd;
+                      rmsnorm_forward(s->x, s->weight, s->eps, y, rstd);
+                      rope_forward(y, positions, table, y);
+                    }
+                  }()));
+}
+
+void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
+                           const RopeTable& table) {
+  const char* op = "qk_norm_rope_backward";
+  for (const QkNormRopeBackward* s : {&q, &k}) {
+    check_rope(s->x, positions, table, s->dy, op);
+    require_same_shape(s->x, s->dx, op);
+    AMBER_CHECK(s->rstd.numel() == s->x.size(0) * s->x.size(1), op, ": rstd needs ", s->x.size(0) * s->x.size(1),
+                " elements, has ", s->rstd.numel());
+  }
+  const Device device = ops::common_device(
+      op, {&q.dy, &q.x, &q.weight, &q.rstd, &q.dx, &q.dweight, &k.dy, &k.x, &k.weight, &k.rstd, &k.dx, &k.dweight,
+           &positions});
+  AMBER_ON_DEVICE(device, op, cuda::qk_norm_rope_backward(q, k, positions, table), ([&] {
+                    for (const QkNormRopeBackward* s : {&q, &k}) {
+                      Tensor unrotated = Tensor::empty(s->dy.shape(), s->dy.dtype());
+                      Tensor dx = s->dx, dweight = s->dweight;
+                      rope_backward(s->dy, positions, table, unrotated);
+                      rmsnorm_backward(unrotated, s->x, s->weight, s->rstd, dx, dweight);
+                    }
+                  }()));
 }
 
 }  // namespace amber

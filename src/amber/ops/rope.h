@@ -38,4 +38,28 @@ void rope_forward(const Tensor& x, const Tensor& positions, const RopeTable& tab
 // The transpose rotation; dx may alias dy.
 void rope_backward(const Tensor& dy, const Tensor& positions, const RopeTable& table, Tensor& dx);
 
+// QK-norm and RoPE in one pass over an attention layer's q and k: per side,
+// y = rope(rmsnorm(x) * weight) over each head. x [T, H, head_dim] may be a
+// token-strided view (the heads of a stacked projection); weight [head_dim] or
+// undefined; y contiguous, rstd [T * H] f32 (f64 for f64 inputs), both written. q and k
+// share head_dim, positions and the table. The GPU does not round between the norm and
+// the rotation, and forms each token's cos/sin once for both sides; the CPU runs the
+// two ops.
+struct QkNormRopeForward {
+  Tensor x, weight;
+  double eps = 1e-6;
+  Tensor y, rstd;
+};
+void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k, const Tensor& positions,
+                          const RopeTable& table);
+
+// Per side, dx (overwritten; may be a token-strided view) from dy: the transpose
+// rotation, then the norm's backward; dweight += when weight and dweight are defined.
+struct QkNormRopeBackward {
+  Tensor dy, x, weight, rstd;
+  Tensor dx, dweight;
+};
+void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
+                           const RopeTable& table);
+
 }  // namespace amber

@@ -2,24 +2,11 @@
 // cos/sin rows in double from integer positions, exactly as the CPU does, rounds them
 // to float in shared memory, and rotates every head of its tokens in 16-byte pieces;
 // y may alias x (each thread reads its elements before writing them).
-#include <cstdio>
-
-#include "amber/ops/cuda/common.cuh"
 #include "amber/ops/cuda/rope.h"
+#include "amber/ops/cuda/rope_table.cuh"
 
 namespace amber::cuda {
 namespace {
-
-constexpr int kMaxHalf = 256;  // rotary_dim up to 512
-
-// Passed by value (about 2 KB of kernel parameters): no device copy of the table,
-// so the op neither allocates nor synchronises.
-struct RopeParams {
-  double inv_freq[kMaxHalf];
-  double cos_scale;  // attention_scale
-  double sin_scale;  // attention_scale, negated for the backward
-  int half, rotary_dim, dim;
-};
 
 // A block takes kTokens consecutive tokens: a token's heads are often few (4 KV heads
 // of 64 columns are 32 packs of 16 bytes), so a block per token left most of its
@@ -33,21 +20,10 @@ constexpr int kThreads = 256;
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, const int32_t* positions, const RopeParams p,
                                                         T* y, int64_t tokens, int64_t heads) {
-  __shared__ float cos_row[kTokens][kMaxHalf], sin_row[kTokens][kMaxHalf];
+  __shared__ float cos_row[kTokens][kMaxRopeHalf], sin_row[kTokens][kMaxRopeHalf];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kTokens;
   const int count = static_cast<int>(tokens - first < kTokens ? tokens - first : kTokens);
-  for (int j = threadIdx.x; j < count * p.half; j += blockDim.x) {
-    const int u = j / p.half, i = j % p.half;
-    const int32_t pos = positions[first + u];
-    if (pos < 0) {
-      if (i == 0) printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(first + u));
-      __trap();
-    }
-    double s, c;
-    sincos(pos * p.inv_freq[i], &s, &c);
-    cos_row[u][i] = static_cast<float>(c * p.cos_scale);
-    sin_row[u][i] = static_cast<float>(s * p.sin_scale);
-  }
+  rope_rows<kTokens>(p, positions, first, count, cos_row, sin_row);
   __syncthreads();
   const int pass = p.dim - p.rotary_dim;
   const int per_head = (p.half + pass) / V;
@@ -86,19 +62,10 @@ void rope_apply(const Tensor& x, const Tensor& positions, const RopeTable& table
   require_contiguous(positions, op);
   AMBER_CHECK(x.dtype() == y.dtype(), op, ": on the GPU input and output need one dtype, got ",
               dtype_name(x.dtype()), " and ", dtype_name(y.dtype()));
-  const int half = table.rotary_dim / 2;
-  AMBER_CHECK(half <= kMaxHalf && static_cast<int>(table.inv_freq.size()) == half, op,
-              ": rotary dimension ", table.rotary_dim, " exceeds the GPU kernel's limit of ",
-              2 * kMaxHalf);
+  const RopeParams p = rope_params(table, sign, op);
+  const int half = p.half;
   const int64_t tokens = x.size(0), heads = x.size(1);
   if (tokens == 0 || heads == 0) return;
-  RopeParams p{};
-  for (int i = 0; i < half; ++i) p.inv_freq[i] = table.inv_freq[i];
-  p.cos_scale = table.attention_scale;
-  p.sin_scale = sign * table.attention_scale;
-  p.half = half;
-  p.rotary_dim = table.rotary_dim;
-  p.dim = table.head_dim;
   with_element_type(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     constexpr int N = Pack<T>::n;
