@@ -2,11 +2,11 @@
 // of a (token, head) row, so a row takes L = head_dim / pack lanes and a warp 32 / L rows
 // at once; a rotation pair (i, i + rotary_dim / 2) lies in two lanes of the row, which
 // trade values by one shuffle. A block takes kTokens tokens and forms their cos/sin rows
-// once for all heads of q and k (rope_table.cuh, the bits rope_forward uses). The forward normalises and rotates
-// without rounding in between; the backward applies the transpose rotation, then the
-// norm's backward, writing dx into a token-strided view when given one, and reduces
-// dweight through per-block partial sums in a fixed order. Shapes the lanes cannot
-// hold run as the two ops, one after the other.
+// once for all heads of q and k (rope_table.cuh, the bits rope_forward uses). The
+// forward normalises and rotates without rounding in between; the backward applies the
+// transpose rotation, then the norm's backward, writing dx into a token-strided view
+// when given one, and reduces dweight through per-block partial sums in a fixed order.
+// Shapes the lanes cannot hold run as the two ops per side, one after the other.
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
