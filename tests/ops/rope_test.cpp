@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "amber/core/seq_info.h"
 #include "amber/ops/rope.h"
@@ -108,6 +110,64 @@ TEST(Rope, BackwardMatchesFiniteDifferencesAndPositionsRestartPerDocument) {
   rope_forward(x, seq.positions, table, y);
   EXPECT_NEAR(y.item(3 * 16 + 0), x.item(3 * 16 + 0) * table.attention_scale, 1e-15);
   EXPECT_EQ(y.item(3 * 16 + 7), x.item(3 * 16 + 7));  // pass-through channel
+}
+
+// QK-norm fused with RoPE (on the CPU the two ops per side): q and k as token-strided
+// heads of one stacked tensor, each side with its own gain, against float64 from the
+// definition, and the backward (dq and dk into the stacked gradient, the gains'
+// gradients) against finite differences.
+TEST(Rope, QkNormRopeNormalisesThenRotatesEachSide) {
+  const SeqInfo seq = SeqInfo::from_lengths({5, 4});
+  RopeConfig cfg;
+  cfg.head_dim = 8;
+  const RopeTable table(cfg);
+  const int64_t tokens = 9, d = 8;
+  Tensor stack = random_tensor({tokens, 5, d}, DType::f64, 20);  // q: heads 0-2, k: 3, v: 4
+  Tensor wq = random_tensor({d}, DType::f64, 21, 0.2f, 1.0f), wk = random_tensor({d}, DType::f64, 22, 0.2f, 1.0f);
+  const auto forward = [&](QkNormRopeForward& q, QkNormRopeForward& k) {
+    q = {stack.slice(1, 0, 3), wq, 1e-6, Tensor::empty({tokens, 3, d}, DType::f64),
+         Tensor::empty({tokens * 3}, DType::f64)};
+    k = {stack.slice(1, 3, 4), wk, 1e-6, Tensor::empty({tokens, 1, d}, DType::f64), Tensor::empty({tokens}, DType::f64)};
+    qk_norm_rope_forward(q, k, seq.positions, table);
+  };
+  QkNormRopeForward q, k;
+  forward(q, k);
+  std::vector<int32_t> pos(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) pos[static_cast<size_t>(t)] = seq.positions.data<int32_t>()[t];
+  for (const auto& [side, w] : {std::pair{&q, &wq}, std::pair{&k, &wk}}) {
+    const Tensor x = side->x.contiguous();
+    Tensor normed = Tensor::empty(x.shape(), DType::f64);
+    const int64_t rows = x.numel() / d;
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += x.item(r * d + j) * x.item(r * d + j);
+      const double inv = 1.0 / std::sqrt(ss / d + 1e-6);
+      for (int64_t j = 0; j < d; ++j) normed.data<double>()[r * d + j] = x.item(r * d + j) * inv * w->item(j);
+    }
+    EXPECT_LT(relative_error(side->y, reference_rope(normed, pos, table)), 1e-14);
+  }
+  const Tensor proj_q = random_tensor({tokens, 3, d}, DType::f64, 23), proj_k = random_tensor({tokens, 1, d}, DType::f64, 24);
+  Tensor dstack = Tensor::zeros(stack.shape(), DType::f64);
+  Tensor dwq = Tensor::zeros({d}, DType::f64), dwk = Tensor::zeros({d}, DType::f64);
+  qk_norm_rope_backward({proj_q, q.x, wq, q.rstd, dstack.slice(1, 0, 3), dwq},
+                        {proj_k, k.x, wk, k.rstd, dstack.slice(1, 3, 4), dwk}, seq.positions, table);
+  const auto loss = [&] {
+    QkNormRopeForward fq, fk;
+    forward(fq, fk);
+    return testing::project(fq.y, proj_q) + testing::project(fk.y, proj_k);
+  };
+  EXPECT_LT(testing::finite_difference_error(stack, dstack, loss, 60), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(wq, dwq, loss, 8), 1e-5);
+  EXPECT_LT(testing::finite_difference_error(wk, dwk, loss, 8), 1e-5);
+  // Bad sides name what is wrong.
+  QkNormRopeForward short_rstd = k;
+  short_rstd.rstd = Tensor::empty({tokens - 1}, DType::f64);
+  EXPECT_THROW(qk_norm_rope_forward(q, short_rstd, seq.positions, table), Error);
+  try {
+    qk_norm_rope_forward(q, short_rstd, seq.positions, table);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rstd needs 9 elements"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
