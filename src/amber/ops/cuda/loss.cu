@@ -12,6 +12,7 @@
 // autocast computes its logits the same way.
 #include <algorithm>
 #include <cstdio>
+#include <type_traits>
 
 #include "amber/ops/cuda/common.cuh"
 #include "amber/ops/cuda/gemm.h"
@@ -56,12 +57,30 @@ __device__ __forceinline__ void load_pack(const L* row, int64_t pack, bool strea
 }
 
 // Stored past L2's keeping: nothing reads the gradient again in this kernel.
+// bf16 and f16 elements are rounded in pairs (one conversion instruction per pair).
 template <class L>
 __device__ __forceinline__ void store_pack_streaming(L* row, int64_t pack, const float (&in)[Pack<L>::n]) {
   Pack<L> a;
+  if constexpr (std::is_same_v<L, __nv_bfloat16>) {
 #pragma unroll
-  for (int e = 0; e < Pack<L>::n; ++e) a.v[e] = from_f32<L>(in[e]);
+    for (int e = 0; e < Pack<L>::n; e += 2)
+      *reinterpret_cast<__nv_bfloat162*>(&a.v[e]) = __floats2bfloat162_rn(in[e], in[e + 1]);
+  } else if constexpr (std::is_same_v<L, __half>) {
+#pragma unroll
+    for (int e = 0; e < Pack<L>::n; e += 2) *reinterpret_cast<__half2*>(&a.v[e]) = __floats2half2_rn(in[e], in[e + 1]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < Pack<L>::n; ++e) a.v[e] = in[e];
+  }
   __stcs(reinterpret_cast<float4*>(row) + pack, *reinterpret_cast<const float4*>(&a));
+}
+
+// 2^x from the special-function unit alone: exp2f adds instructions to keep results
+// below 2^-126, and no probability that small changes a loss or a bf16 gradient.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Folds x into a thread's running (max m, sum s of 2^((x - m) log2 e)), the max and
@@ -69,10 +88,10 @@ __device__ __forceinline__ void store_pack_streaming(L* row, int64_t pack, const
 __device__ __forceinline__ void fold(float top, const float* x, int n, float& m, float& s) {
   const float t = top * kLog2e;
   if (t > m) {
-    s = m == -INFINITY ? 0.0f : s * exp2f(m - t);
+    s = m == -INFINITY ? 0.0f : s * ex2(m - t);
     m = t;
   }
-  for (int e = 0; e < n; ++e) s += exp2f(fmaf(x[e], kLog2e, -m));
+  for (int e = 0; e < n; ++e) s += ex2(fmaf(x[e], kLog2e, -m));
 }
 
 // Log-sum-exp of one row of logits, returned to every thread of the block, in one pass
@@ -109,7 +128,7 @@ __device__ float row_lse(const L* z, int64_t vocab, float* scratch) {
     }
   }
   const float block_m = block_max(m, scratch);
-  const float mine = m == -INFINITY ? 0.0f : s * exp2f(m - block_m);
+  const float mine = m == -INFINITY ? 0.0f : s * ex2(m - block_m);
   return (block_m + log2f(block_sum(mine, scratch))) / kLog2e;
 }
 
@@ -126,21 +145,25 @@ __device__ __forceinline__ float row_loss(const L* z, int32_t y, int64_t vocab, 
 }
 
 // z[v] becomes softmax(z)[v] * dloss * (1 + 2 zw lse) - dloss * [v == y], in place
-// (a zero row for an ignored token). This is the row's last read: streaming loads, so
+// (a zero row for an ignored token: its scale is zero, and every exponent is at most
+// zero because lse bounds the row). This is the row's last read: streaming loads, so
 // the rows other blocks are between their two reads keep L2.
 template <class L>
 __device__ __forceinline__ void row_gradient(L* z, int32_t y, float l, float dloss, int64_t vocab, int32_t ignore,
                                              float z_weight) {
   const bool ignored = y == ignore;
-  const float scale = dloss * (1.0f + 2.0f * z_weight * l), l2 = l * kLog2e;
-  const auto grad = [&](float x, int64_t v) {
-    if (ignored) return 0.0f;
-    const float p = exp2f(fmaf(x, kLog2e, -l2)) * scale;
-    return v == y ? p - dloss : p;
-  };
+  const float scale = ignored ? 0.0f : dloss * (1.0f + 2.0f * z_weight * l), l2 = l * kLog2e;
+  const float target_term = ignored ? 0.0f : dloss;
+  // softmax * scale - minus, in one multiply-add after the exponential.
+  const auto grad = [&](float x, float minus) { return fmaf(ex2(fmaf(x, kLog2e, -l2)), scale, -minus); };
   if (rows_in_packs<L>(vocab)) {
     constexpr int P = Pack<L>::n;
     const int64_t packs = vocab / P;
+    // The thread whose packs hold the target reads its logit before it overwrites the
+    // pack, and rewrites that one element afterwards with the target's term: the other
+    // elements need no test.
+    const bool owns_target = !ignored && (y / P) % blockDim.x == threadIdx.x;
+    const float target_logit = owns_target ? to_f32(z[y]) : 0.0f;
     for (int64_t i = threadIdx.x; i < packs; i += kUnroll * blockDim.x) {
       float x[kUnroll][P];
 #pragma unroll
@@ -151,12 +174,15 @@ __device__ __forceinline__ void row_gradient(L* z, int32_t y, float l, float dlo
         const int64_t k = i + u * blockDim.x;
         if (k >= packs) continue;
 #pragma unroll
-        for (int e = 0; e < P; ++e) x[u][e] = grad(x[u][e], k * P + e);
+        for (int e = 0; e < P; ++e) x[u][e] = grad(x[u][e], 0.0f);
         store_pack_streaming<L>(z, k, x[u]);
       }
     }
+    if (owns_target) z[y] = from_f32<L>(grad(target_logit, target_term));  // after its pack's store
   } else {
-    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) z[v] = from_f32<L>(grad(to_f32(__ldcs(z + v)), v));
+    for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+      z[v] = from_f32<L>(grad(to_f32(__ldcs(z + v)), v == y ? target_term : 0.0f));
+    }
   }
 }
 
