@@ -154,10 +154,7 @@ __global__ void __launch_bounds__(32 * kWarps) qk_norm_rope_forward_kernel(const
                                                                         const int32_t* positions,
                                                                         const RopeParams p, int64_t tokens) {
   __shared__ float cos_row[kTokens][kMaxRopeHalf], sin_row[kTokens][kMaxRopeHalf];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTokens;
-  const int count = static_cast<int>(tokens - first < kTokens ? tokens - first : kTokens);
-  rope_rows<kTokens>(p, positions, first, count, cos_row, sin_row);
-  __syncthreads();
+  const auto [first, count] = rope_rows<kTokens>(p, positions, tokens, cos_row, sin_row);
   const LaneRole<T, L> role(p);
   normalise_and_rotate(q, role, first, count, cos_row, sin_row);
   normalise_and_rotate(k, role, first, count, cos_row, sin_row);
@@ -236,10 +233,7 @@ __global__ void __launch_bounds__(32 * kWarps) qk_norm_rope_backward_kernel(cons
                                                                          const RopeParams p, int64_t tokens) {
   __shared__ float cos_row[kTokens][kMaxRopeHalf], sin_row[kTokens][kMaxRopeHalf];
   __shared__ float warp_dw[kWarps][kMaxHeadDim];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTokens;
-  const int count = static_cast<int>(tokens - first < kTokens ? tokens - first : kTokens);
-  rope_rows<kTokens>(p, positions, first, count, cos_row, sin_row);
-  __syncthreads();
+  const auto [first, count] = rope_rows<kTokens>(p, positions, tokens, cos_row, sin_row);
   const LaneRole<T, L> role(p);
   unrotate_and_unnormalise(q, role, first, count, cos_row, sin_row, warp_dw);
   unrotate_and_unnormalise(k, role, first, count, cos_row, sin_row, warp_dw);

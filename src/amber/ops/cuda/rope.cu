@@ -21,10 +21,7 @@ template <class T, int V>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, const int32_t* positions, const RopeParams p,
                                                         T* y, int64_t tokens, int64_t heads) {
   __shared__ float cos_row[kTokens][kMaxRopeHalf], sin_row[kTokens][kMaxRopeHalf];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTokens;
-  const int count = static_cast<int>(tokens - first < kTokens ? tokens - first : kTokens);
-  rope_rows<kTokens>(p, positions, first, count, cos_row, sin_row);
-  __syncthreads();
+  const auto [first, count] = rope_rows<kTokens>(p, positions, tokens, cos_row, sin_row);
   const int pass = p.dim - p.rotary_dim;
   const int per_head = (p.half + pass) / V;
   const int per_token = static_cast<int>(heads) * per_head;

@@ -36,12 +36,20 @@ inline RopeParams rope_params(const RopeTable& table, double sign, const char* o
   return p;
 }
 
-// cos_row[u][i], sin_row[u][i] for the block's tokens first .. first + count - 1 (all
-// threads of the block take part; the caller syncs before reading). A negative position
-// traps with a message naming the token.
+// The tokens block blockIdx.x of a kTokens-per-block launch takes.
+struct BlockTokens {
+  int64_t first;
+  int count;  // kTokens, fewer in the last block
+};
+
+// The block's tokens, with cos_row[u][i] and sin_row[u][i] formed for each of them (all
+// threads of the block take part; the rows may be read as soon as it returns). A
+// negative position traps with a message naming the token.
 template <int kTokens>
-__device__ void rope_rows(const RopeParams& p, const int32_t* positions, int64_t first, int count,
-                          float (&cos_row)[kTokens][kMaxRopeHalf], float (&sin_row)[kTokens][kMaxRopeHalf]) {
+__device__ BlockTokens rope_rows(const RopeParams& p, const int32_t* positions, int64_t tokens,
+                                 float (&cos_row)[kTokens][kMaxRopeHalf], float (&sin_row)[kTokens][kMaxRopeHalf]) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTokens;
+  const int count = static_cast<int>(tokens - first < kTokens ? tokens - first : kTokens);
   for (int j = threadIdx.x; j < count * p.half; j += blockDim.x) {
     const int u = j / p.half, i = j % p.half;
     const int32_t pos = positions[first + u];
@@ -54,6 +62,8 @@ __device__ void rope_rows(const RopeParams& p, const int32_t* positions, int64_t
     cos_row[u][i] = static_cast<float>(c * p.cos_scale);
     sin_row[u][i] = static_cast<float>(s * p.sin_scale);
   }
+  __syncthreads();
+  return {first, count};
 }
 
 }  // namespace amber::cuda
