@@ -209,6 +209,14 @@ TEST(AttentionGpu, GqaHeadDim64WindowSinksMixedLengths) {
   check_case({"gqa 4/2 d64 w200 sinks mixed", mixed_lengths(1400), 4, 2, 64, 200, true}, 1410);
 }
 
+// Group 4: the backward takes a document's last 5 key tiles with all four query heads
+// of a KV head in one work item, and the 700-token document's first tile head by head
+// (ordered dK/dV sums), so both kinds of item meet in one document's dQ sums.
+TEST(AttentionGpu, GqaHeadDim64GroupedAndPerHeadWorkItems) {
+  REQUIRE_GPU();
+  check_case({"gqa 8/2 d64 mixed", mixed_lengths(1800), 8, 2, 64, 0, false}, 1810);
+}
+
 TEST(AttentionGpu, ManyDocumentsOutnumberThePersistentBlocks) {
   REQUIRE_GPU();
   check_case({"gqa 4/2 d64 many documents", many_documents(300), 4, 2, 64, 0, false}, 1600);

@@ -15,10 +15,12 @@ namespace {
 constexpr int kPlanThreads = 1024;
 
 // Exclusive prefix sum of one value per thread over the block (1024 threads); *total
-// receives the sum of all.
+// receives the sum of all. Calls may follow one another: the first barrier keeps this
+// call's writes behind the previous call's reads.
 __device__ int block_exclusive_scan(int value, int* total) {
   __shared__ int warp_sums[kPlanThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
   int inclusive = value;
   for (int o = 1; o < 32; o <<= 1) {
     const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
@@ -39,14 +41,27 @@ __device__ int block_exclusive_scan(int value, int* total) {
   return inclusive - value + (warp > 0 ? warp_sums[warp - 1] : 0);
 }
 
+// A thread's run of documents in a one-block planning kernel, and their tile counts.
+struct DocumentRun {
+  int lo, hi;
+  __device__ explicit DocumentRun(int num_docs) {
+    const int per = (num_docs + kPlanThreads - 1) / kPlanThreads;
+    lo = min(num_docs, static_cast<int>(threadIdx.x) * per);
+    hi = min(num_docs, lo + per);
+  }
+};
+__device__ __forceinline__ int tiles_of(const int32_t* cu_seqlens, int d, int rows) {
+  return (cu_seqlens[d + 1] - cu_seqlens[d] + rows - 1) / rows;
+}
+
 // One block: each thread takes a run of documents, counts their tiles, finds its
 // offset by a block scan and writes (document, k) for each; the rest of the slots get
 // document -1.
 __global__ void __launch_bounds__(kPlanThreads) tile_plan_kernel(const int32_t* cu_seqlens, int num_docs, int rows,
                                                                  int slots, int2* plan) {
-  const int per = (num_docs + kPlanThreads - 1) / kPlanThreads;
-  const int lo = min(num_docs, static_cast<int>(threadIdx.x) * per), hi = min(num_docs, lo + per);
-  const auto tiles = [&](int d) { return (cu_seqlens[d + 1] - cu_seqlens[d] + rows - 1) / rows; };
+  const DocumentRun run(num_docs);
+  const int lo = run.lo, hi = run.hi;
+  const auto tiles = [&](int d) { return tiles_of(cu_seqlens, d, rows); };
   int mine = 0;
   for (int d = lo; d < hi; ++d) mine += tiles(d);
   int total = 0;
@@ -56,7 +71,78 @@ __global__ void __launch_bounds__(kPlanThreads) tile_plan_kernel(const int32_t* 
   for (int i = total + threadIdx.x; i < slots; i += kPlanThreads) plan[i] = make_int2(-1, 0);
 }
 
+// One block writes the work items of a backward over `rows`-row key tiles (see
+// WorkList): grouped items first (buckets of documents by how many of their tiles are
+// grouped, most first; each document's last tile first) when last_first, per-head
+// items (heads major, documents in order, each document's tiles last first or first
+// first) after them; the other way round otherwise. The rest of the capacity gets
+// document -1.
+__global__ void __launch_bounds__(kPlanThreads)
+    work_list_kernel(const int32_t* cu_seqlens, int num_docs, int rows, int heads, int kv_heads, int grouped,
+                     bool last_first, int capacity, int4* items) {
+  const DocumentRun run(num_docs);
+  const int lo = run.lo, hi = run.hi, group = heads / kv_heads;
+  int at = 0;
+  const auto grouped_items = [&] {
+    for (int bucket = grouped; bucket >= 1; --bucket) {
+      int mine = 0;
+      for (int d = lo; d < hi; ++d) mine += min(tiles_of(cu_seqlens, d, rows), grouped) == bucket ? bucket : 0;
+      int total = 0;
+      int i = at + kv_heads * block_exclusive_scan(mine, &total);
+      for (int d = lo; d < hi; ++d) {
+        const int n = tiles_of(cu_seqlens, d, rows);
+        if (min(n, grouped) != bucket) continue;
+        for (int r = 1; r <= bucket; ++r)
+          for (int kvh = 0; kvh < kv_heads; ++kvh) items[i++] = make_int4(d, n - r, kvh * group, group);
+      }
+      at += kv_heads * total;
+    }
+  };
+  const auto per_head_items = [&] {
+    int mine = 0;
+    for (int d = lo; d < hi; ++d) mine += max(0, tiles_of(cu_seqlens, d, rows) - grouped);
+    int total = 0;
+    const int offset = block_exclusive_scan(mine, &total);
+    // Heads in member-major order (member m of every KV head before member m + 1), so
+    // the items that add one tile's dK and dV one after another are kv_heads runs
+    // apart, not one: a member seldom finds the one before it still running.
+    for (int p = 0; p < heads; ++p) {
+      const int h = p % kv_heads * group + p / kv_heads;
+      int i = at + p * total + offset;
+      for (int d = lo; d < hi; ++d)
+        for (int k = 0, n = max(0, tiles_of(cu_seqlens, d, rows) - grouped); k < n; ++k)
+          items[i++] = make_int4(d, last_first ? n - 1 - k : k, h, 1);
+    }
+    at += heads * total;
+  };
+  if (last_first) {
+    grouped_items();
+    per_head_items();
+  } else {
+    per_head_items();
+    grouped_items();
+  }
+  for (int i = at + threadIdx.x; i < capacity; i += kPlanThreads) items[i] = make_int4(-1, 0, 0, 0);
+}
+
 }  // namespace
+
+WorkList with_work_list(const Layout& g, int rows, int grouped_tile_heads, bool last_first, Device device,
+                        Tensor& storage, const char* op) {
+  const int group = g.heads / g.kv_heads;
+  const int grouped = group > 1 ? grouped_tile_heads / group : 0;
+  // Every item covers at least one (tile, head); every document's last tile may be
+  // partial.
+  const int64_t capacity = ((g.tokens + rows - 1) / rows + g.num_docs) * g.heads;
+  AMBER_CHECK(capacity < (int64_t{1} << 31), op, ": ", g.tokens, " tokens in ", g.num_docs, " documents x ", g.heads,
+              " heads exceed the work items a launch can count");
+  storage = Tensor::empty({capacity, 4}, DType::i32, device);
+  work_list_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, g.heads, g.kv_heads,
+                                                                grouped, last_first, static_cast<int>(capacity),
+                                                                static_cast<int4*>(storage.raw()));
+  check_launch(op, storage.shape());
+  return WorkList{static_cast<const int4*>(storage.raw()), static_cast<int>(capacity)};
+}
 
 Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage, const char* op) {
   // Every document's last tile may be partial: at most tokens / rows full tiles plus

@@ -121,19 +121,22 @@ struct Ring {
   // tiles).
   __device__ void produce(const Maps& maps, int own_head, int own_row, int stream_head, int first_row, int stages,
                           int first_stage = 0) const {
+    load_own(maps, own_head, own_row);
+    for (int s = 0; s < stages; ++s) load_stage(maps, first_stage + s, stream_head, first_row + s * kStreamRows);
+  }
+  __device__ void load_own(const Maps& maps, int head, int row) const {
     barrier_expect(own_full(), kOwn * kOwnBytes);
     for (int i = 0; i < kOwn; ++i)
       for (int p = 0; p < kPanels; ++p)
-        tma_load(own(i) + p * kOwnPanelBytes, maps.own[i], own_head * D + p * 64, own_row, own_full());
-    for (int s = 0; s < stages; ++s) {
-      const int stage = first_stage + s;
-      wait_free(stage);
-      barrier_expect(full(stage), 2 * kStreamBytes);
-      for (int i = 0; i < 2; ++i)
-        for (int p = 0; p < kPanels; ++p)
-          tma_load(stream(stage, i) + p * kStreamPanelBytes, maps.stream[i], stream_head * D + p * 64,
-                   first_row + s * kStreamRows, full(stage));
-    }
+        tma_load(own(i) + p * kOwnPanelBytes, maps.own[i], head * D + p * 64, row, own_full());
+  }
+  // Once the stage is free: the streamed tiles at row `row` (absolute) of `head`.
+  __device__ void load_stage(const Maps& maps, int stage, int head, int row) const {
+    wait_free(stage);
+    barrier_expect(full(stage), 2 * kStreamBytes);
+    for (int i = 0; i < 2; ++i)
+      for (int p = 0; p < kPanels; ++p)
+        tma_load(stream(stage, i) + p * kStreamPanelBytes, maps.stream[i], head * D + p * 64, row, full(stage));
   }
 };
 

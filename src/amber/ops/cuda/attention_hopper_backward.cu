@@ -8,6 +8,8 @@
 // shared memory, the accumulations (dS K; P^T dO and dS^T Q) with P or dS from
 // registers and the streamed tile read MN-major, and the folded dQ with both operands
 // in shared memory.
+#include <algorithm>
+
 #include "amber/ops/cuda/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
@@ -30,6 +32,11 @@ constexpr int kDkdvQueries = kDq ? 128 : 64;
 constexpr int kPieceQueries = 64;
 template <bool kDq>
 constexpr int kStatBytes = 2 * kDkdvQueries<kDq> * 4;  // lse and delta per streamed query
+
+// A key tile whose query heads of one KV head stream at most this many (tile, head)
+// pairs of work takes them all in one work item (WorkList): one K/V load, no ordered
+// dK/dV sum between the heads.
+constexpr int kGroupedTileHeads = 20;
 
 template <int D>
 using DqRing = Ring<D, 2, kDqKeys, ring_stages<D, 2, kDqKeys>()>;
@@ -114,14 +121,14 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
 // stores it (the first key tile of those queries) or adds it (every later one) into
 // OrderedSums by bulk copy. Determinism: the key tiles of one 64-query piece add in a fixed
 // order, from the diagonal tile down, each waiting on the piece's counter for the
-// tiles before it. Blocks draw a ticket at start
-// and take the plan's slots in ticket order, a document's last tile first, so a block
-// waits only on blocks that started before it (no deadlock), and with queries streamed
-// upwards the tile it waits on reached the stage two stages earlier.
+// tiles before it. Work items are drawn in ticket order (WorkList: a document's last
+// tile first), so an item waits only on items drawn before it, which running blocks
+// hold (no deadlock), and with queries streamed upwards the tile it waits on reached
+// the stage a stage or more earlier.
 //
 // Under GQA the query heads of one KV head add their dK and dV the same way, into
 // fp32 sums [kv_heads, T, D] in head order (add_dkdv), so no per-head partials travel
-// through memory.
+// through memory; an item that takes all of a KV head's query heads stores its sums.
 struct OrderedSums {
   float* dq;        // [heads, T, 64] when dQ is folded in, else null
   float *dk, *dv;   // [kv_heads, T, D] under GQA, else null
@@ -132,6 +139,26 @@ struct OrderedSums {
     return counters + 1 + g.tokens * g.heads + row * g.kv_heads + kvh;
   }
 };
+
+// A dK/dV work item (WorkList): a key tile and the query heads it takes, one after
+// another, each streamed in stages from the tile's first row to query_end.
+struct BackwardWork {
+  TileRange t;
+  int head_first, head_end, kvh, query_end;
+};
+
+// The item drawn by ticket; false past the last.
+__device__ __forceinline__ bool work_of(const Layout& g, const int4& item, BackwardWork& w) {
+  if (item.x < 0) return false;
+  w.t = tile_range(g, item.x, item.y, kOwnRows);
+  w.head_first = item.z;
+  w.head_end = item.z + item.w;
+  w.kvh = item.z / (g.heads / g.kv_heads);
+  // Query i sees key j iff j <= i < j + window: queries from the tile's first key to
+  // the last key's window end.
+  w.query_end = g.window > 0 ? min(w.t.length, w.t.begin + w.t.rows - 1 + g.window) : w.t.length;
+  return true;
+}
 
 constexpr int kDqRows = 64;                                        // queries per consumer's dQ tile
 constexpr int kDsTileBytes = kOwnRows * kDkdvQueries<true> * 2;  // dS^T, keys x queries
@@ -197,39 +224,40 @@ __device__ __forceinline__ void store_sum_tile(float* tile, const float (&acc)[D
 template <class R>
 constexpr int kDqTilesSmemBytes = DqTiles<R>::kOffset + kDqReserveBytes + 1024;
 
-// The writer thread: stage by stage, each consumer's fp32 dQ tile into the sum, in
-// the order the counters keep. A stage's second piece may lie past the document's end
-// (nothing to write).
+// The writer thread: stage by stage of work item w (the ring's stages from `stage`
+// on, which it advances), each consumer's fp32 dQ tile into the sum, in the order the
+// counters keep. A stage's second piece may lie past the document's end (nothing to
+// write).
 template <class R>
-__device__ void write_dq(const DqTiles<R>& tiles, const OrderedSums& out, const Layout& g, const TileRange& t, int h,
-                         int stages) {
-  const int tile = t.begin / kOwnRows;
-  for (int stage = 0; stage < stages; ++stage) {
-    const int diagonal = (t.begin + stage * kDkdvQueries<true>) / kOwnRows;
-    for (int consumer = 0; consumer < kConsumers; ++consumer) {
-      barrier_wait(tiles.full(consumer), stage & 1);
-      const int qt = t.begin + stage * kDkdvQueries<true> + consumer * kDqRows;
-      if (qt >= t.length) {
+__device__ void write_dq(const DqTiles<R>& tiles, const OrderedSums& out, const Layout& g, const BackwardWork& w,
+                         int& stage) {
+  const int tile = w.t.begin / kOwnRows;
+  for (int h = w.head_first; h < w.head_end; ++h)
+    for (int queries = w.t.begin; queries < w.query_end; queries += kDkdvQueries<true>, ++stage)
+      for (int consumer = 0; consumer < kConsumers; ++consumer) {
+        barrier_wait(tiles.full(consumer), stage & 1);
+        const int qt = queries + consumer * kDqRows;
+        if (qt >= w.t.length) {
+          barrier_arrive(tiles.empty(consumer));
+          continue;
+        }
+        const int64_t row = w.t.doc_start + qt;
+        int* counter = out.dq_counter(g, row, h);
+        float* dst = out.dq + (h * g.tokens + row) * 64;
+        const uint32_t bytes = min(kDqRows, w.t.length - qt) * 64 * 4;
+        const int diagonal = queries / kOwnRows;
+        if (tile == diagonal) {
+          bulk_store(dst, tiles.dq(consumer), bytes);
+        } else {
+          flag_wait_at_least(counter, diagonal - tile);
+          bulk_add_f32(dst, tiles.dq(consumer), bytes);
+        }
+        bulk_commit();
+        bulk_wait_read();
         barrier_arrive(tiles.empty(consumer));
-        continue;
+        bulk_wait();
+        flag_release_add(counter);
       }
-      const int64_t row = t.doc_start + qt;
-      int* counter = out.dq_counter(g, row, h);
-      float* dst = out.dq + (h * g.tokens + row) * 64;
-      const uint32_t bytes = min(kDqRows, t.length - qt) * 64 * 4;
-      if (tile == diagonal) {
-        bulk_store(dst, tiles.dq(consumer), bytes);
-      } else {
-        flag_wait_at_least(counter, diagonal - tile);
-        bulk_add_f32(dst, tiles.dq(consumer), bytes);
-      }
-      bulk_commit();
-      bulk_wait_read();
-      barrier_arrive(tiles.empty(consumer));
-      bulk_wait();
-      flag_release_add(counter);
-    }
-  }
 }
 
 // Writes this warpgroup's rows of dS^T (its 64 keys x the stage's queries), already
@@ -283,173 +311,204 @@ __device__ void add_dkdv(const R& ring, const float (&dk)[D / 8][4], const float
   flag_release_add(counter);
 }
 
-// dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of one head,
-// computed transposed (keys as rows); with kDq also dQ (above); under GQA added into
-// the KV head's ordered sums (add_dkdv). Warp 1 of the producer warpgroup copies each
-// stage's lse and delta into the ring beside its tiles. Blocks take their plan slots
-// in ticket order (heads major), so a block waits only on blocks that started before it.
+// dV = sum_i P_ij dout_i and dK = scale * sum_i dS_ij q_i over the queries of the work
+// item's heads, computed transposed (keys as rows); with kDq also dQ (above); under
+// GQA added into the KV head's ordered sums (add_dkdv). One persistent block per SM
+// takes work items in ticket order, one after another: thread 0 draws the next item
+// while the current one runs, and the block meets (named barrier 3) between items,
+// since the GQA sums go through the ring's memory. Ring, dS and dQ-tile stages count on
+// across items. Warp 1 of the producer warpgroup copies each stage's lse and delta
+// into the ring beside its tiles.
 template <class T, int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ Maps maps, Layout g,
-                                                           BackwardArgs<T> a, OrderedSums sums) {
+                                                           BackwardArgs<T> a, OrderedSums sums, WorkList work) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kQueries = kDkdvQueries<kDq>;
   using R = DkdvRing<D, kDq>;
   static_assert(2 * kOwnRows * D * 4 <= R::kBarrierOffset, "add_dkdv's tiles fit in the ring's tiles");
   extern __shared__ uint8_t smem_raw[];
-  __shared__ int ticket;
+  __shared__ int4 published[2];  // the current and the next work item
   const R ring(smem_raw);
   const DqTiles<R> dq_tiles(ring);
-  if (threadIdx.x == 0) {
-    ticket = atomicAdd(sums.counters, 1);
-    if (kDq) dq_tiles.init();
-  }
+  if (kDq && threadIdx.x == 0) dq_tiles.init();
   ring.init(32);
-  const int work = ticket;
-  TileRange t;
-  if (!tile_of(g, work % g.tile_slots, kDq, t)) return;
-  const int h = work / g.tile_slots, group = g.heads / g.kv_heads, kvh = h / group, role = threadIdx.x / 128;
-  const int tile_end = t.begin + t.rows;
-  // Query i sees key j iff j <= i < j + window: queries from the tile's first key to
-  // the last key's window end.
-  const int query_end = g.window > 0 ? min(t.length, tile_end - 1 + g.window) : t.length;
-  const int stages = (query_end - t.begin + kQueries - 1) / kQueries;
-  if (role == 0) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  // The item the block takes next (thread 0 draws it), once every thread is done with
+  // the one before; false past the last. The producer and consumer warpgroups run
+  // separate loops, so the producer's code stays within its registers.
+  const auto next = [&](int item, BackwardWork& w) {
+    if (threadIdx.x == 0) {
+      const int ticket = atomicAdd(sums.counters, 1);
+      published[item & 1] = ticket < work.capacity ? work.items[ticket] : make_int4(-1, 0, 0, 0);
+    }
+    __syncwarp();
+    named_sync(3, kThreads);
+    return work_of(g, published[item & 1], w);
+  };
+  if (threadIdx.x < 128) {
     release_registers<24>();
-    const int row0 = static_cast<int>(t.doc_start), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (threadIdx.x == 0) ring.produce(maps, kvh, row0 + t.begin, h, row0 + t.begin, stages);
-    if (kDq && warp == 2 && lane == 0) write_dq(dq_tiles, sums, g, t, h, stages);
-    if (warp != 1) return;
-    // Copies the thread does not wait for: a stage's loads overlap the next stages'.
-    for (int stage = 0; stage < stages; ++stage) {
-      ring.wait_free(stage);
-      float* stats = reinterpret_cast<float*>(ring.extra(stage));
-#pragma unroll
-      for (int c = lane; c < kQueries; c += 32) {
-        const int64_t stat = (t.doc_start + min(t.begin + stage * kQueries + c, query_end - 1)) * g.heads + h;
-        cp_async_4(stats + c, a.lse + stat);
-        cp_async_4(stats + kQueries + c, a.delta + stat);
+    BackwardWork w;
+    for (int item = 0, first_stage = 0; next(item, w); ++item) {
+      const TileRange& t = w.t;
+      int stage = first_stage;
+      if (threadIdx.x == 0) {
+        const int row0 = static_cast<int>(t.doc_start);
+        ring.load_own(maps, w.kvh, row0 + t.begin);
+        for (int h = w.head_first; h < w.head_end; ++h)
+          for (int queries = t.begin; queries < w.query_end; queries += kQueries)
+            ring.load_stage(maps, stage++, h, row0 + queries);
       }
-      barrier_arrive_after_copies(ring.full(stage));
+      if (kDq && warp == 2 && lane == 0) write_dq(dq_tiles, sums, g, w, stage);
+      if (warp == 1) {
+        // Copies the warp does not wait for: a stage's loads overlap the next stages'.
+        for (int h = w.head_first; h < w.head_end; ++h)
+          for (int queries = t.begin; queries < w.query_end; queries += kQueries, ++stage) {
+            ring.wait_free(stage);
+            float* stats = reinterpret_cast<float*>(ring.extra(stage));
+#pragma unroll
+            for (int c = lane; c < kQueries; c += 32) {
+              const int64_t stat = (t.doc_start + min(queries + c, w.query_end - 1)) * g.heads + h;
+              cp_async_4(stats + c, a.lse + stat);
+              cp_async_4(stats + kQueries + c, a.delta + stat);
+            }
+            barrier_arrive_after_copies(ring.full(stage));
+          }
+      }
+      const int per_head = (w.query_end - t.begin + kQueries - 1) / kQueries;
+      first_stage += (w.head_end - w.head_first) * per_head;
     }
     return;
   }
 
   claim_registers<240>();
-  const int consumer = role - 1, warp = (threadIdx.x / 32) % 4;
-  const int keys_begin = t.begin + 64 * consumer, keys_end = min(keys_begin + 64, tile_end);
-  const Fragment f0{keys_begin + 16 * warp, 0};  // rows are keys j, columns queries i
-  const float scale_log2 = g.scale * kLog2e;
-  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-  const uint64_t k_desc = k_major(ring.own(0) + consumer * 64 * 128);
-  const uint64_t v_desc = k_major(ring.own(1) + consumer * 64 * 128);
-  // With dQ folded in, the consumers take turns issuing a piece's score products (named
-  // barriers 5 and 6, consumer 0 first), so one's exponentials run while the other's
-  // products do (A's fwd+bwd 1.05 -> 1.01 ms). Without (head_dim 128) taking turns
-  // measured slower (D 8.48 -> 8.65 ms).
-  const int my_turn = 5 + consumer, other_turn = 6 - consumer;
-  if (kDq && consumer == 1) named_arrive(5, 2 * 128);
-  barrier_wait(ring.own_full(), 0);
-  for (int stage = 0; stage < stages; ++stage) {
-    barrier_wait(ring.full(stage), R::parity(stage));
-    // The stage's queries in pieces of 64: a piece's scores and dP^T (64 x 64) beside
-    // dK, dV and the previous piece's operands still in flight fit the registers, so
-    // the products stay asynchronous (whole 128-query scores would not: ptxas then
-    // serialises every wgmma).
+  const int group = g.heads / g.kv_heads, consumer = threadIdx.x / 128 - 1;
+  BackwardWork w;
+  for (int item = 0, stage = 0; next(item, w); ++item) {
+    const TileRange& t = w.t;
+    const int tile_end = t.begin + t.rows;
+    const int keys_begin = t.begin + 64 * consumer, keys_end = min(keys_begin + 64, tile_end);
+    const Fragment f0{keys_begin + 16 * warp, 0};  // rows are keys j, columns queries i
+    const float scale_log2 = g.scale * kLog2e;
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+    const uint64_t k_desc = k_major(ring.own(0) + consumer * 64 * 128);
+    const uint64_t v_desc = k_major(ring.own(1) + consumer * 64 * 128);
+    // With dQ folded in, the consumers take turns issuing a piece's score products (named
+    // barriers 5 and 6, consumer 0 first), so one's exponentials run while the other's
+    // products do (A's fwd+bwd 1.05 -> 1.01 ms). Without (head_dim 128) taking turns
+    // measured slower (D 8.48 -> 8.65 ms).
+    const int my_turn = 5 + consumer, other_turn = 6 - consumer;
+    if (kDq && consumer == 1) named_arrive(5, 2 * 128);
+    barrier_wait(ring.own_full(), item & 1);
+    // Stage by stage, the heads one after another: queries is the stage's first query.
+    const int per_head = (w.query_end - t.begin + kQueries - 1) / kQueries;
+    const int item_end = stage + (w.head_end - w.head_first) * per_head;
+    for (int queries = t.begin; stage < item_end; ++stage) {
+      barrier_wait(ring.full(stage), R::parity(stage));
+      // The stage's queries in pieces of 64: a piece's scores and dP^T (64 x 64) beside
+      // dK, dV and the previous piece's operands still in flight fit the registers, so
+      // the products stay asynchronous (whole 128-query scores would not: ptxas then
+      // serialises every wgmma). Pieces past the document's end are skipped.
 #pragma unroll
-    for (int piece = 0; piece < kQueries / kPieceQueries; ++piece) {
-      const int qt = t.begin + stage * kQueries + piece * kPieceQueries;
-      const bool needed = keys_begin < keys_end && qt + kPieceQueries - 1 >= keys_begin &&
-                          (g.window == 0 || qt <= keys_end - 2 + g.window);
-      uint32_t ds_operand[kPieceQueries / 16][4];  // dS^T (keys x queries) rounded to T
-      if constexpr (kDq) named_sync(my_turn, 2 * 128);
-      if (!needed) {
-        if constexpr (kDq) named_arrive(other_turn, 2 * 128);
+      for (int piece = 0; piece < kQueries / kPieceQueries; ++piece) {
+        const int qt = queries + piece * kPieceQueries;
+        const bool needed = keys_begin < keys_end && qt + kPieceQueries - 1 >= keys_begin && qt < w.query_end &&
+                            (g.window == 0 || qt <= keys_end - 2 + g.window);
+        uint32_t ds_operand[kPieceQueries / 16][4];  // dS^T (keys x queries) rounded to T
+        if constexpr (kDq) named_sync(my_turn, 2 * 128);
+        if (!needed) {
+          if constexpr (kDq) named_arrive(other_turn, 2 * 128);
 #pragma unroll
-        for (int kk = 0; kk < kPieceQueries / 16; ++kk)
+          for (int kk = 0; kk < kPieceQueries / 16; ++kk)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) ds_operand[kk][e] = 0;
-      } else {
-        float st[kPieceQueries / 8][4], dpt[kPieceQueries / 8][4];
-        const int rows = piece * kPieceQueries;  // the piece's first row in the stage's tiles
-        const float* lse = reinterpret_cast<const float*>(ring.extra(stage)) + rows;
-        const float* delta = lse + kQueries;
-        const uint64_t q_rows = k_major(ring.stream(stage, 0) + rows * 128);
-        const uint64_t do_rows = k_major(ring.stream(stage, 1) + rows * 128);
-        // dP^T's product runs while P^T is computed, and dV's while dS^T is.
-        product_abt<T, D, kPieceQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(st, k_desc, q_rows);
-        wgmma_commit();
-        product_abt<T, D, kPieceQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(dpt, v_desc, do_rows);
-        wgmma_commit();
-        if constexpr (kDq) named_arrive(other_turn, 2 * 128);
-        wgmma_wait<1>();
-        pin(st);
-        const bool edge = qt < keys_end || qt + kPieceQueries > query_end ||
-                          (g.window > 0 && qt + kPieceQueries - 1 >= keys_begin + g.window);
-        // The statistics of the lane's first column (VisibleSpan's offsets index them).
-        const int lane_column = 2 * (threadIdx.x % 4);
-        lse += lane_column;
-        delta += lane_column;
-#pragma unroll
-        for (int nt = 0; nt < kPieceQueries / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            st[nt][e] = exp2_fast(st[nt][e] * scale_log2 - lse[nt * 8 + e % 2] * kLog2e);  // P^T
-        if (edge) {
-          const VisibleSpan seen = VisibleSpan::queries_of_keys(Fragment{f0.row0, qt}, g.window, query_end);
+            for (int e = 0; e < 4; ++e) ds_operand[kk][e] = 0;
+        } else {
+          float st[kPieceQueries / 8][4], dpt[kPieceQueries / 8][4];
+          const int rows = piece * kPieceQueries;  // the piece's first row in the stage's tiles
+          const float* lse = reinterpret_cast<const float*>(ring.extra(stage)) + rows;
+          const float* delta = lse + kQueries;
+          const uint64_t q_rows = k_major(ring.stream(stage, 0) + rows * 128);
+          const uint64_t do_rows = k_major(ring.stream(stage, 1) + rows * 128);
+          // dP^T's product runs while P^T is computed, and dV's while dS^T is.
+          product_abt<T, D, kPieceQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(st, k_desc, q_rows);
+          wgmma_commit();
+          product_abt<T, D, kPieceQueries, R::kOwnPanelBytes, R::kStreamPanelBytes>(dpt, v_desc, do_rows);
+          wgmma_commit();
+          if constexpr (kDq) named_arrive(other_turn, 2 * 128);
+          wgmma_wait<1>();
+          pin(st);
+          const bool edge = qt < keys_end || qt + kPieceQueries > w.query_end ||
+                            (g.window > 0 && qt + kPieceQueries - 1 >= keys_begin + g.window);
+          // The statistics of the lane's first column (VisibleSpan's offsets index them).
+          const int lane_column = 2 * (threadIdx.x % 4);
+          lse += lane_column;
+          delta += lane_column;
 #pragma unroll
           for (int nt = 0; nt < kPieceQueries / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              if (!seen.has(nt, e)) st[nt][e] = 0.0f;
+              st[nt][e] = exp2_fast(st[nt][e] * scale_log2 - lse[nt * 8 + e % 2] * kLog2e);  // P^T
+          if (edge) {
+            const VisibleSpan seen = VisibleSpan::queries_of_keys(Fragment{f0.row0, qt}, g.window, w.query_end);
+#pragma unroll
+            for (int nt = 0; nt < kPieceQueries / 8; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (!seen.has(nt, e)) st[nt][e] = 0.0f;
+          }
+          product_pb<T, kPieceQueries, D>(
+              dv, st, mn_step(mn_major(ring.stream(stage, 1), R::kStreamPanelBytes), rows / 16));
+          wgmma_commit();
+          wgmma_wait<1>();
+          pin(dpt);
+#pragma unroll
+          for (int nt = 0; nt < kPieceQueries / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[nt * 8 + e % 2]);  // dS^T
+          to_operand<T, kPieceQueries>(dpt, ds_operand);
+          product_ab<T, kPieceQueries, D>(
+              dk, ds_operand, mn_step(mn_major(ring.stream(stage, 0), R::kStreamPanelBytes), rows / 16));
+          wgmma_commit();
         }
-        product_pb<T, kPieceQueries, D>(
-            dv, st, mn_step(mn_major(ring.stream(stage, 1), R::kStreamPanelBytes), rows / 16));
-        wgmma_commit();
-        wgmma_wait<1>();
-        pin(dpt);
-#pragma unroll
-        for (int nt = 0; nt < kPieceQueries / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta[nt * 8 + e % 2]);  // dS^T
-        to_operand<T, kPieceQueries>(dpt, ds_operand);
-        product_ab<T, kPieceQueries, D>(
-            dk, ds_operand, mn_step(mn_major(ring.stream(stage, 0), R::kStreamPanelBytes), rows / 16));
-        wgmma_commit();
+        // The piece's dS^T (this warpgroup's 64 keys) into its panel of the stage's tile.
+        if constexpr (kDq)
+          store_ds<kPieceQueries>(dq_tiles.ds(stage) + piece * kDsPanelBytes, ds_operand, 64 * consumer);
       }
-      // The piece's dS^T (this warpgroup's 64 keys) into its panel of the stage's tile.
-      if constexpr (kDq) store_ds<kPieceQueries>(dq_tiles.ds(stage) + piece * kDsPanelBytes, ds_operand, 64 * consumer);
-    }
-    if constexpr (kDq) {
-      // The consumers meet, then each computes dQ for its 64 of the stage's queries
-      // over all 128 keys.
-      fence_async_shared();
-      named_sync(1, 2 * 128);
-      float dq[D / 8][4];
-      const uint64_t ds_desc = mn_major(dq_tiles.ds(stage) + consumer * kDsPanelBytes, kDsPanelBytes);
-      const uint64_t k_rows = mn_major(ring.own(0), R::kOwnPanelBytes);
-      wgmma_fence();
+      if constexpr (kDq) {
+        // The consumers meet, then each computes dQ for its 64 of the stage's queries
+        // over all 128 keys (rows past the document's end are not stored: the writer
+        // skips them).
+        fence_async_shared();
+        named_sync(1, 2 * 128);
+        const int dq_first = queries + consumer * kDqRows;
+        float dq[D / 8][4];
+        const uint64_t ds_desc = mn_major(dq_tiles.ds(stage) + consumer * kDsPanelBytes, kDsPanelBytes);
+        const uint64_t k_rows = mn_major(ring.own(0), R::kOwnPanelBytes);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kOwnRows / 16; ++kk)
-        mma_ss<T, D, 1, 1>(dq, mn_step(ds_desc, kk), mn_step(k_rows, kk), kk > 0);
-      complete(dq);
-      if (stage > 0) barrier_wait(dq_tiles.empty(consumer), (stage - 1) & 1);
-      store_sum_tile<D>(dq_tiles.dq(consumer), dq, Fragment{16 * warp, 0},
-                        t.doc_start + t.begin + stage * kQueries + consumer * kDqRows, 1.0f);
-      fence_async_shared();
-      barrier_arrive(dq_tiles.full(consumer));
-    } else {
-      wgmma_wait<0>();
+        for (int kk = 0; kk < kOwnRows / 16; ++kk)
+          mma_ss<T, D, 1, 1>(dq, mn_step(ds_desc, kk), mn_step(k_rows, kk), kk > 0);
+        complete(dq);
+        if (stage > 0) barrier_wait(dq_tiles.empty(consumer), (stage - 1) & 1);
+        if (dq_first < t.length) {
+          store_sum_tile<D>(dq_tiles.dq(consumer), dq, Fragment{16 * warp, 0}, t.doc_start + dq_first, 1.0f);
+          fence_async_shared();
+        }
+        barrier_arrive(dq_tiles.full(consumer));
+      } else {
+        wgmma_wait<0>();
+      }
+      pin(dv);
+      pin(dk);
+      if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
+      queries = queries + kQueries < w.query_end ? queries + kQueries : t.begin;  // the next head's first
     }
-    pin(dv);
-    pin(dk);
-    if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(stage));
-  }
-  if (kDq && consumer == 0) named_sync(5, 2 * 128);  // consumer 1's last turn handed over
-  if (sums.dk) {
-    add_dkdv<D>(ring, dk, dv, 64 * consumer, sums, g, t, kvh, h - kvh * group);
-  } else if (keys_begin < keys_end) {
-    store_rows<T, D>(dk, f0, g.scale, tile_end, t.doc_start, g.kv_heads, kvh, a.dk);
-    store_rows<T, D>(dv, f0, 1.0f, tile_end, t.doc_start, g.kv_heads, kvh, a.dv);
+    if (kDq && consumer == 0) named_sync(5, 2 * 128);  // consumer 1's last turn handed over
+    if (sums.dk) {
+      add_dkdv<D>(ring, dk, dv, 64 * consumer, sums, g, t, w.kvh, w.head_first - w.kvh * group);
+    } else if (keys_begin < keys_end) {
+      store_rows<T, D>(dk, f0, g.scale, tile_end, t.doc_start, g.kv_heads, w.kvh, a.dk);
+      store_rows<T, D>(dv, f0, 1.0f, tile_end, t.doc_start, g.kv_heads, w.kvh, a.dv);
+    }
   }
 #endif
 }
@@ -484,9 +543,10 @@ void from_sum(const Tensor& sum, int64_t tokens, int heads, float scale, T* out,
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
               const Tensor& delta, const Layout& unplanned, Tensor& dq, Tensor& dk, Tensor& dv) {
   const char* op = "attention_backward";
-  Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kOwnRows, q.device(), plan, op);
   tensor_core::with_types(q, op, [&]<class T, int D>() {
+    Tensor plan, work_items;
+    // The dQ kernel takes plan slots; the dK/dV kernel, work items.
+    const Layout g = D == 64 ? unplanned : with_tile_plan(unplanned, kOwnRows, q.device(), plan, op);
     const int64_t tokens = q.size(0);
     const bool grouped = g.heads != g.kv_heads;
     constexpr bool kFoldDq = D == 64;
@@ -507,18 +567,19 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
                                static_cast<const float*>(lse.raw()), static_cast<const float*>(delta.raw()),
                                static_cast<T*>(dq.raw()), static_cast<T*>(dk.raw()), static_cast<T*>(dv.raw()),
                                nullptr, nullptr};
-    const dim3 grid = attention_grid(g, g.heads, op);
     const Maps dkdv_maps = make_maps<2>(k, v, q, dout, kDkdvQueries<kFoldDq>, op);
     if constexpr (!kFoldDq) {
       constexpr int dq_smem = DqRing<D>::kSmemBytes;
       allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
-      dq_kernel<T, D><<<grid, kThreads, dq_smem, cudaStreamPerThread>>>(make_maps<2>(q, dout, k, v, kDqKeys, op), g,
-                                                                        args);
+      dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem, cudaStreamPerThread>>>(
+          make_maps<2>(q, dout, k, v, kDqKeys, op), g, args);
       check_launch(op, q.shape());
     }
     constexpr int smem = kFoldDq ? kDqTilesSmemBytes<DkdvRing<D, true>> : DkdvRing<D, false>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, kFoldDq>), smem, op);
-    dkdv_kernel<T, D, kFoldDq><<<grid, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums);
+    const WorkList work = with_work_list(unplanned, kOwnRows, kGroupedTileHeads, kFoldDq, q.device(), work_items, op);
+    const unsigned blocks = static_cast<unsigned>(std::min(work.capacity, sm_count()));  // one per SM
+    dkdv_kernel<T, D, kFoldDq><<<blocks, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums, work);
     check_launch(op, k.shape());
     if constexpr (kFoldDq) from_sum<T, D>(dq_sum, tokens, g.heads, g.scale, args.dq, op);
     if (grouped) {

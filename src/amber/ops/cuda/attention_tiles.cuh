@@ -33,6 +33,16 @@ struct TileRange {
   int length, begin, rows;  // rows = tile rows that exist (<= the tile size)
 };
 
+// Tile k (from the document's start) of `rows` rows of document doc.
+__device__ __forceinline__ TileRange tile_range(const Layout& g, int doc, int k, int rows) {
+  TileRange t;
+  t.doc_start = g.cu_seqlens[doc];
+  t.length = g.cu_seqlens[doc + 1] - g.cu_seqlens[doc];
+  t.begin = k * rows;
+  t.rows = min(rows, t.length - t.begin);
+  return t;
+}
+
 // The (document, tile) of plan slot slot_index (of this block's slot, blockIdx.x, by
 // default). The plan lists a document's tiles in order; with
 // last_first, k counts from the document's end: under a causal mask the last query
@@ -41,11 +51,8 @@ struct TileRange {
 __device__ __forceinline__ bool tile_of(const Layout& g, int slot_index, bool last_first, TileRange& t) {
   const int2 slot = g.tiles[slot_index];
   if (slot.x < 0) return false;
-  t.doc_start = g.cu_seqlens[slot.x];
-  t.length = g.cu_seqlens[slot.x + 1] - g.cu_seqlens[slot.x];
-  const int tiles = (t.length + g.tile_rows - 1) / g.tile_rows;
-  t.begin = (last_first ? tiles - 1 - slot.y : slot.y) * g.tile_rows;
-  t.rows = min(g.tile_rows, t.length - t.begin);
+  const int tiles = (g.cu_seqlens[slot.x + 1] - g.cu_seqlens[slot.x] + g.tile_rows - 1) / g.tile_rows;
+  t = tile_range(g, slot.x, last_first ? tiles - 1 - slot.y : slot.y, g.tile_rows);
   return true;
 }
 __device__ __forceinline__ bool tile_of(const Layout& g, bool last_first, TileRange& t) {
@@ -73,6 +80,24 @@ struct ForwardArgs {
 // g with a plan of `rows`-row tiles, built on `device` into `storage` (one small
 // kernel, no host synchronisation).
 Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage, const char* op);
+
+// The work items of a backward whose blocks own key tiles and stream query heads,
+// drawn in order by persistent blocks: (document, tile k from the document's start,
+// first query head, head count), or document -1 past the last item. A tile near its
+// document's end has few queries to stream per head, so one item takes all the query
+// heads of a KV head (at most grouped_tile_heads (tile, head) pairs of the tiles from
+// the end); each other tile is one item per head. Order keeps the backward's ordered
+// sums waiting only on items drawn earlier: with last_first (sums of dQ over key
+// tiles, the diagonal tile first) a document's tiles come last first, and the grouped
+// items before the per-head ones; the per-head items are heads major, in
+// member-major order (member m of every KV head before member m + 1: the sums of dK
+// and dV over the query heads of a KV head go in member order).
+struct WorkList {
+  const int4* items;
+  int capacity;
+};
+WorkList with_work_list(const Layout& g, int rows, int grouped_tile_heads, bool last_first, Device device,
+                        Tensor& storage, const char* op);
 
 // The plan's slots by `heads`, checked against the grid limits.
 dim3 attention_grid(const Layout& g, int heads, const char* op);
