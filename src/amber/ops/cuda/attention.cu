@@ -41,7 +41,7 @@ __device__ int block_exclusive_scan(int value, int* total) {
   return inclusive - value + (warp > 0 ? warp_sums[warp - 1] : 0);
 }
 
-// A thread's run of documents in a one-block planning kernel, and their tile counts.
+// A thread's run of documents in a one-block planning kernel.
 struct DocumentRun {
   int lo, hi;
   __device__ explicit DocumentRun(int num_docs) {
@@ -50,6 +50,8 @@ struct DocumentRun {
     hi = min(num_docs, lo + per);
   }
 };
+
+// How many `rows`-row tiles document d takes.
 __device__ __forceinline__ int tiles_of(const int32_t* cu_seqlens, int d, int rows) {
   return (cu_seqlens[d + 1] - cu_seqlens[d] + rows - 1) / rows;
 }
@@ -74,8 +76,8 @@ __global__ void __launch_bounds__(kPlanThreads) tile_plan_kernel(const int32_t* 
 // One block writes the work items of a backward over `rows`-row key tiles (see
 // WorkList): grouped items first (buckets of documents by how many of their tiles are
 // grouped, most first; each document's last tile first) when last_first, per-head
-// items (heads major, documents in order, each document's tiles last first or first
-// first) after them; the other way round otherwise. The rest of the capacity gets
+// items (heads major in member-major order, documents in order, each document's tiles
+// last first or first first) after them; the other way round otherwise. The rest of the capacity gets
 // document -1.
 __global__ void __launch_bounds__(kPlanThreads)
     work_list_kernel(const int32_t* cu_seqlens, int num_docs, int rows, int heads, int kv_heads, int grouped,
