@@ -1,6 +1,8 @@
 // Hopper attention backward (sm_90a; bf16/f16, head_dim 64 and 128), deterministic.
-// The dK/dV kernel owns 128 keys (K and V) for one query head and streams Q, dO and
-// their row statistics in stages of queries. At head_dim 64 it also computes dQ (a
+// The dK/dV kernel's persistent blocks take work items (WorkList): an item owns 128
+// keys (K and V) and streams Q, dO and their row statistics in stages of queries, for
+// one query head or, near a document's end, for every query head of its KV head in
+// turn. At head_dim 64 it also computes dQ (a
 // fifth product per stage, summed across key tiles in a fixed order; see OrderedSums); at
 // 128 a separate dQ kernel owns 128 query rows (Q and dO) and streams K and V, as the
 // portable path does (attention_tc_backward.cu). Both recompute P = exp2(scale q.k -
