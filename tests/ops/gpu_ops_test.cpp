@@ -350,7 +350,8 @@ TEST(RopeGpu, ForwardAndBackwardMatchCpu) {
 // stacked projection (token-strided input and input gradient; k with its own gain):
 // head_dim 64 and 128 with full rotation and a YaRN head with partial rotation (the
 // fused kernel, which passes the unrotated columns through), head_dim 96 (12 packs a
-// row: the two GPU ops per side), with and without the norms' gains.
+// row: the two GPU ops per side), with and without the norms' gains; and q and k of 80
+// heads of 128, whose rows of one token outnumber a block's row slots (several passes).
 TEST(RopeGpu, QkNormRopeMatchesTheTwoOps) {
   REQUIRE_GPU();
   RopeConfig d64, d128, partial, d96;
@@ -363,15 +364,21 @@ TEST(RopeGpu, QkNormRopeMatchesTheTwoOps) {
   partial.scaling = RopeScaling::yarn;
   partial.factor = 4.0;
   partial.original_context = 2048;
-  for (const RopeConfig& config : {d64, d128, partial, d96}) {
+  // q's heads, then k's, then v's (untouched) in the stack.
+  struct Stack {
+    int64_t q, k, v;
+  };
+  for (const auto& [config, heads_of] : {std::pair{d64, Stack{5, 2, 2}}, std::pair{d128, Stack{5, 2, 2}},
+                                         std::pair{partial, Stack{5, 2, 2}}, std::pair{d96, Stack{5, 2, 2}},
+                                         std::pair{d128, Stack{60, 20, 4}}}) {
     const RopeTable table(config);
     for (DType dt : {DType::f32, DType::bf16}) {
       for (bool affine : {true, false}) {
         const std::string tag = "qk_norm_rope head_dim " + std::to_string(config.head_dim) + " rotary " +
-                                std::to_string(table.rotary_dim) + (affine ? " gain" : "");
-        const int64_t tokens = 301, stacked = 9, d = config.head_dim;
-        // q: heads 0..4 of the stack, k: heads 5..6, v (untouched): 7..8.
-        const int64_t ranges[2][2] = {{0, 5}, {5, 7}};
+                                std::to_string(table.rotary_dim) + " heads " + std::to_string(heads_of.q) + "/" +
+                                std::to_string(heads_of.k) + (affine ? " gain" : "");
+        const int64_t tokens = 301, stacked = heads_of.q + heads_of.k + heads_of.v, d = config.head_dim;
+        const int64_t ranges[2][2] = {{0, heads_of.q}, {heads_of.q, heads_of.q + heads_of.k}};
         const Tensor stack = random_tensor({tokens, stacked, d}, dt, 70, 2.0f), gstack = gpu(stack);
         const Tensor pos = random_ids(tokens, 8192, 72), gpos = gpu(pos);
         const Tensor grads = random_tensor(stack.shape(), dt, 74);

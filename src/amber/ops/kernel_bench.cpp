@@ -85,35 +85,47 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
     const RopeTable table(rc);
     add("rope forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, 1, [&] { rope_forward(x, seq.positions, table, y); }));
     add("rope backward", 2 * act + 4.0 * tokens, best_ms(device, repeats, 1, [&] { rope_backward(x, seq.positions, table, y); }));
-    // QK-norm with RoPE: q of these heads and k of a fifth as many (Kohaku-500M's
-    // ratio) in one pass, and the four ops it replaces.
-    const int64_t heads = width / head_dim, kv_heads = heads / 5 > 0 ? heads / 5 : 1;
-    Tensor k = random({tokens, kv_heads, head_dim}, device, 8), ky = Tensor::empty(k.shape(), DType::bf16, device);
-    Tensor w = Tensor::full({head_dim}, 1.0, DType::bf16).to(device);
-    Tensor dy = random(x.shape(), device, 9), dky = random(k.shape(), device, 10);
+    // QK-norm with RoPE as the Kohaku rungs run it: heads of 64, q of width / 64 heads
+    // and k of a fifth as many, both read in place from one stacked projection [q k v].
+    const int64_t qk_dim = 64, heads = width / qk_dim, kv_heads = heads / 5 > 0 ? heads / 5 : 1;
+    RopeConfig qk_rc;
+    qk_rc.head_dim = static_cast<int>(qk_dim);
+    const RopeTable qk_table(qk_rc);
+    const Tensor stack = random({tokens, heads + 2 * kv_heads, qk_dim}, device, 6);
+    Tensor dstack = Tensor::empty(stack.shape(), DType::bf16, device);
+    const Tensor q = stack.slice(1, 0, heads), k = stack.slice(1, heads, heads + kv_heads);
+    Tensor dq = dstack.slice(1, 0, heads), dk = dstack.slice(1, heads, heads + kv_heads);
+    Tensor qy = Tensor::empty({tokens, heads, qk_dim}, DType::bf16, device);
+    Tensor ky = Tensor::empty({tokens, kv_heads, qk_dim}, DType::bf16, device);
+    Tensor w = Tensor::full({qk_dim}, 1.0, DType::bf16).to(device);
+    Tensor dy = random(qy.shape(), device, 9), dky = random(ky.shape(), device, 10);
     Tensor rstd = Tensor::empty({tokens * heads}, DType::f32, device);
     Tensor k_rstd = Tensor::empty({tokens * kv_heads}, DType::f32, device);
-    Tensor dw = Tensor::zeros({head_dim}, DType::f32, device), k_dw = Tensor::zeros({head_dim}, DType::f32, device);
-    Tensor dx = Tensor::empty(x.shape(), DType::bf16, device), dk = Tensor::empty(k.shape(), DType::bf16, device);
+    Tensor dw = Tensor::zeros({qk_dim}, DType::f32, device), k_dw = Tensor::zeros({qk_dim}, DType::f32, device);
+    Tensor qr = Tensor::empty(qy.shape(), DType::bf16, device), kr = Tensor::empty(ky.shape(), DType::bf16, device);
     const double both = act * (1.0 + static_cast<double>(kv_heads) / static_cast<double>(heads));
     const double stats = 4.0 * static_cast<double>(tokens * (heads + kv_heads)) + 4.0 * tokens;
-    add("qk-norm + rope forward (q and k), one pass", 2 * both + stats, best_ms(device, repeats, 1, [&] {
-          qk_norm_rope_forward({x, w, 1e-6, y, rstd}, {k, w, 1e-6, ky, k_rstd}, seq.positions, table);
+    add("qk-norm + rope forward (q and k of heads of 64), one pass", 2 * both + stats,
+        best_ms(device, repeats, 1, [&] {
+          qk_norm_rope_forward({q, w, 1e-6, qy, rstd}, {k, w, 1e-6, ky, k_rstd}, seq.positions, qk_table);
         }));
-    add("qk-norm + rope forward (q and k), four ops", 2 * both + stats, best_ms(device, repeats, 1, [&] {
-          rmsnorm_forward(x, w, 1e-6, y, rstd);
+    add("qk-norm + rope forward (q and k of heads of 64), four ops", 2 * both + stats,
+        best_ms(device, repeats, 1, [&] {
+          rmsnorm_forward(q, w, 1e-6, qy, rstd);
           rmsnorm_forward(k, w, 1e-6, ky, k_rstd);
-          rope_forward(y, seq.positions, table, y);
-          rope_forward(ky, seq.positions, table, ky);
+          rope_forward(qy, seq.positions, qk_table, qy);
+          rope_forward(ky, seq.positions, qk_table, ky);
         }));
-    add("qk-norm + rope backward (q and k), one pass", 3 * both + stats, best_ms(device, repeats, 1, [&] {
-          qk_norm_rope_backward({dy, x, w, rstd, dx, dw}, {dky, k, w, k_rstd, dk, k_dw}, seq.positions, table);
+    add("qk-norm + rope backward (q and k of heads of 64), one pass", 3 * both + stats,
+        best_ms(device, repeats, 1, [&] {
+          qk_norm_rope_backward({dy, q, w, rstd, dq, dw}, {dky, k, w, k_rstd, dk, k_dw}, seq.positions, qk_table);
         }));
-    add("qk-norm + rope backward (q and k), four ops", 3 * both + stats, best_ms(device, repeats, 1, [&] {
-          rope_backward(dy, seq.positions, table, y);
-          rope_backward(dky, seq.positions, table, ky);
-          rmsnorm_backward(y, x, w, rstd, dx, dw);
-          rmsnorm_backward(ky, k, w, k_rstd, dk, k_dw);
+    add("qk-norm + rope backward (q and k of heads of 64), four ops", 3 * both + stats,
+        best_ms(device, repeats, 1, [&] {
+          rope_backward(dy, seq.positions, qk_table, qr);
+          rope_backward(dky, seq.positions, qk_table, kr);
+          rmsnorm_backward(qr, q, w, rstd, dq, dw);
+          rmsnorm_backward(kr, k, w, k_rstd, dk, k_dw);
         }));
   }
   return result;

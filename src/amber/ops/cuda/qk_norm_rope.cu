@@ -1,12 +1,14 @@
 // CUDA QK-norm fused with RoPE, q and k in one launch. Each lane holds one 16-byte pack
 // of a (token, head) row, so a row takes L = head_dim / pack lanes and a warp 32 / L rows
 // at once; a rotation pair (i, i + rotary_dim / 2) lies in two lanes of the row, which
-// trade values by one shuffle. A block takes kTokens tokens and forms their cos/sin rows
-// once for all heads of q and k (rope_table.cuh, the bits rope_forward uses). The
-// forward normalises and rotates without rounding in between; the backward applies the
-// transpose rotation, then the norm's backward, writing dx into a token-strided view
-// when given one, and reduces dweight through per-block partial sums in a fixed order.
-// Shapes the lanes cannot hold run as the two ops per side, one after the other.
+// trade values by one shuffle. A warp takes one token: it issues the loads of all the
+// token's rows of q and k, then forms the token's cos/sin row in its own shared memory
+// (rope_table.cuh's bits, the ones rope_forward uses) while they arrive, so warps never
+// wait on each other. The forward normalises and rotates without rounding in between;
+// the backward applies the transpose rotation, then the norm's backward, writing dx into
+// a token-strided view when given one, and reduces dweight through per-block partial
+// sums in a fixed order. Shapes the lanes cannot hold run as the two ops per side, one
+// after the other.
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
@@ -19,12 +21,15 @@
 namespace amber::cuda {
 namespace {
 
-constexpr int kTokens = 8;
 constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxHeadDim = 256;
-// Row groups a warp loads before it reduces them: two 16-byte loads in flight per lane
-// (four in the backward) keep enough bytes moving for these short rows.
-constexpr int kUnroll = 2;
+// Slots of rows a lane loads at once: slot s of a warp is rows s * (32 / L) .. of its
+// token, q's heads first, then k's (Kohaku-500M's 20 + 4 heads of 64 fill six of them,
+// 4 rows each). A token with more rows takes several passes. The backward holds two packs
+// and a statistic a slot.
+template <bool kBackward>
+constexpr int kSlots = kBackward ? 6 : 8;
 
 // Where one lane sits in its row: pack j of L, the columns it rotates with (the
 // partner lane's), and the angles of its columns.
@@ -54,28 +59,37 @@ __device__ __forceinline__ float row_sum(float v) {
 
 // v rotated by the angles of `role` at one token: out[c] = v[c] cos - v[c + h] sin and
 // out[c + h] = v[c + h] cos + v[c] sin. Every lane of the warp must call it (shuffle).
+// A lane's angles are whole packs of at least four floats, 16-byte aligned in the rows
+// (rows of rotary_dim / 2 floats, a multiple of the pack): read four at a time.
 template <class T, int L>
 __device__ __forceinline__ void rotate(const LaneRole<T, L>& role, const float* cos_row, const float* sin_row,
                                        float (&v)[Pack<T>::n]) {
   constexpr int n = Pack<T>::n;
+  static_assert(n % 4 == 0, "a lane's angles are read as float4");
   float other[n];
 #pragma unroll
   for (int e = 0; e < n; ++e) other[e] = __shfl_sync(0xffffffffu, v[e], role.partner);
   if (!role.rotating) return;
   const float sign = role.first_half ? -1.0f : 1.0f;
+  const float4* c4 = reinterpret_cast<const float4*>(cos_row + role.angle);
+  const float4* s4 = reinterpret_cast<const float4*>(sin_row + role.angle);
 #pragma unroll
-  for (int e = 0; e < n; ++e) v[e] = v[e] * cos_row[role.angle + e] + sign * other[e] * sin_row[role.angle + e];
+  for (int e = 0; e < n; e += 4) {
+    const float4 c = c4[e / 4], s = s4[e / 4];
+    v[e] = v[e] * c.x + sign * other[e] * s.x;
+    v[e + 1] = v[e + 1] * c.y + sign * other[e + 1] * s.y;
+    v[e + 2] = v[e + 2] * c.z + sign * other[e + 2] * s.z;
+    v[e + 3] = v[e + 3] * c.w + sign * other[e + 3] * s.w;
+  }
 }
 
-// Row r of the block's rows (token first + r / heads, head r % heads): its global index.
-__device__ __forceinline__ int64_t global_row(int64_t first, int r, int heads) {
-  return (first + r / heads) * heads + r % heads;
-}
-
+// x (and the backward's dx) are [T, heads, d] with rows contiguous and tokens
+// `stride` elements apart (a contiguous tensor or the heads of a stacked projection);
+// y, dy and the statistics are contiguous.
 template <class T>
 struct ForwardSide {
   const T* x;
-  RowPitch xp;
+  int64_t x_stride;
   const T* w;  // null: no gain
   float eps;
   T* y;
@@ -86,11 +100,11 @@ struct ForwardSide {
 template <class T>
 struct BackwardSide {
   const T *dy, *x;
-  RowPitch xp;
+  int64_t x_stride;
   const T* w;
   const float* rstd;
   T* dx;
-  RowPitch dxp;
+  int64_t dx_stride;
   float* dw_partial;  // [blocks, d], or null: no gain or no dweight wanted
   int heads;
 };
@@ -105,111 +119,103 @@ __device__ __forceinline__ void load_gain(const T* w, const LaneRole<T, L>& role
   }
 }
 
-// The block's rows of one side. Its loop runs on the warp's first row, so every lane
-// takes the same trips (the shuffles need the whole warp); a lane's rows past the end
-// only take part.
-template <class T, int L>
-__device__ void normalise_and_rotate(const ForwardSide<T>& s, const LaneRole<T, L>& role, int64_t first, int count,
-                                     const float (&cos_row)[kTokens][kMaxRopeHalf],
-                                     const float (&sin_row)[kTokens][kMaxRopeHalf]) {
-  constexpr int n = Pack<T>::n, d = L * n, kGroup = 32 / L, kStride = kWarps * kGroup;
-  float gain[n];
-  load_gain(s.w, role, gain);
-  const int rows = count * s.heads, group = threadIdx.x % 32 / L;
-  for (int base = threadIdx.x / 32 * kGroup; base < rows; base += kUnroll * kStride) {
-    float v[kUnroll][n];
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& raw, float (&out)[Pack<T>::n]) {
+  const Pack<T> a = *reinterpret_cast<const Pack<T>*>(&raw);
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int r = base + group + k * kStride;
-      if (r < rows) {
-        load_f32<T, n>(s.x + s.xp.at(global_row(first, r, s.heads), d) + role.column, v[k]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < n; ++e) v[k][e] = 0.0f;
-      }
+  for (int e = 0; e < Pack<T>::n; ++e) out[e] = to_f32(a.v[e]);
+}
+
+// Row `index` of a token's q and k rows: which side and head; rows past the token's
+// are dead (head 0) and only take part in the shuffles.
+struct TokenRow {
+  bool q, live;
+  int head;
+};
+__device__ __forceinline__ TokenRow token_row(int index, int q_heads, int rows) {
+  const bool q = index < q_heads, live = index < rows;
+  return {q, live, live ? (q ? index : index - q_heads) : 0};
+}
+
+// The warp's token and the per-warp cos/sin row it forms in shared memory: lanes take
+// the angles lane, lane + 32, ... (no other warp reads them, so a warp barrier suffices).
+struct WarpToken {
+  int64_t token;
+  bool live;  // false past the last token: the warp only takes part in block barriers
+  __device__ WarpToken(int64_t tokens) : token(static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32),
+                                         live(token < tokens) {}
+  __device__ void form_angles(const RopeParams& p, const int32_t* positions, float* cos_row, float* sin_row) const {
+    const int32_t pos = positions[token];
+    for (int i = threadIdx.x % 32; i < p.half; i += 32) {
+      const float2 a = rope_angle(p, pos, i, token);
+      cos_row[i] = a.x;
+      sin_row[i] = a.y;
     }
+    __syncwarp();
+  }
+};
+
+// Each warp's cos and sin rows, 16-byte aligned for rotate's float4 reads.
+struct alignas(16) WarpAngles {
+  float cos_row[kMaxRopeHalf], sin_row[kMaxRopeHalf];
+};
+
+template <class T, int L>
+__global__ void __launch_bounds__(kThreads) qk_norm_rope_forward_kernel(const __grid_constant__ ForwardSide<T> q,
+                                                                        const __grid_constant__ ForwardSide<T> k,
+                                                                        const int32_t* positions,
+                                                                        const __grid_constant__ RopeParams p,
+                                                                        int64_t tokens) {
+  constexpr int n = Pack<T>::n, d = L * n, K = kSlots<false>, kGroups = 32 / L;
+  __shared__ WarpAngles angles[kWarps];
+  const WarpToken t(tokens);
+  if (!t.live) return;
+  WarpAngles& a = angles[threadIdx.x / 32];
+  const LaneRole<T, L> role(p);
+  const int group = threadIdx.x % 32 / L, rows = q.heads + k.heads;
+  float gain_q[n], gain_k[n];
+  load_gain(q.w, role, gain_q);
+  load_gain(k.w, role, gain_k);
+  for (int base = 0; base < rows; base += K * kGroups) {
+    uint4 raw[K];
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int r = base + group + k * kStride;
+    for (int s = 0; s < K; ++s) {
+      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
+      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      const ForwardSide<T>& side = r.q ? q : k;
+      raw[s] = r.live ? *reinterpret_cast<const uint4*>(side.x + t.token * side.x_stride + r.head * d + role.column)
+                      : uint4{};
+    }
+    if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
+      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      const ForwardSide<T>& side = r.q ? q : k;
+      float v[n];
+      unpack<T>(raw[s], v);
       float ss = 0.0f;
 #pragma unroll
-      for (int e = 0; e < n; ++e) ss += v[k][e] * v[k][e];
-      const float inv = 1.0f / sqrtf(row_sum<L>(ss) / static_cast<float>(d) + s.eps);
+      for (int e = 0; e < n; ++e) ss += v[e] * v[e];
+      const float inv = 1.0f / sqrtf(row_sum<L>(ss) / static_cast<float>(d) + side.eps);
 #pragma unroll
-      for (int e = 0; e < n; ++e) v[k][e] *= inv * gain[e];
-      const int u = r < rows ? r / s.heads : 0;
-      rotate(role, cos_row[u], sin_row[u], v[k]);
-      if (r < rows) {
-        const int64_t row = global_row(first, r, s.heads);
-        if (role.j == 0) s.rstd[row] = inv;
-        store_f32<T, n>(s.y + row * d + role.column, v[k]);
+      for (int e = 0; e < n; ++e) v[e] *= inv * (r.q ? gain_q[e] : gain_k[e]);
+      rotate(role, a.cos_row, a.sin_row, v);
+      if (r.live) {
+        const int64_t row = t.token * side.heads + r.head;
+        if (role.j == 0) side.rstd[row] = inv;
+        store_f32<T, n>(side.y + row * d + role.column, v);
       }
     }
   }
 }
 
+// dw_partial[block, :] = the block's sum of g * xhat over one side's rows: each lane's
+// sums, the row groups of a warp added by a fixed butterfly, the warps in warp order.
 template <class T, int L>
-__global__ void __launch_bounds__(32 * kWarps) qk_norm_rope_forward_kernel(const ForwardSide<T> q,
-                                                                        const ForwardSide<T> k,
-                                                                        const int32_t* positions,
-                                                                        const RopeParams p, int64_t tokens) {
-  __shared__ float cos_row[kTokens][kMaxRopeHalf], sin_row[kTokens][kMaxRopeHalf];
-  const auto [first, count] = rope_rows<kTokens>(p, positions, tokens, cos_row, sin_row);
-  const LaneRole<T, L> role(p);
-  normalise_and_rotate(q, role, first, count, cos_row, sin_row);
-  normalise_and_rotate(k, role, first, count, cos_row, sin_row);
-}
-
-// The backward of one side's rows (rotation by the negated sine: the transpose), then
-// its dweight partial: dw_partial[block, :] = the block's sum of g * xhat, the row
-// groups of a warp added by a fixed butterfly, the warps in warp order.
-template <class T, int L>
-__device__ void unrotate_and_unnormalise(const BackwardSide<T>& s, const LaneRole<T, L>& role, int64_t first,
-                                         int count, const float (&cos_row)[kTokens][kMaxRopeHalf],
-                                         const float (&sin_row)[kTokens][kMaxRopeHalf],
-                                         float (&warp_dw)[kWarps][kMaxHeadDim]) {
-  constexpr int n = Pack<T>::n, d = L * n, kGroup = 32 / L, kStride = kWarps * kGroup;
-  float gain[n], acc[n] = {};
-  load_gain(s.w, role, gain);
-  const int rows = count * s.heads, group = threadIdx.x % 32 / L;
-  for (int base = threadIdx.x / 32 * kGroup; base < rows; base += kUnroll * kStride) {
-    float g[kUnroll][n], v[kUnroll][n];
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int r = base + group + k * kStride;
-      if (r < rows) {
-        const int64_t row = global_row(first, r, s.heads);
-        load_f32<T, n>(s.dy + row * d + role.column, g[k]);
-        load_f32<T, n>(s.x + s.xp.at(row, d) + role.column, v[k]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < n; ++e) g[k][e] = v[k][e] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int r = base + group + k * kStride;
-      const int u = r < rows ? r / s.heads : 0;
-      rotate(role, cos_row[u], sin_row[u], g[k]);
-      const int64_t row = r < rows ? global_row(first, r, s.heads) : 0;
-      const float inv = r < rows ? s.rstd[row] : 0.0f;
-      float sum_gx = 0.0f;
-#pragma unroll
-      for (int e = 0; e < n; ++e) {
-        v[k][e] *= inv;  // xhat
-        sum_gx += g[k][e] * gain[e] * v[k][e];
-      }
-      const float mgx = row_sum<L>(sum_gx) / static_cast<float>(d);
-      float out[n];
-#pragma unroll
-      for (int e = 0; e < n; ++e) {
-        out[e] = inv * (g[k][e] * gain[e] - v[k][e] * mgx);
-        acc[e] += g[k][e] * v[k][e];
-      }
-      if (r < rows) store_f32<T, n>(s.dx + s.dxp.at(row, d) + role.column, out);
-    }
-  }
-  if (!s.dw_partial) return;
+__device__ void store_weight_partial(const LaneRole<T, L>& role, float (&acc)[Pack<T>::n], float* dw_partial,
+                                     float (&warp_dw)[kWarps][kMaxHeadDim]) {
+  constexpr int n = Pack<T>::n, d = L * n;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int e = 0; e < n; ++e) {
@@ -220,24 +226,77 @@ __device__ void unrotate_and_unnormalise(const BackwardSide<T>& s, const LaneRol
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float sum = 0.0f;
     for (int i = 0; i < kWarps; ++i) sum += warp_dw[i][c];
-    s.dw_partial[static_cast<int64_t>(blockIdx.x) * d + c] = sum;
+    dw_partial[static_cast<int64_t>(blockIdx.x) * d + c] = sum;
   }
   __syncthreads();  // warp_dw is reused by the next side
 }
 
-// p carries the negated sine: the transpose rotation.
+// The transpose rotation (p carries the negated sine), then the norm's backward, per
+// row; the weights' partial sums per side.
 template <class T, int L>
-__global__ void __launch_bounds__(32 * kWarps) qk_norm_rope_backward_kernel(const BackwardSide<T> q,
-                                                                         const BackwardSide<T> k,
+__global__ void __launch_bounds__(kThreads, 2) qk_norm_rope_backward_kernel(const __grid_constant__ BackwardSide<T> q,
+                                                                         const __grid_constant__ BackwardSide<T> k,
                                                                          const int32_t* positions,
-                                                                         const RopeParams p, int64_t tokens) {
-  __shared__ float cos_row[kTokens][kMaxRopeHalf], sin_row[kTokens][kMaxRopeHalf];
+                                                                         const __grid_constant__ RopeParams p,
+                                                                         int64_t tokens) {
+  constexpr int n = Pack<T>::n, d = L * n, K = kSlots<true>, kGroups = 32 / L;
+  __shared__ WarpAngles angles[kWarps];
   __shared__ float warp_dw[kWarps][kMaxHeadDim];
-  const auto [first, count] = rope_rows<kTokens>(p, positions, tokens, cos_row, sin_row);
+  const WarpToken t(tokens);
+  WarpAngles& a = angles[threadIdx.x / 32];
   const LaneRole<T, L> role(p);
-  unrotate_and_unnormalise(q, role, first, count, cos_row, sin_row, warp_dw);
-  unrotate_and_unnormalise(k, role, first, count, cos_row, sin_row, warp_dw);
+  const int group = threadIdx.x % 32 / L, rows = t.live ? q.heads + k.heads : 0;
+  float gain_q[n], gain_k[n], acc_q[n] = {}, acc_k[n] = {};
+  load_gain(q.w, role, gain_q);
+  load_gain(k.w, role, gain_k);
+  for (int base = 0; base < rows; base += K * kGroups) {
+    uint4 raw_dy[K], raw_x[K];
+    float rstd[K];
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
+      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      const BackwardSide<T>& side = r.q ? q : k;
+      const int64_t row = t.token * side.heads + r.head;
+      raw_dy[s] = r.live ? *reinterpret_cast<const uint4*>(side.dy + row * d + role.column) : uint4{};
+      raw_x[s] = r.live ? *reinterpret_cast<const uint4*>(side.x + t.token * side.x_stride + r.head * d + role.column)
+                        : uint4{};
+      rstd[s] = r.live ? side.rstd[row] : 0.0f;
+    }
+    if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
+      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      const BackwardSide<T>& side = r.q ? q : k;
+      float g[n], v[n];
+      unpack<T>(raw_dy[s], g);
+      unpack<T>(raw_x[s], v);
+      rotate(role, a.cos_row, a.sin_row, g);
+      const float inv = rstd[s];
+      float sum_gx = 0.0f;
+#pragma unroll
+      for (int e = 0; e < n; ++e) {
+        v[e] *= inv;  // xhat
+        sum_gx += g[e] * (r.q ? gain_q[e] : gain_k[e]) * v[e];
+      }
+      const float mgx = row_sum<L>(sum_gx) / static_cast<float>(d);
+      float out[n];
+#pragma unroll
+      for (int e = 0; e < n; ++e) {
+        out[e] = inv * (g[e] * (r.q ? gain_q[e] : gain_k[e]) - v[e] * mgx);
+        const float gx = g[e] * v[e];  // dead rows add zeros
+        acc_q[e] += r.q ? gx : 0.0f;
+        acc_k[e] += r.q ? 0.0f : gx;
+      }
+      if (r.live) store_f32<T, n>(side.dx + t.token * side.dx_stride + r.head * d + role.column, out);
+    }
+  }
+  if (q.dw_partial) store_weight_partial(role, acc_q, q.dw_partial, warp_dw);
+  if (k.dw_partial) store_weight_partial(role, acc_k, k.dw_partial, warp_dw);
 }
+
+unsigned token_blocks(int64_t tokens) { return static_cast<unsigned>((tokens + kWarps - 1) / kWarps); }
 
 // Lanes per row when the fused kernels can hold x's heads, else 0: whole 16-byte packs
 // per row (4 to 32 of them, a power of two), rotation pairs of whole packs, and every
@@ -274,18 +333,23 @@ void require_f32_stat(const Tensor& rstd, const char* op) {
   AMBER_CHECK(rstd.dtype() == DType::f32, op, ": rstd must be f32 on the GPU, got ", dtype_name(rstd.dtype()));
 }
 
-unsigned token_blocks(int64_t tokens) { return static_cast<unsigned>((tokens + kTokens - 1) / kTokens); }
-
 template <class T>
 const T* data_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.raw()) : nullptr;
 }
 
+// Elements between x's tokens: a [T, H, D] tensor whose rows are contiguous (checked by
+// row_pitch, which names what is wrong).
+int64_t token_stride(const Tensor& x, const char* what, const char* op) {
+  row_pitch(x, what, op);
+  return x.stride(0);
+}
+
 template <class T>
 ForwardSide<T> forward_side(const QkNormRopeForward& s, const char* what, const char* op) {
   Tensor y = s.y, rstd = s.rstd;
-  return {static_cast<const T*>(s.x.raw()), row_pitch(s.x, what, op), data_or_null<T>(s.weight),
-          static_cast<float>(s.eps),        static_cast<T*>(y.raw()),   static_cast<float*>(rstd.raw()),
+  return {static_cast<const T*>(s.x.raw()), token_stride(s.x, what, op), data_or_null<T>(s.weight),
+          static_cast<float>(s.eps),        static_cast<T*>(y.raw()),       static_cast<float*>(rstd.raw()),
           static_cast<int>(s.x.size(1))};
 }
 
@@ -294,11 +358,11 @@ BackwardSide<T> backward_side(const QkNormRopeBackward& s, float* dw_partial, co
   Tensor dx = s.dx;
   return {static_cast<const T*>(s.dy.raw()),
           static_cast<const T*>(s.x.raw()),
-          row_pitch(s.x, what, op),
+          token_stride(s.x, what, op),
           data_or_null<T>(s.weight),
           static_cast<const float*>(s.rstd.raw()),
           static_cast<T*>(dx.raw()),
-          row_pitch(dx, what, op),
+          token_stride(dx, what, op),
           dw_partial,
           static_cast<int>(s.x.size(1))};
 }
@@ -332,7 +396,7 @@ void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k
     using T = decltype(tag);
     with_lanes_per_row(lanes, [&](auto lanes_tag) {
       qk_norm_rope_forward_kernel<T, decltype(lanes_tag)::value>
-          <<<token_blocks(tokens), 32 * kWarps, 0, cudaStreamPerThread>>>(
+          <<<token_blocks(tokens), kThreads, 0, cudaStreamPerThread>>>(
               forward_side<T>(q, "q", op), forward_side<T>(k, "k", op), static_cast<const int32_t*>(positions.raw()),
               p, tokens);
     });
@@ -365,18 +429,18 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
   require_contiguous(positions, op);
   const int64_t tokens = q.x.size(0), d = q.x.size(2);
   if (tokens == 0) return;
+  const RopeParams p = rope_params(table, -1.0, op);
   const auto partials = [&](const QkNormRopeBackward& s) {
-    return s.weight.defined() && s.dweight.defined() ? Tensor::empty({token_blocks(tokens), d}, DType::f32, s.x.device())
+    return s.weight.defined() && s.dweight.defined() ? Tensor::empty({int64_t{token_blocks(tokens)}, d}, DType::f32, s.x.device())
                                                      : Tensor();
   };
   Tensor q_partial = partials(q), k_partial = partials(k);
   const auto partial_data = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
-  const RopeParams p = rope_params(table, -1.0, op);
   with_element_type(q.x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     with_lanes_per_row(lanes, [&](auto lanes_tag) {
       qk_norm_rope_backward_kernel<T, decltype(lanes_tag)::value>
-          <<<token_blocks(tokens), 32 * kWarps, 0, cudaStreamPerThread>>>(
+          <<<token_blocks(tokens), kThreads, 0, cudaStreamPerThread>>>(
               backward_side<T>(q, partial_data(q_partial), "q", op),
               backward_side<T>(k, partial_data(k_partial), "k", op), static_cast<const int32_t*>(positions.raw()), p,
               tokens);

@@ -42,9 +42,20 @@ struct BlockTokens {
   int count;  // kTokens, fewer in the last block
 };
 
+// cos and sin of the angle of frequency i at position pos (of `token`), formed in double
+// and rounded to float. A negative position traps with a message naming the token.
+__device__ __forceinline__ float2 rope_angle(const RopeParams& p, int32_t pos, int i, int64_t token) {
+  if (pos < 0) {
+    if (i == 0) printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(token));
+    __trap();
+  }
+  double s, c;
+  sincos(pos * p.inv_freq[i], &s, &c);
+  return {static_cast<float>(c * p.cos_scale), static_cast<float>(s * p.sin_scale)};
+}
+
 // The block's tokens, with cos_row[u][i] and sin_row[u][i] formed for each of them (all
-// threads of the block take part; the rows may be read as soon as it returns). A
-// negative position traps with a message naming the token.
+// threads of the block take part; the rows may be read as soon as it returns).
 template <int kTokens>
 __device__ BlockTokens rope_rows(const RopeParams& p, const int32_t* positions, int64_t tokens,
                                  float (&cos_row)[kTokens][kMaxRopeHalf], float (&sin_row)[kTokens][kMaxRopeHalf]) {
@@ -52,15 +63,9 @@ __device__ BlockTokens rope_rows(const RopeParams& p, const int32_t* positions, 
   const int count = static_cast<int>(tokens - first < kTokens ? tokens - first : kTokens);
   for (int j = threadIdx.x; j < count * p.half; j += blockDim.x) {
     const int u = j / p.half, i = j % p.half;
-    const int32_t pos = positions[first + u];
-    if (pos < 0) {
-      if (i == 0) printf("amber rope: negative position %d at token %lld\n", pos, static_cast<long long>(first + u));
-      __trap();
-    }
-    double s, c;
-    sincos(pos * p.inv_freq[i], &s, &c);
-    cos_row[u][i] = static_cast<float>(c * p.cos_scale);
-    sin_row[u][i] = static_cast<float>(s * p.sin_scale);
+    const float2 a = rope_angle(p, positions[first + u], i, first + u);
+    cos_row[u][i] = a.x;
+    sin_row[u][i] = a.y;
   }
   __syncthreads();
   return {first, count};
