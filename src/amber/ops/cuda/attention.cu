@@ -80,20 +80,28 @@ __global__ void __launch_bounds__(kPlanThreads) tile_plan_kernel(const int32_t* 
 // last first or first first) after them; the other way round otherwise. The rest of the capacity gets
 // document -1.
 __global__ void __launch_bounds__(kPlanThreads)
-    work_list_kernel(const int32_t* cu_seqlens, int num_docs, int rows, int heads, int kv_heads, int grouped,
+    work_list_kernel(const int32_t* cu_seqlens, int num_docs, int rows, int heads, int kv_heads, GroupedTiles rule,
                      bool last_first, int capacity, int4* items) {
+  __shared__ int most_grouped;
   const DocumentRun run(num_docs);
   const int lo = run.lo, hi = run.hi, group = heads / kv_heads;
+  const auto grouped_of = [&](int d) { return rule.of(tiles_of(cu_seqlens, d, rows)); };
+  if (threadIdx.x == 0) most_grouped = 0;
+  __syncthreads();
+  int mine_most = 0;
+  for (int d = lo; d < hi; ++d) mine_most = max(mine_most, grouped_of(d));
+  atomicMax(&most_grouped, mine_most);
+  __syncthreads();
   int at = 0;
   const auto grouped_items = [&] {
-    for (int bucket = grouped; bucket >= 1; --bucket) {
+    for (int bucket = most_grouped; bucket >= 1; --bucket) {
       int mine = 0;
-      for (int d = lo; d < hi; ++d) mine += min(tiles_of(cu_seqlens, d, rows), grouped) == bucket ? bucket : 0;
+      for (int d = lo; d < hi; ++d) mine += grouped_of(d) == bucket ? bucket : 0;
       int total = 0;
       int i = at + kv_heads * block_exclusive_scan(mine, &total);
       for (int d = lo; d < hi; ++d) {
+        if (grouped_of(d) != bucket) continue;
         const int n = tiles_of(cu_seqlens, d, rows);
-        if (min(n, grouped) != bucket) continue;
         for (int r = 1; r <= bucket; ++r)
           for (int kvh = 0; kvh < kv_heads; ++kvh) items[i++] = make_int4(d, n - r, kvh * group, group);
       }
@@ -102,7 +110,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   };
   const auto per_head_items = [&] {
     int mine = 0;
-    for (int d = lo; d < hi; ++d) mine += max(0, tiles_of(cu_seqlens, d, rows) - grouped);
+    for (int d = lo; d < hi; ++d) mine += tiles_of(cu_seqlens, d, rows) - grouped_of(d);
     int total = 0;
     const int offset = block_exclusive_scan(mine, &total);
     // Heads in member-major order (member m of every KV head before member m + 1), so
@@ -112,7 +120,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       const int h = p % kv_heads * group + p / kv_heads;
       int i = at + p * total + offset;
       for (int d = lo; d < hi; ++d)
-        for (int k = 0, n = max(0, tiles_of(cu_seqlens, d, rows) - grouped); k < n; ++k)
+        for (int k = 0, n = tiles_of(cu_seqlens, d, rows) - grouped_of(d); k < n; ++k)
           items[i++] = make_int4(d, last_first ? n - 1 - k : k, h, 1);
     }
     at += heads * total;
@@ -129,10 +137,10 @@ __global__ void __launch_bounds__(kPlanThreads)
 
 }  // namespace
 
-WorkList with_work_list(const Layout& g, int rows, int grouped_tile_heads, bool last_first, Device device,
+WorkList with_work_list(const Layout& g, int rows, GroupedTiles rule, bool last_first, Device device,
                         Tensor& storage, const char* op) {
-  const int group = g.heads / g.kv_heads;
-  const int grouped = group > 1 ? grouped_tile_heads / group : 0;
+  // Without GQA a "group" is one head: nothing to share.
+  if (g.heads == g.kv_heads) rule = GroupedTiles{};
   // Every item covers at least one (tile, head); every document's last tile may be
   // partial.
   const int64_t capacity = ((g.tokens + rows - 1) / rows + g.num_docs) * g.heads;
@@ -140,7 +148,7 @@ WorkList with_work_list(const Layout& g, int rows, int grouped_tile_heads, bool 
               " heads exceed the work items a launch can count");
   storage = Tensor::empty({capacity, 4}, DType::i32, device);
   work_list_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, g.heads, g.kv_heads,
-                                                                grouped, last_first, static_cast<int>(capacity),
+                                                                rule, last_first, static_cast<int>(capacity),
                                                                 static_cast<int4*>(storage.raw()));
   check_launch(op, storage.shape());
   return WorkList{static_cast<const int4*>(storage.raw()), static_cast<int>(capacity)};

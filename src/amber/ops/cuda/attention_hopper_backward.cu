@@ -35,10 +35,19 @@ constexpr int kPieceQueries = 64;
 template <bool kDq>
 constexpr int kStatBytes = 2 * kDkdvQueries<kDq> * 4;  // lse and delta per streamed query
 
-// A key tile whose query heads of one KV head stream at most this many (tile, head)
-// pairs of work takes them all in one work item (WorkList): one K/V load, no ordered
-// dK/dV sum between the heads.
+// Which key tiles take all the query heads of their KV head in one work item (WorkList:
+// one K/V load, no ordered dK/dV sum between the heads): those whose heads stream at
+// most kGroupedTileHeads (tile, head) pairs of work, and at head_dim 64 the last three
+// quarters of a document's tiles, up to kMostGroupedTiles. Measured on the H200
+// (docs/perf/attention.md, session 14): grouping 12 of a 2048-token document's 16 tiles
+// ran shape A 4% faster than 4, and all 16 6% slower; documents of 50-600 tokens and
+// shape B (head_dim 128) ran best with 20 pairs alone.
 constexpr int kGroupedTileHeads = 20;
+constexpr int kMostGroupedTiles = 16;
+template <int D>
+GroupedTiles grouped_tiles(const Layout& g) {
+  return {kGroupedTileHeads / (g.heads / g.kv_heads), D == 64 ? 3 : 0, kMostGroupedTiles};
+}
 
 template <int D>
 using DqRing = Ring<D, 2, kDqKeys, ring_stages<D, 2, kDqKeys>()>;
@@ -579,7 +588,7 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     }
     constexpr int smem = kFoldDq ? kDqTilesSmemBytes<DkdvRing<D, true>> : DkdvRing<D, false>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, kFoldDq>), smem, op);
-    const WorkList work = with_work_list(unplanned, kOwnRows, kGroupedTileHeads, kFoldDq, q.device(), work_items, op);
+    const WorkList work = with_work_list(unplanned, kOwnRows, grouped_tiles<D>(g), kFoldDq, q.device(), work_items, op);
     const unsigned blocks = static_cast<unsigned>(std::min(work.capacity, sm_count()));  // one per SM
     dkdv_kernel<T, D, kFoldDq><<<blocks, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums, work);
     check_launch(op, k.shape());

@@ -81,12 +81,24 @@ struct ForwardArgs {
 // kernel, no host synchronisation).
 Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage, const char* op);
 
+// Which of a document's key tiles are grouped work items (see WorkList), counted from
+// the document's end: the last `least`, or the last share_quarters / 4 of its tiles (at
+// most `most`) when that is more.
+struct GroupedTiles {
+  int least = 0, share_quarters = 0, most = 0;
+  __host__ __device__ int of(int tiles) const {
+    const int share = tiles * share_quarters / 4 < most ? tiles * share_quarters / 4 : most;
+    const int grouped = share > least ? share : least;
+    return grouped < tiles ? grouped : tiles;
+  }
+};
+
 // The work items of a backward whose blocks own key tiles and stream query heads,
 // drawn in order by persistent blocks: (document, tile k from the document's start,
-// first query head, head count), or document -1 past the last item. A tile near its
-// document's end has few queries to stream per head, so one item takes all the query
-// heads of a KV head (at most grouped_tile_heads (tile, head) pairs of the tiles from
-// the end); each other tile is one item per head. Order keeps the backward's ordered
+// first query head, head count), or document -1 past the last item. A grouped tile
+// (`rule`; near its document's end, where each head streams few queries) is one item
+// taking all the query heads of a KV head; each other tile is one item per head. Order
+// keeps the backward's ordered
 // sums waiting only on items drawn earlier: with last_first (sums of dQ over key
 // tiles, the diagonal tile first) a document's tiles come last first, and the grouped
 // items before the per-head ones; the per-head items are heads major, in
@@ -96,7 +108,7 @@ struct WorkList {
   const int4* items;
   int capacity;
 };
-WorkList with_work_list(const Layout& g, int rows, int grouped_tile_heads, bool last_first, Device device,
+WorkList with_work_list(const Layout& g, int rows, GroupedTiles rule, bool last_first, Device device,
                         Tensor& storage, const char* op);
 
 // The plan's slots by `heads`, checked against the grid limits.
