@@ -526,26 +526,31 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
 
 // out[t, h] = scale * sum[h, t] (columns permuted back, sum_column) for an ordered sum
 // of `heads` heads of D columns, four elements per thread and step of a grid-stride
-// loop (grid_for caps the grid).
+// loop (grid_for caps the grid). Indices are 32-bit (from_sum checks the count): a
+// 64-bit division by the head count per four elements cost more than their bytes.
 template <class T, int D>
-__global__ void from_sum_kernel(const float* sum, int64_t tokens, int heads, float scale, T* out) {
-  constexpr int kQuads = D / 4;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * heads * kQuads;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / kQuads, token = row / heads;  // row = t * heads + h
-    const int c = static_cast<int>(i % kQuads) * 4, h = static_cast<int>(row % heads);
-    const float4 s = *reinterpret_cast<const float4*>(sum + (h * tokens + token) * D + sum_column(token, c));
+__global__ void from_sum_kernel(const float* sum, uint32_t tokens, uint32_t heads, float scale, T* out) {
+  constexpr uint32_t kQuads = D / 4;
+  const uint32_t count = tokens * heads * kQuads;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+    const uint32_t row = i / kQuads, token = row / heads;  // row = t * heads + h
+    const uint32_t c = i % kQuads * 4, h = row - token * heads;
+    const int64_t at = (int64_t{h} * tokens + token) * D + sum_column(token, static_cast<int>(c));
+    const float4 s = *reinterpret_cast<const float4*>(sum + at);
     uint2 packed;
     packed.x = pack2<T>(s.x * scale, s.y * scale);
     packed.y = pack2<T>(s.z * scale, s.w * scale);
-    *reinterpret_cast<uint2*>(out + row * D + c) = packed;
+    *reinterpret_cast<uint2*>(out + int64_t{row} * D + c) = packed;
   }
 }
 
 template <class T, int D>
 void from_sum(const Tensor& sum, int64_t tokens, int heads, float scale, T* out, const char* op) {
-  from_sum_kernel<T, D><<<grid_for(tokens * heads * (D / 4), 256), 256, 0, cudaStreamPerThread>>>(
-      static_cast<const float*>(sum.raw()), tokens, heads, scale, out);
+  const int64_t count = tokens * heads * (D / 4);
+  AMBER_CHECK(count < (int64_t{1} << 31), op, ": ", tokens, " tokens x ", heads, " heads of ", D,
+              " exceed the gradient conversion's 32-bit count; use fewer tokens per micro-batch");
+  from_sum_kernel<T, D><<<grid_for(count, 256), 256, 0, cudaStreamPerThread>>>(
+      static_cast<const float*>(sum.raw()), static_cast<uint32_t>(tokens), static_cast<uint32_t>(heads), scale, out);
   check_launch(op, sum.shape());
 }
 

@@ -26,10 +26,11 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxHeadDim = 256;
 // Slots of rows a lane loads at once: slot s of a warp is rows s * (32 / L) .. of its
 // token, q's heads first, then k's (Kohaku-500M's 20 + 4 heads of 64 fill six of them,
-// 4 rows each). A token with more rows takes several passes. The backward holds two packs
-// and a statistic a slot.
+// 4 rows each). A token with more rows takes several passes. The forward is held to
+// three blocks an SM, the backward (two packs and a statistic a slot) to two.
+constexpr int kSlots = 6;
 template <bool kBackward>
-constexpr int kSlots = kBackward ? 6 : 8;
+constexpr int kBlocksPerSm = kBackward ? 2 : 3;
 
 // Where one lane sits in its row: pack j of L, the columns it rotates with (the
 // partner lane's), and the angles of its columns.
@@ -161,12 +162,10 @@ struct alignas(16) WarpAngles {
 };
 
 template <class T, int L>
-__global__ void __launch_bounds__(kThreads) qk_norm_rope_forward_kernel(const __grid_constant__ ForwardSide<T> q,
-                                                                        const __grid_constant__ ForwardSide<T> k,
-                                                                        const int32_t* positions,
-                                                                        const __grid_constant__ RopeParams p,
-                                                                        int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = L * n, K = kSlots<false>, kGroups = 32 / L;
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
+    qk_norm_rope_forward_kernel(const __grid_constant__ ForwardSide<T> q, const __grid_constant__ ForwardSide<T> k,
+                                const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
+  constexpr int n = Pack<T>::n, d = L * n, K = kSlots, kGroups = 32 / L;
   __shared__ WarpAngles angles[kWarps];
   const WarpToken t(tokens);
   if (!t.live) return;
@@ -234,12 +233,10 @@ __device__ void store_weight_partial(const LaneRole<T, L>& role, float (&acc)[Pa
 // The transpose rotation (p carries the negated sine), then the norm's backward, per
 // row; the weights' partial sums per side.
 template <class T, int L>
-__global__ void __launch_bounds__(kThreads, 2) qk_norm_rope_backward_kernel(const __grid_constant__ BackwardSide<T> q,
-                                                                         const __grid_constant__ BackwardSide<T> k,
-                                                                         const int32_t* positions,
-                                                                         const __grid_constant__ RopeParams p,
-                                                                         int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = L * n, K = kSlots<true>, kGroups = 32 / L;
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
+    qk_norm_rope_backward_kernel(const __grid_constant__ BackwardSide<T> q, const __grid_constant__ BackwardSide<T> k,
+                                 const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
+  constexpr int n = Pack<T>::n, d = L * n, K = kSlots, kGroups = 32 / L;
   __shared__ WarpAngles angles[kWarps];
   __shared__ float warp_dw[kWarps][kMaxHeadDim];
   const WarpToken t(tokens);
@@ -431,8 +428,8 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
   if (tokens == 0) return;
   const RopeParams p = rope_params(table, -1.0, op);
   const auto partials = [&](const QkNormRopeBackward& s) {
-    return s.weight.defined() && s.dweight.defined() ? Tensor::empty({int64_t{token_blocks(tokens)}, d}, DType::f32, s.x.device())
-                                                     : Tensor();
+    const int64_t blocks = token_blocks(tokens);
+    return s.weight.defined() && s.dweight.defined() ? Tensor::empty({blocks, d}, DType::f32, s.x.device()) : Tensor();
   };
   Tensor q_partial = partials(q), k_partial = partials(k);
   const auto partial_data = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
