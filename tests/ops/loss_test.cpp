@@ -117,7 +117,9 @@ TEST(LinearCrossEntropy, ChunkSizeDoesNotChangeResultsBeyondRounding) {
     results[i][0] = losses;
     results[i++][1] = dw;
   }
-  EXPECT_EQ(results[0][0].to_doubles(), results[1][0].to_doubles());  // per-token: chunk-independent
+  // Not bit for bit: OpenBLAS may order a row's products by the product's row count (its
+  // AVX2 kernels, which it picks on AMD Zen 4, do), so chunks agree to f32 rounding.
+  EXPECT_LT(relative_error(results[0][0], results[1][0]), 1e-6);
   EXPECT_LT(relative_error(results[0][1], results[1][1]), 1e-6);
 }
 
