@@ -3,8 +3,9 @@
 // at once; a rotation pair (i, i + rotary_dim / 2) lies in two lanes of the row, which
 // trade values by one shuffle. A warp takes one token: it issues the loads of all the
 // token's rows of q and k, then forms the token's cos/sin row in its own shared memory
-// (rope_table.cuh's bits, the ones rope_forward uses) while they arrive, so warps never
-// wait on each other. The forward normalises and rotates without rounding in between;
+// (rope_table.cuh's bits, the ones rope_forward uses) while they arrive; no warp waits
+// on another for its rows (the backward's warps meet once, at the end, for the weight
+// partials). The forward normalises and rotates without rounding in between;
 // the backward applies the transpose rotation, then the norm's backward, writing dx into
 // a token-strided view when given one, and reduces dweight through per-block partial
 // sums in a fixed order. Shapes the lanes cannot hold run as the two ops per side, one
