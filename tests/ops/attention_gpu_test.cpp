@@ -217,6 +217,15 @@ TEST(AttentionGpu, GqaHeadDim64GroupedAndPerHeadWorkItems) {
   check_case({"gqa 8/2 d64 mixed", mixed_lengths(1800), 8, 2, 64, 0, false}, 1810);
 }
 
+// At head_dim 64 the last three quarters of a long document's key tiles (at most 16) are
+// grouped too: 8 of the 1300-token document's 11 tiles at group 4 (20 pairs alone would
+// group 5), and 16 of the 3000-token document's 24 at group 2 (the cap; 20 pairs: 10).
+TEST(AttentionGpu, GqaHeadDim64LongDocumentsGroupThreeQuarters) {
+  REQUIRE_GPU();
+  check_case({"gqa 8/2 d64 long documents", {1300, 37, 700, 1}, 8, 2, 64, 0, false}, 1820);
+  check_case({"gqa 4/2 d64 past the cap", {3000, 129}, 4, 2, 64, 0, false}, 1830);
+}
+
 TEST(AttentionGpu, ManyDocumentsOutnumberThePersistentBlocks) {
   REQUIRE_GPU();
   check_case({"gqa 4/2 d64 many documents", many_documents(300), 4, 2, 64, 0, false}, 1600);
