@@ -134,10 +134,34 @@ struct TokenRow {
   bool q, live;
   int head;
 };
-__device__ __forceinline__ TokenRow token_row(int index, int q_heads, int rows) {
-  const bool q = index < q_heads, live = index < rows;
-  return {q, live, live ? (q ? index : index - q_heads) : 0};
-}
+
+// A warp's token's q and k rows as slots: slot s of the pass from `base` is row base +
+// s * (32 / L) + the lane's row group. A slot wholly past the token's rows is the same
+// for every lane, so the whole warp skips it.
+template <int L>
+struct TokenSlots {
+  static constexpr int kGroups = 32 / L;
+  int q_heads, rows, group;
+  __device__ TokenSlots(int q_heads, int k_heads, bool live)
+      : q_heads(q_heads), rows(live ? q_heads + k_heads : 0), group(threadIdx.x % 32 / L) {}
+  __device__ bool past(int base, int s) const { return base + s * kGroups >= rows; }
+  __device__ TokenRow row(int base, int s) const {
+    const int index = base + s * kGroups + group;
+    const bool q = index < q_heads, live = index < rows;
+    return {q, live, live ? (q ? index : index - q_heads) : 0};
+  }
+};
+
+// The norms' gains at a lane's columns, for both sides.
+template <class T, int L>
+struct Gains {
+  float q[Pack<T>::n], k[Pack<T>::n];
+  __device__ Gains(const T* wq, const T* wk, const LaneRole<T, L>& role) {
+    load_gain(wq, role, q);
+    load_gain(wk, role, k);
+  }
+  __device__ float at(bool is_q, int e) const { return is_q ? q[e] : k[e]; }
+};
 
 // The warp's token and the per-warp cos/sin row it forms in shared memory: lanes take
 // the angles lane, lane + 32, ... (no other warp reads them, so a warp barrier suffices).
@@ -166,22 +190,20 @@ template <class T, int L>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
     qk_norm_rope_forward_kernel(const __grid_constant__ ForwardSide<T> q, const __grid_constant__ ForwardSide<T> k,
                                 const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = L * n, K = kSlots, kGroups = 32 / L;
+  constexpr int n = Pack<T>::n, d = L * n, K = kSlots;
   __shared__ WarpAngles angles[kWarps];
   const WarpToken t(tokens);
   if (!t.live) return;
   WarpAngles& a = angles[threadIdx.x / 32];
   const LaneRole<T, L> role(p);
-  const int group = threadIdx.x % 32 / L, rows = q.heads + k.heads;
-  float gain_q[n], gain_k[n];
-  load_gain(q.w, role, gain_q);
-  load_gain(k.w, role, gain_k);
-  for (int base = 0; base < rows; base += K * kGroups) {
+  const TokenSlots<L> slots(q.heads, k.heads, t.live);
+  const Gains<T, L> gain(q.w, k.w, role);
+  for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
     uint4 raw[K];
 #pragma unroll
     for (int s = 0; s < K; ++s) {
-      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
-      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      if (slots.past(base, s)) break;
+      const TokenRow r = slots.row(base, s);
       const ForwardSide<T>& side = r.q ? q : k;
       raw[s] = r.live ? *reinterpret_cast<const uint4*>(side.x + t.token * side.x_stride + r.head * d + role.column)
                       : uint4{};
@@ -189,8 +211,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
     if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
 #pragma unroll
     for (int s = 0; s < K; ++s) {
-      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
-      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      if (slots.past(base, s)) break;
+      const TokenRow r = slots.row(base, s);
       const ForwardSide<T>& side = r.q ? q : k;
       float v[n];
       unpack<T>(raw[s], v);
@@ -199,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
       for (int e = 0; e < n; ++e) ss += v[e] * v[e];
       const float inv = 1.0f / sqrtf(row_sum<L>(ss) / static_cast<float>(d) + side.eps);
 #pragma unroll
-      for (int e = 0; e < n; ++e) v[e] *= inv * (r.q ? gain_q[e] : gain_k[e]);
+      for (int e = 0; e < n; ++e) v[e] *= inv * gain.at(r.q, e);
       rotate(role, a.cos_row, a.sin_row, v);
       if (r.live) {
         const int64_t row = t.token * side.heads + r.head;
@@ -237,23 +259,22 @@ template <class T, int L>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
     qk_norm_rope_backward_kernel(const __grid_constant__ BackwardSide<T> q, const __grid_constant__ BackwardSide<T> k,
                                  const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = L * n, K = kSlots, kGroups = 32 / L;
+  constexpr int n = Pack<T>::n, d = L * n, K = kSlots;
   __shared__ WarpAngles angles[kWarps];
   __shared__ float warp_dw[kWarps][kMaxHeadDim];
   const WarpToken t(tokens);
   WarpAngles& a = angles[threadIdx.x / 32];
   const LaneRole<T, L> role(p);
-  const int group = threadIdx.x % 32 / L, rows = t.live ? q.heads + k.heads : 0;
-  float gain_q[n], gain_k[n], acc_q[n] = {}, acc_k[n] = {};
-  load_gain(q.w, role, gain_q);
-  load_gain(k.w, role, gain_k);
-  for (int base = 0; base < rows; base += K * kGroups) {
+  const TokenSlots<L> slots(q.heads, k.heads, t.live);
+  const Gains<T, L> gain(q.w, k.w, role);
+  float acc_q[n] = {}, acc_k[n] = {};
+  for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
     uint4 raw_dy[K], raw_x[K];
     float rstd[K];
 #pragma unroll
     for (int s = 0; s < K; ++s) {
-      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
-      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      if (slots.past(base, s)) break;
+      const TokenRow r = slots.row(base, s);
       const BackwardSide<T>& side = r.q ? q : k;
       const int64_t row = t.token * side.heads + r.head;
       raw_dy[s] = r.live ? *reinterpret_cast<const uint4*>(side.dy + row * d + role.column) : uint4{};
@@ -264,8 +285,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
     if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
 #pragma unroll
     for (int s = 0; s < K; ++s) {
-      if (base + s * kGroups >= rows) break;  // the whole warp's slot is past the token's rows
-      const TokenRow r = token_row(base + s * kGroups + group, q.heads, rows);
+      if (slots.past(base, s)) break;
+      const TokenRow r = slots.row(base, s);
       const BackwardSide<T>& side = r.q ? q : k;
       float g[n], v[n];
       unpack<T>(raw_dy[s], g);
@@ -276,13 +297,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
 #pragma unroll
       for (int e = 0; e < n; ++e) {
         v[e] *= inv;  // xhat
-        sum_gx += g[e] * (r.q ? gain_q[e] : gain_k[e]) * v[e];
+        sum_gx += g[e] * gain.at(r.q, e) * v[e];
       }
       const float mgx = row_sum<L>(sum_gx) / static_cast<float>(d);
       float out[n];
 #pragma unroll
       for (int e = 0; e < n; ++e) {
-        out[e] = inv * (g[e] * (r.q ? gain_q[e] : gain_k[e]) - v[e] * mgx);
+        out[e] = inv * (g[e] * gain.at(r.q, e) - v[e] * mgx);
         const float gx = g[e] * v[e];  // dead rows add zeros
         acc_q[e] += r.q ? gx : 0.0f;
         acc_k[e] += r.q ? 0.0f : gx;
