@@ -139,16 +139,21 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__
 //
 // Under GQA the query heads of one KV head add their dK and dV the same way, into
 // fp32 sums [kv_heads, T, D] in head order (add_dkdv), so no per-head partials travel
-// through memory; an item that takes all of a KV head's query heads stores its sums.
+// through memory; an item that takes all of a KV head's query heads has final dK and
+// dV, which it stores in T itself, marking its keys' tokens (final_kv) so that the
+// conversion pass leaves them alone.
 struct OrderedSums {
   float* dq;        // [heads, T, 64] when dQ is folded in, else null
   float *dk, *dv;   // [kv_heads, T, D] under GQA, else null
   int* counters;    // zeroed: the ticket, then one per (64-query piece's first row,
-                    // head), then one per (key tile's first row, KV head)
+                    // head), then one per (key tile's first row, KV head), then under GQA
+                    // one per token: 1 where a grouped item stored dK and dV final
   __device__ int* dq_counter(const Layout& g, int64_t row, int h) const { return counters + 1 + row * g.heads + h; }
   __device__ int* kv_counter(const Layout& g, int64_t row, int kvh) const {
     return counters + 1 + g.tokens * g.heads + row * g.kv_heads + kvh;
   }
+  __host__ __device__ static int64_t final_kv_offset(const Layout& g) { return 1 + g.tokens * (g.heads + g.kv_heads); }
+  __device__ int* final_kv(const Layout& g, int64_t token) const { return counters + final_kv_offset(g) + token; }
 };
 
 // A dK/dV work item (WorkList): a key tile and the query heads it takes, one after
@@ -514,9 +519,14 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
       queries = queries + kQueries < w.query_end ? queries + kQueries : t.begin;  // the next head's first
     }
     if (kDq && consumer == 0) named_sync(5, 2 * 128);  // consumer 1's last turn handed over
-    if (sums.dk) {
+    if (sums.dk && w.head_end - w.head_first < group) {
       add_dkdv<D>(ring, dk, dv, 64 * consumer, sums, g, t, w.kvh, w.head_first - w.kvh * group);
     } else if (keys_begin < keys_end) {
+      if (sums.dk) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (threadIdx.x % 4 == 0 && f0.row(2 * r) < tile_end) *sums.final_kv(g, t.doc_start + f0.row(2 * r)) = 1;
+      }
       store_rows<T, D>(dk, f0, g.scale, tile_end, t.doc_start, g.kv_heads, w.kvh, a.dk);
       store_rows<T, D>(dv, f0, 1.0f, tile_end, t.doc_start, g.kv_heads, w.kvh, a.dv);
     }
@@ -524,34 +534,70 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant
 #endif
 }
 
-// out[t, h] = scale * sum[h, t] (columns permuted back, sum_column) for an ordered sum
-// of `heads` heads of D columns, four elements per thread and step of a grid-stride
-// loop (grid_for caps the grid). Indices are 32-bit (from_sum checks the count): a
-// 64-bit division by the head count per four elements cost more than their bytes.
+// An ordered sum of `heads` heads of D columns, [heads, T, D] fp32, and the gradient
+// it becomes, [T, heads, D] of T, times `scale`; tokens marked in `skip` (if given)
+// were stored final by the dK/dV kernel and are left alone.
+template <class T>
+struct SumPart {
+  const float* sum;
+  T* out;
+  uint32_t heads;
+  float scale;
+  const int* skip;
+};
+constexpr int kMostSumParts = 3;  // dQ, dK, dV
+template <class T>
+struct SumParts {
+  SumPart<T> part[kMostSumParts];
+  int count;
+};
+
+// out[t, h] = scale * sum[h, t] (columns permuted back, sum_column) for every part in
+// one launch, four elements per thread and step of a grid-stride loop over the parts'
+// elements end to end (grid_for caps the grid). Indices are 32-bit (from_sums checks
+// the count): a 64-bit division by the head count per four elements cost more than
+// their bytes.
 template <class T, int D>
-__global__ void from_sum_kernel(const float* sum, uint32_t tokens, uint32_t heads, float scale, T* out) {
+__global__ void from_sums_kernel(const SumParts<T> parts, uint32_t tokens) {
   constexpr uint32_t kQuads = D / 4;
-  const uint32_t count = tokens * heads * kQuads;
+  uint32_t count = 0;
+#pragma unroll
+  for (int p = 0; p < kMostSumParts; ++p)
+    if (p < parts.count) count += tokens * parts.part[p].heads * kQuads;
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-    const uint32_t row = i / kQuads, token = row / heads;  // row = t * heads + h
-    const uint32_t c = i % kQuads * 4, h = row - token * heads;
+    // The part of element i, found without indexing the parameters by a variable
+    // (which would copy them to local memory).
+    SumPart<T> part = parts.part[0];
+    uint32_t local = i;
+#pragma unroll
+    for (int next = 1; next < kMostSumParts; ++next) {
+      const uint32_t elements = tokens * part.heads * kQuads;
+      if (next < parts.count && local >= elements) {
+        local -= elements;
+        part = parts.part[next];
+      }
+    }
+    const uint32_t row = local / kQuads, token = row / part.heads;  // row = t * heads + h
+    if (part.skip && part.skip[token]) continue;
+    const uint32_t c = local % kQuads * 4, h = row - token * part.heads;
     const int64_t at = (int64_t{h} * tokens + token) * D + sum_column(token, static_cast<int>(c));
-    const float4 s = *reinterpret_cast<const float4*>(sum + at);
+    const float4 s = *reinterpret_cast<const float4*>(part.sum + at);
     uint2 packed;
-    packed.x = pack2<T>(s.x * scale, s.y * scale);
-    packed.y = pack2<T>(s.z * scale, s.w * scale);
-    *reinterpret_cast<uint2*>(out + int64_t{row} * D + c) = packed;
+    packed.x = pack2<T>(s.x * part.scale, s.y * part.scale);
+    packed.y = pack2<T>(s.z * part.scale, s.w * part.scale);
+    *reinterpret_cast<uint2*>(part.out + int64_t{row} * D + c) = packed;
   }
 }
 
 template <class T, int D>
-void from_sum(const Tensor& sum, int64_t tokens, int heads, float scale, T* out, const char* op) {
-  const int64_t count = tokens * heads * (D / 4);
-  AMBER_CHECK(count < (int64_t{1} << 31), op, ": ", tokens, " tokens x ", heads, " heads of ", D,
-              " exceed the gradient conversion's 32-bit count; use fewer tokens per micro-batch");
-  from_sum_kernel<T, D><<<grid_for(count, 256), 256, 0, cudaStreamPerThread>>>(
-      static_cast<const float*>(sum.raw()), static_cast<uint32_t>(tokens), static_cast<uint32_t>(heads), scale, out);
-  check_launch(op, sum.shape());
+void from_sums(const SumParts<T>& parts, int64_t tokens, const Shape& shape, const char* op) {
+  if (parts.count == 0) return;
+  int64_t count = 0;
+  for (int p = 0; p < parts.count; ++p) count += tokens * parts.part[p].heads * (D / 4);
+  AMBER_CHECK(count < (int64_t{1} << 31), op, ": ", tokens, " tokens of ", D,
+              "-wide gradients exceed the gradient conversion's 32-bit count; use fewer tokens per micro-batch");
+  from_sums_kernel<T, D><<<grid_for(count, 256), 256, 0, cudaStreamPerThread>>>(parts, static_cast<uint32_t>(tokens));
+  check_launch(op, shape);
 }
 
 }  // namespace
@@ -573,7 +619,8 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
       dk_sum = Tensor::empty({g.kv_heads, tokens, D}, DType::f32, q.device());
       dv_sum = Tensor::empty({g.kv_heads, tokens, D}, DType::f32, q.device());
     }
-    Tensor counters = Tensor::empty({1 + tokens * (g.heads + g.kv_heads)}, DType::i32, q.device());
+    Tensor counters =
+        Tensor::empty({OrderedSums::final_kv_offset(g) + (grouped ? tokens : 0)}, DType::i32, q.device());
     AMBER_CHECK(cudaMemsetAsync(counters.raw(), 0, counters.bytes(), cudaStreamPerThread) == cudaSuccess, op,
                 ": cannot clear the ordered sums' counters");
     const OrderedSums sums{f32(dq_sum), f32(dk_sum), f32(dv_sum), static_cast<int*>(counters.raw())};
@@ -597,11 +644,17 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     const unsigned blocks = static_cast<unsigned>(std::min(work.capacity, sm_count()));  // one per SM
     dkdv_kernel<T, D, kFoldDq><<<blocks, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums, work);
     check_launch(op, k.shape());
-    if constexpr (kFoldDq) from_sum<T, D>(dq_sum, tokens, g.heads, g.scale, args.dq, op);
+    SumParts<T> parts{};
+    const auto add_part = [&](const Tensor& sum, T* out, int heads, float scale, const int* skip) {
+      parts.part[parts.count++] = {static_cast<const float*>(sum.raw()), out, static_cast<uint32_t>(heads), scale, skip};
+    };
+    if (kFoldDq) add_part(dq_sum, args.dq, g.heads, g.scale, nullptr);
     if (grouped) {
-      from_sum<T, D>(dk_sum, tokens, g.kv_heads, 1.0f, args.dk, op);
-      from_sum<T, D>(dv_sum, tokens, g.kv_heads, 1.0f, args.dv, op);
+      const int* final_kv = sums.counters + OrderedSums::final_kv_offset(g);
+      add_part(dk_sum, args.dk, g.kv_heads, 1.0f, final_kv);
+      add_part(dv_sum, args.dv, g.kv_heads, 1.0f, final_kv);
     }
+    from_sums<T, D>(parts, tokens, q.shape(), op);
   });
 }
 
