@@ -214,7 +214,7 @@ struct DqTiles {
 // the row's 16-byte chunks are permuted by the token (XOR with 2 (row % 4)), so the
 // fragment stores of eight consecutive rows into an fp32 tile spread over the banks
 // (rows 256 or 512 bytes apart otherwise share them: 8-way conflicts). Rows stay whole,
-// so the bulk copies of any number of rows are unchanged; from_sum_kernel undoes the
+// so the bulk copies of any number of rows are unchanged; from_sums_kernel undoes the
 // permutation.
 __device__ __forceinline__ int sum_column(int64_t row, int col) {
   return ((col / 4) ^ (2 * static_cast<int>(row % 4))) * 4 + col % 4;
