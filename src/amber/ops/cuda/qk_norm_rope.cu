@@ -150,6 +150,16 @@ struct TokenSlots {
     const bool q = index < q_heads, live = index < rows;
     return {q, live, live ? (q ? index : index - q_heads) : 0};
   }
+  // f(s, row s) for the slots of the pass from `base`, unrolled (so f indexes its
+  // per-slot arrays with constants), stopping at the first slot past the token's rows.
+  template <class F>
+  __device__ __forceinline__ void each(int base, const F& f) const {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (past(base, s)) break;
+      f(s, row(base, s));
+    }
+  }
 };
 
 // The norms' gains at a lane's columns, for both sides.
@@ -200,19 +210,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
   const Gains<T, L> gain(q.w, k.w, role);
   for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
     uint4 raw[K];
-#pragma unroll
-    for (int s = 0; s < K; ++s) {
-      if (slots.past(base, s)) break;
-      const TokenRow r = slots.row(base, s);
+    slots.each(base, [&](int s, const TokenRow& r) {
       const ForwardSide<T>& side = r.q ? q : k;
       raw[s] = r.live ? *reinterpret_cast<const uint4*>(side.x + t.token * side.x_stride + r.head * d + role.column)
                       : uint4{};
-    }
+    });
     if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
-#pragma unroll
-    for (int s = 0; s < K; ++s) {
-      if (slots.past(base, s)) break;
-      const TokenRow r = slots.row(base, s);
+    slots.each(base, [&](int s, const TokenRow& r) {
       const ForwardSide<T>& side = r.q ? q : k;
       float v[n];
       unpack<T>(raw[s], v);
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
         if (role.j == 0) side.rstd[row] = inv;
         store_f32<T, n>(side.y + row * d + role.column, v);
       }
-    }
+    });
   }
 }
 
@@ -271,22 +275,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
   for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
     uint4 raw_dy[K], raw_x[K];
     float rstd[K];
-#pragma unroll
-    for (int s = 0; s < K; ++s) {
-      if (slots.past(base, s)) break;
-      const TokenRow r = slots.row(base, s);
+    slots.each(base, [&](int s, const TokenRow& r) {
       const BackwardSide<T>& side = r.q ? q : k;
       const int64_t row = t.token * side.heads + r.head;
       raw_dy[s] = r.live ? *reinterpret_cast<const uint4*>(side.dy + row * d + role.column) : uint4{};
       raw_x[s] = r.live ? *reinterpret_cast<const uint4*>(side.x + t.token * side.x_stride + r.head * d + role.column)
                         : uint4{};
       rstd[s] = r.live ? side.rstd[row] : 0.0f;
-    }
+    });
     if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
-#pragma unroll
-    for (int s = 0; s < K; ++s) {
-      if (slots.past(base, s)) break;
-      const TokenRow r = slots.row(base, s);
+    slots.each(base, [&](int s, const TokenRow& r) {
       const BackwardSide<T>& side = r.q ? q : k;
       float g[n], v[n];
       unpack<T>(raw_dy[s], g);
@@ -309,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
         acc_k[e] += r.q ? 0.0f : gx;
       }
       if (r.live) store_f32<T, n>(side.dx + t.token * side.dx_stride + r.head * d + role.column, out);
-    }
+    });
   }
   if (q.dw_partial) store_weight_partial(role, acc_q, q.dw_partial, warp_dw);
   if (k.dw_partial) store_weight_partial(role, acc_k, k.dw_partial, warp_dw);
