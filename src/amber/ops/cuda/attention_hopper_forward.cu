@@ -5,11 +5,12 @@
 // consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma from shared
 // memory, run the online softmax in registers (log2 domain, fp32), and add P V with P
 // fed to wgmma from registers (at head_dim 64 a stage's P V product is issued behind
-// the next stage's scores, so it runs while their softmax does). Consumers hand a
-// stage back by arriving on its "empty" barrier; masks are applied only on tiles at the
-// diagonal or the window's edge. Keys past a document's end belong to the next
-// document (or are TMA's zeros) and are always masked; their V rows meet a zero
-// probability.
+// the next stage's scores, so it runs while their softmax does, and a diagonal stage
+// is computed 64 keys wide where its second half lies past a consumer's rows).
+// Consumers hand a stage back by arriving on its "empty" barrier; masks are applied
+// only on tiles at the diagonal or the window's edge. Keys past a document's end
+// belong to the next document (or are TMA's zeros) and are always masked; their V rows
+// meet a zero probability.
 #include <algorithm>
 
 #include "amber/ops/cuda/attention_hopper.cuh"
@@ -45,6 +46,16 @@ using ForwardRing = Ring<D, 1, kKeys, ring_stages<D, 1, kKeys, 0, 0, kForwardGro
 static_assert(ring_stages<64, 1, kKeys, 0, 0, kForwardGroups<64>>() >= 2 &&
                   ring_stages<128, 1, kKeys, 0, 0, kForwardGroups<128>>() >= 2,
               "the forward's ring holds two stages");
+
+// A stage's width in keys, chosen at run time among compiled widths.
+template <int N>
+struct Width {};
+
+// The first M k-steps of a stage's probabilities, those of a narrow stage.
+template <int M>
+__device__ __forceinline__ uint32_t (&leading(uint32_t (&p)[kKeys / 16][4]))[M][4] {
+  return reinterpret_cast<uint32_t(&)[M][4]>(p);
+}
 
 // A block's share of the work: the tile of work item w (plan slot w % tile_slots of
 // head w / tile_slots), its KV head, its first key stage's key and its stage count.
@@ -132,22 +143,38 @@ __global__ void __launch_bounds__(kForwardThreads<D>, 1)
       barrier_wait(ring.full(first_stage + s), R::parity(first_stage + s));
       if (threadIdx.x % 32 == 0) barrier_arrive(ring.empty(first_stage + s));
     };
+    // The last needed stage is the diagonal one; where its second 64 keys all lie past
+    // this warpgroup's rows (half the warpgroups: their rows start 128-aligned) it is
+    // computed 64 keys wide, which frees the tensor cores for the other two consumers
+    // (shape C's forward 0.128 -> 0.121 ms). With two consumers (head_dim 128) the
+    // tile still waits for the one whose rows need the whole stage, and the narrow
+    // stage measured slower (D's forward 1.898 -> 1.921 ms): only the overlapped
+    // path below takes it.
+    // The products and the softmax below take a stage's width from their accumulators:
+    // [kKeys / 8][4] scores for 128 keys, [kKeys / 16][4] for 64.
+    const bool narrow_last = rows_end - key_begin <= (needed_end - 1) * kKeys + kKeys / 2;
+    const auto at_width = [&](int s, auto&& stage) {
+      if (narrow_last && s == needed_end - 1)
+        stage(Width<kKeys / 2>{});
+      else
+        stage(Width<kKeys>{});
+    };
     // Scores of a stage, exponentiated in place (rescale: the output's factor).
-    const auto scores = [&](int s, float (&sc)[kKeys / 8][4], float (&rescale)[2]) {
+    const auto scores = [&]<int M>(int s, float (&sc)[M][4], float (&rescale)[2]) {
       const int kt = key_begin + s * kKeys;
       pin(sc);
       const bool edge = kt + kKeys - 1 > rows_begin || (g.window > 0 && kt <= rows_end - g.window);
-      softmax.exponentiate<kKeys>(sc, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{}, rescale);
+      softmax.exponentiate<8 * M>(sc, Fragment{f0.row0, kt}, edge, g.window, scale_log2, Exp2Fast{}, rescale);
     };
     // A stage's scores product, issued once its tiles have landed.
-    const auto issue_scores = [&](int s, float (&sc)[kKeys / 8][4]) {
+    const auto issue_scores = [&]<int M>(int s, float (&sc)[M][4]) {
       const int stage = first_stage + s;
       barrier_wait(ring.full(stage), R::parity(stage));
-      product_abt<T, D, kKeys, R::kOwnPanelBytes, R::kStreamPanelBytes>(sc, q_desc, k_major(ring.stream(stage, 0)));
+      product_abt<T, D, 8 * M, R::kOwnPanelBytes, R::kStreamPanelBytes>(sc, q_desc, k_major(ring.stream(stage, 0)));
       wgmma_commit();
     };
-    const auto add_pv = [&](int s, const uint32_t (&p)[kKeys / 16][4]) {
-      product_ab<T, kKeys, D>(o, p, mn_major(ring.stream(first_stage + s, 1), R::kStreamPanelBytes));
+    const auto add_pv = [&]<int M>(int s, const uint32_t (&p)[M][4]) {
+      product_ab<T, 16 * M, D>(o, p, mn_major(ring.stream(first_stage + s, 1), R::kStreamPanelBytes));
       wgmma_commit();
     };
     // Every product has landed: the output may be read and the stage handed back.
@@ -173,24 +200,25 @@ __global__ void __launch_bounds__(kForwardThreads<D>, 1)
       // A stage's P V product is issued behind the next stage's scores and runs while
       // their softmax does; the output is rescaled once it has landed.
       uint32_t p[kKeys / 16][4];  // the previous stage's probabilities, rounded to T
-      {
-        float sc[kKeys / 8][4], rescale[2];
+      at_width(needed_begin, [&]<int N>(Width<N>) {
+        float sc[N / 8][4], rescale[2];
         issue_scores(needed_begin, sc);
         wgmma_wait<0>();
         scores(needed_begin, sc, rescale);  // o is still zero: nothing to rescale
-        to_operand<T, kKeys>(sc, p);
-      }
-      for (int s = needed_begin + 1; s < needed_end; ++s) {
-        float sc[kKeys / 8][4], rescale[2];
-        issue_scores(s, sc);
-        add_pv(s - 1, p);
-        wgmma_wait<1>();
-        scores(s, sc, rescale);
-        retire(s - 1);
-        tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
-        to_operand<T, kKeys>(sc, p);
-      }
-      add_pv(needed_end - 1, p);
+        to_operand<T, N>(sc, leading<N / 16>(p));
+      });
+      for (int s = needed_begin + 1; s < needed_end; ++s)
+        at_width(s, [&]<int N>(Width<N>) {
+          float sc[N / 8][4], rescale[2];
+          issue_scores(s, sc);
+          add_pv(s - 1, p);  // only the last stage is narrow
+          wgmma_wait<1>();
+          scores(s, sc, rescale);
+          retire(s - 1);
+          tensor_core::OnlineSoftmax::rescale_rows<D>(o, rescale);
+          to_operand<T, N>(sc, leading<N / 16>(p));
+        });
+      at_width(needed_end - 1, [&]<int N>(Width<N>) { add_pv(needed_end - 1, leading<N / 16>(p)); });
       retire(needed_end - 1);
     }
     for (int s = needed_end; s < stages; ++s) skip(s);
