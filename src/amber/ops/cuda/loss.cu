@@ -213,8 +213,18 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(L* logits, RowArg
   }
 }
 
+// Asks for `bytes` from p (16-byte aligned, a multiple of 16) to be brought into L2,
+// without waiting for them (sm_90 and later; elsewhere nothing).
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 // The forward and the backward of a row from one product: the row is read once for
-// its lse and once, from L2, for the gradient.
+// its lse and once, from L2, for the gradient. While a row's gradient is written, the
+// block's next row is brought into L2, so its first read does not leave memory idle
+// between the rows (the block's reductions and its L2-bound second pass).
 template <class L>
 __global__ void __launch_bounds__(kThreads) ce_fused_kernel(L* logits, RowArgs a) {
   __shared__ float scratch[32];
@@ -223,6 +233,8 @@ __global__ void __launch_bounds__(kThreads) ce_fused_kernel(L* logits, RowArgs a
     L* z = logits + r * a.vocab;
     const float l = row_loss(z, a.targets[r], a.vocab, a.ignore, a.z_weight, scratch, a.losses + r, a.lse + r);
     __syncthreads();  // thread 0 read z[y] before the row is overwritten
+    if (threadIdx.x == 0 && r + gridDim.x < a.rows && rows_in_packs<L>(a.vocab))
+      prefetch_l2(z + gridDim.x * a.vocab, static_cast<uint32_t>(a.vocab * sizeof(L)));
     row_gradient(z, a.targets[r], l, a.dlosses[r], a.vocab, a.ignore, a.z_weight);
   }
 }
