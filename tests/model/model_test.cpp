@@ -112,6 +112,38 @@ TEST(LanguageModel, BlockRecomputeGivesIdenticalGradients) {
         << keep.params()[i]->name;
 }
 
+// A step's gradients by restart_grads / settle_grads (the linear weights' gradients
+// overwritten by their first product, never zeroed) equal zero_grad's, bit for bit,
+// over two micro-batches, whatever the gradients held before (NaN here); with no
+// micro-batch at all every gradient is zero.
+TEST(LanguageModel, RestartedGradientsEqualZeroedOnes) {
+  ModelConfig tied = tiny(1);
+  tied.tie_embeddings = true;
+  tied.attn_bias = true;
+  for (const ModelConfig& c : {tiny(), tied}) {
+    LanguageModel model(c);
+    model.init_weights(13);
+    const Batch first = make_batch({6, 9}, c.vocab_size, 8), second = make_batch({4, 1, 7}, c.vocab_size, 9);
+    model.zero_grad();
+    forward_backward_loss(model, first, 0.5);
+    forward_backward_loss(model, second, 0.5);
+    std::vector<std::vector<double>> zeroed;
+    for (const auto& p : model.params()) zeroed.push_back(p->grad.to_doubles());
+    for (const auto& p : model.params()) p->grad.fill(NAN);
+    model.restart_grads();
+    forward_backward_loss(model, first, 0.5);
+    forward_backward_loss(model, second, 0.5);
+    model.settle_grads();
+    for (size_t i = 0; i < model.params().size(); ++i)
+      EXPECT_EQ(model.params()[i]->grad.to_doubles(), zeroed[i]) << model.params()[i]->name;
+    for (const auto& p : model.params()) p->grad.fill(NAN);
+    model.restart_grads();
+    model.settle_grads();
+    for (const auto& p : model.params())
+      EXPECT_EQ(p->grad.to_doubles(), std::vector<double>(p->grad.numel(), 0.0)) << p->name;
+  }
+}
+
 TEST(LanguageModel, PackedLossEqualsSumOfDocumentsRunAlone) {
   ModelConfig c = tiny();
   c.sliding_window = 4;

@@ -60,6 +60,12 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
   linear_backward(proj, x, w, dx, dw_once, db_once);
   add_scaled(dw_once, dw_once);
   EXPECT_LT(relative_error(dw, dw_once), 1e-15);
+  // Without accumulate_dw the weight gradient is written, its old values (NaN) unread.
+  Tensor dw_fresh = Tensor::full(w.shape(), NAN, DType::f64), db_fresh = Tensor::zeros(b.shape(), DType::f64);
+  Tensor dw_zeroed = Tensor::zeros(w.shape(), DType::f64);
+  linear_backward(proj, x, w, dx, dw_fresh, db_fresh, false);
+  linear_backward(proj, x, w, dx, dw_zeroed, db_fresh);
+  EXPECT_EQ(dw_fresh.to_doubles(), dw_zeroed.to_doubles());
 }
 
 TEST(Gemm, TransposesAndRejectsBadShapes) {

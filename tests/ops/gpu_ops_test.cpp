@@ -506,6 +506,12 @@ TEST(GemmGpu, LinearForwardAndBackwardMatchCpu) {
       dbs.push_back(gdb);
     }
     expect_identical("linear dbias run to run", dbs[0], dbs[1]);
+    // Without accumulate_dw: dw written, its old values (NaN) never read.
+    Tensor fresh_dw = Tensor::zeros(w.shape(), DType::f32), fresh_db = db0.clone();
+    linear_backward(dy, x, w, cdx, fresh_dw, fresh_db);
+    Tensor gdx = nan_tensor(x.shape(), dt), gdw = nan_tensor(w.shape(), DType::f32), gdb = gpu(db0);
+    linear_backward(gpu(dy), gpu(x), gpu(w), gdx, gdw, gdb, false);
+    expect_close("linear dw (=, f32)", gdw, fresh_dw, dt);
   }
 }
 
@@ -545,6 +551,12 @@ TEST(LossGpu, ChunkedLinearCrossEntropyMatchesCpu) {
       expect_identical("fused lse", fs, gs);
       expect_identical("fused dx", fdx, gdx);
       expect_identical("fused dw", fdw, gdw);
+      // Without accumulate_dw: dw written from the first chunk on, its NaN never read.
+      Tensor zdw = Tensor::zeros(w.shape(), DType::f32);
+      linear_cross_entropy_backward(dl, x, w, targets, cs, o, cdx, zdw);
+      Tensor odw = nan_tensor(w.shape(), DType::f32);
+      linear_cross_entropy_forward_backward(gpu(dl), gpu(x), gpu(w), gpu(targets), o, fl, fs, fdx, odw, false);
+      expect_close("cross-entropy dw (=, f32)", odw, zdw, dt);
     }
   }
 }

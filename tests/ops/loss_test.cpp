@@ -99,6 +99,34 @@ TEST(LinearCrossEntropy, ForwardBackwardInOneCallEqualsTwoCalls) {
   EXPECT_EQ(f_dw.to_doubles(), dw.to_doubles());
 }
 
+// Without accumulate_dw, dw is written from the first chunk on and its old values
+// (NaN here) are never read: the result equals adding to zeros, in both calls.
+TEST(LinearCrossEntropy, OverwrittenWeightGradientEqualsOneAddedToZeros) {
+  const Tensor x = random_tensor({21, 8}, DType::f32, 15), w = random_tensor({30, 8}, DType::f32, 16);
+  std::vector<int32_t> targets(21);
+  for (int t = 0; t < 21; ++t) targets[t] = (t * 11) % 30;
+  const Tensor tg = Tensor::from_vector(targets, {21});
+  const Tensor dl = random_tensor({21}, DType::f32, 17, 0.5f, 1.0f);
+  CrossEntropyOptions opts;
+  opts.chunk_tokens = 8;
+  Tensor losses = Tensor::empty({21}, DType::f32), lse = Tensor::empty({21}, DType::f32);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32), added = Tensor::zeros(w.shape(), DType::f32);
+  linear_cross_entropy_forward_backward(dl, x, w, tg, opts, losses, lse, dx, added);
+  Tensor fused = Tensor::full(w.shape(), NAN, DType::f32), split = Tensor::full(w.shape(), NAN, DType::f32);
+  linear_cross_entropy_forward_backward(dl, x, w, tg, opts, losses, lse, dx, fused, false);
+  linear_cross_entropy_backward(dl, x, w, tg, lse, opts, dx, split, false);
+  EXPECT_EQ(fused.to_doubles(), added.to_doubles());
+  EXPECT_EQ(split.to_doubles(), added.to_doubles());
+  // No tokens: the overwritten gradient is zero.
+  const Tensor none = Tensor::empty({0, 8}, DType::f32);
+  Tensor empty_dx = none.clone(), empty_dw = Tensor::full(w.shape(), NAN, DType::f32);
+  Tensor no_losses = Tensor::empty({0}, DType::f32), no_lse = Tensor::empty({0}, DType::f32);
+  const Tensor no_targets = Tensor::empty({0}, DType::i32), no_dl = Tensor::empty({0}, DType::f32);
+  linear_cross_entropy_forward_backward(no_dl, none, w, no_targets, opts, no_losses, no_lse, empty_dx, empty_dw,
+                                        false);
+  EXPECT_EQ(empty_dw.to_doubles(), std::vector<double>(w.numel(), 0.0));
+}
+
 TEST(LinearCrossEntropy, ChunkSizeDoesNotChangeResultsBeyondRounding) {
   const Tensor x = random_tensor({64, 16}, DType::f32, 6), w = random_tensor({50, 16}, DType::f32, 7);
   std::vector<int32_t> targets(64);

@@ -27,7 +27,9 @@ class CausalAttention final : public AttentionLayer {
                                  {q_dim, kv_dim, kv_dim}, trailing, s.placement);
     };
     qkv_ = stacked("weight", Shape{c.dim});
+    qkv_.set_product_gradient();
     o_ = make_param(s.name + ".o_proj.weight", {c.dim, q_dim}, s.placement);
+    o_->product_gradient = true;
     if (c.attn_bias) {
       qkv_bias_ = stacked("bias", Shape{});
       o_bias_ = make_param(s.name + ".o_proj.bias", {c.dim}, s.placement);
@@ -95,7 +97,7 @@ class CausalAttention final : public AttentionLayer {
     Tensor o_flat = s.o.view({tokens, int64_t{heads_} * head_dim_});
     Tensor d_o = arena.alloc(o_flat.shape(), dt);
     Tensor dob = grad_of(o_bias_), dqkv_bias = grad_of(qkv_bias_.whole);
-    linear_backward(dout, o_flat, o_->work, d_o, o_->grad, dob);
+    linear_backward(dout, o_flat, o_->work, d_o, o_->grad, dob, o_->grad_accumulates());
     Tensor dq = arena.alloc(s.q.shape(), dt), dk = arena.alloc(s.k.shape(), dt);
     Tensor dv = arena.alloc(s.v.shape(), dt);
     Tensor dsinks = grad_of(sinks_);
@@ -109,7 +111,7 @@ class CausalAttention final : public AttentionLayer {
     dqkv.slice(1, heads_ + kv_heads_, heads_ + 2 * kv_heads_).copy_from(dv);
     Tensor dh = arena.alloc(s.h.shape(), dt);
     linear_backward(dqkv.view({tokens, dqkv.numel() / tokens}), s.h, qkv_.whole->work, dh, qkv_.whole->grad,
-                    dqkv_bias);
+                    dqkv_bias, qkv_.whole->grad_accumulates());
     return dh;
   }
 

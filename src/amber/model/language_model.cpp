@@ -82,6 +82,17 @@ void LanguageModel::zero_grad() {
   for (const auto& p : params_) p->zero_grad();
 }
 
+void LanguageModel::restart_grads() {
+  for (const auto& p : params_) p->restart_grad();
+}
+
+void LanguageModel::settle_grads() {
+  // Every part of a stacked parameter reads the flag they share before it is cleared.
+  for (const auto& p : params_)
+    if (*p->stale_grad) p->zero_grad();
+  for (const auto& p : params_) *p->stale_grad = false;
+}
+
 // Batches may arrive on the host; they move to the model's device here (a no-op
 // when they are there already).
 void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,

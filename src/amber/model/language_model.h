@@ -32,6 +32,12 @@ class LanguageModel {
   // stream segment after the previous one, so CPU and GPU agree).
   void init_weights(uint64_t seed);
   void zero_grad();
+  // A step's gradients without a zeroing pass over the linear weights: restart_grads
+  // before its micro-batches (their first product overwrites those gradients, the
+  // others are zeroed), settle_grads after them (a gradient nothing wrote is zeroed).
+  // Between the two the gradients equal zero_grad's plus the micro-batches'.
+  void restart_grads();
+  void settle_grads();
 
   // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params). The
   // batch's loss is added to `loss_sums` (LMHead::Loss::zero_sums on this device), so a

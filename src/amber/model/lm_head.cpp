@@ -14,6 +14,7 @@ LMHead::LMHead(const ModelConfig& c, const Placement& placement, std::shared_ptr
   } else {
     weight_ = make_param("lm_head.weight", {c.vocab_size, c.dim}, placement);
     weight_->muon = false;  // the head trains with AdamW, like the embedding
+    weight_->product_gradient = true;  // not when tied: the embedding's backward adds to that one
   }
   options_.z_loss_weight = c.z_loss_weight;
   options_.chunk_tokens = c.loss_chunk_tokens;
@@ -48,7 +49,7 @@ Tensor LMHead::forward_backward(const Tensor& hidden, const Tensor& targets, con
   fill_from_scalar(dlosses, loss_scale);
   Tensor dhidden = arena.alloc(hidden.shape(), hidden.dtype());
   linear_cross_entropy_forward_backward(dlosses, hidden, weight_->work, targets, options_, losses, lse, dhidden,
-                                        weight_->grad);
+                                        weight_->grad, weight_->grad_accumulates());
   linear_cross_entropy_sums(losses, lse, targets, options_, sums);
   return dhidden;
 }

@@ -18,6 +18,7 @@ class TwoLayerMlp final : public Mlp {
       : hidden_(s.hidden), forward_(fwd), backward_(bwd) {
     up_ = make_param(s.name + "." + up_name + ".weight", {up_width, s.dim}, s.placement);
     down_ = make_param(s.name + ".down_proj.weight", {s.dim, s.hidden}, s.placement);
+    up_->product_gradient = down_->product_gradient = true;
     if (s.bias) {
       up_bias_ = make_param(s.name + "." + up_name + ".bias", {up_width}, s.placement);
       down_bias_ = make_param(s.name + ".down_proj.bias", {s.dim}, s.placement);
@@ -44,11 +45,11 @@ class TwoLayerMlp final : public Mlp {
   Tensor backward(const Tensor& dout, const Saved& s, Arena& arena) const override {
     Tensor dact = arena.alloc(s.act.shape(), dout.dtype());
     Tensor down_bias_grad = grad(down_bias_), up_bias_grad = grad(up_bias_);
-    linear_backward(dout, s.act, down_->work, dact, down_->grad, down_bias_grad);
+    linear_backward(dout, s.act, down_->work, dact, down_->grad, down_bias_grad, down_->grad_accumulates());
     Tensor dup = arena.alloc(s.up.shape(), dout.dtype());
     backward_(dact, s.up, dup);
     Tensor dh = arena.alloc(s.h.shape(), dout.dtype());
-    linear_backward(dup, s.h, up_->work, dh, up_->grad, up_bias_grad);
+    linear_backward(dup, s.h, up_->work, dh, up_->grad, up_bias_grad, up_->grad_accumulates());
     return dh;
   }
 

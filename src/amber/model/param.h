@@ -20,8 +20,31 @@ struct Param {
   bool muon = false;    // a hidden 2-D matrix Muon may orthogonalise
   bool expert = false;  // belongs to a routed expert (MoE)
   bool shared = false;  // used in more than one place (tied embeddings)
+  // Its layer's backward writes the whole gradient with one product per micro-batch
+  // (a linear weight), so a step's first micro-batch can overwrite it: a step needs
+  // no zeroing pass over it (restart_grad).
+  bool product_gradient = false;
+  // Whether the gradient holds an earlier step's values, which its next product
+  // overwrites; shared by a stacked parameter's parts and whole.
+  std::shared_ptr<bool> stale_grad = std::make_shared<bool>(false);
 
   void zero_grad() { grad.zero(); }
+  // A step's gradients start from zero: a product gradient is marked stale (its first
+  // product overwrites it), any other is zeroed now.
+  void restart_grad() {
+    if (product_gradient)
+      *stale_grad = true;
+    else
+      zero_grad();
+  }
+  // For the product that writes the gradient: whether it adds to it (false the first
+  // time after restart_grad, when it overwrites the stale values instead).
+  bool grad_accumulates() {
+    const bool accumulate = !*stale_grad;
+    *stale_grad = false;
+    return accumulate;
+  }
+
   // Re-derives the working copy after value changed (init, optimizer step, load).
   void refresh_work() {
     if (!work.shares_storage_with(value)) work.copy_from(value);
@@ -46,6 +69,12 @@ std::shared_ptr<Param> make_param(std::string name, Shape shape, const Placement
 struct StackedParams {
   std::shared_ptr<Param> whole;
   std::vector<std::shared_ptr<Param>> parts;
+
+  // Marks the whole and every part as a product gradient (Param::product_gradient).
+  void set_product_gradient() const {
+    whole->product_gradient = true;
+    for (const auto& p : parts) p->product_gradient = true;
+  }
 };
 // Part i has shape [rows[i], trailing...].
 StackedParams make_stacked_params(const std::vector<std::string>& names, const std::vector<int64_t>& rows,

@@ -49,12 +49,12 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                     Tensor& dbias, bool accumulate_dx) {
+                     Tensor& dbias, bool accumulate_dw) {
   AMBER_CHECK(dy.ndim() == 2 && dy.size(0) == x.size(0) && dy.size(1) == w.size(0),
               "linear backward: grad ", dy.shape(), " does not match input ", x.shape(),
               " and weight ", w.shape());
-  if (dx.defined()) gemm(dy, false, w, false, dx, 1.0, accumulate_dx ? 1.0 : 0.0);
-  gemm(dy, true, x, false, dw, 1.0, 1.0);
+  if (dx.defined()) gemm(dy, false, w, false, dx, 1.0, 0.0);
+  gemm(dy, true, x, false, dw, 1.0, accumulate_dw ? 1.0 : 0.0);
   if (!dbias.defined()) return;
   AMBER_CHECK(dbias.numel() == dy.size(1), "linear backward: bias grad ", dbias.shape(),
               " does not match grad ", dy.shape());

@@ -33,9 +33,10 @@ std::vector<double> gemm_algorithm_times(const Tensor& a, bool transpose_a, cons
 // y [N, out] = x [N, in] * w [out, in]^T + bias [out] (bias may be undefined).
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
 
-// dx = dy * w (overwritten, or added to with accumulate_dx; skipped when dx is
-// undefined), dw += dy^T * x, dbias += column sums of dy (when defined).
+// dx = dy * w (skipped when dx is undefined), dw += dy^T * x (dw = with
+// accumulate_dw false: its old values are never read), dbias += column sums of dy
+// (when defined).
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
-                     Tensor& dbias, bool accumulate_dx = false);
+                     Tensor& dbias, bool accumulate_dw = true);
 
 }  // namespace amber

@@ -23,17 +23,20 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
                                   const CrossEntropyOptions& options, Tensor& losses, Tensor& lse);
 
 // dlosses [T]: gradient of the caller's objective with respect to each loss.
-// dx overwritten; dw += .
+// dx overwritten; dw += (dw = with accumulate_dw false: its old values are never
+// read, so they may be anything).
 void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
                                    const Tensor& targets, const Tensor& lse,
-                                   const CrossEntropyOptions& options, Tensor& dx, Tensor& dw);
+                                   const CrossEntropyOptions& options, Tensor& dx, Tensor& dw,
+                                   bool accumulate_dw = true);
 
 // Training's forward and backward in one call, for callers that know dlosses before the
 // forward (a fixed loss scale): the same losses, lse, dx and dw += as the two calls
-// above, bit for bit, but on the GPU each chunk of logits is produced and read once.
+// above (with the same accumulate_dw), bit for bit, but on the GPU each chunk of logits is produced and read once.
 void linear_cross_entropy_forward_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
                                            const Tensor& targets, const CrossEntropyOptions& options,
-                                           Tensor& losses, Tensor& lse, Tensor& dx, Tensor& dw);
+                                           Tensor& losses, Tensor& lse, Tensor& dx, Tensor& dw,
+                                           bool accumulate_dw = true);
 
 // sums (f64 [3], contiguous, on the device of `losses`) += {sum of losses[t], sum of
 // z_loss_weight * lse[t]^2, number of tokens t} over the tokens whose target is not

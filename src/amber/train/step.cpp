@@ -133,11 +133,12 @@ TrainStep::TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions opt
 TrainStep::~TrainStep() = default;
 
 void TrainStep::issue(std::span<const data::Batch> micro_batches) {
-  model_.zero_grad();
+  model_.restart_grads();
   stats_.zero();
   Tensor sums = stats_.loss_sums();
   const Tensor scale = stats_.loss_scale();
   for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
+  model_.settle_grads();
   global_grad_norm(model_, stats_);
   if (options_.grad_clip > 0) clip_gradients(model_, stats_, options_.grad_clip);
   if (!optimizer_) return;

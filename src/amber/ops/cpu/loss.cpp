@@ -59,7 +59,7 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
 
 void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
                                    const Tensor& targets, const Tensor& lse,
-                                   const CrossEntropyOptions& o, Tensor& dx, Tensor& dw) {
+                                   const CrossEntropyOptions& o, Tensor& dx, Tensor& dw, bool accumulate_dw) {
   const char* op = "linear_cross_entropy_backward";
   const int64_t tokens = x.size(0), vocab = w.size(0);
   check_targets(targets, vocab, o.ignore_index, op);
@@ -70,7 +70,10 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
     const T *pg = gl.data<T>(), *ps = sl.data<T>();
     // Work in T directly inside dx and dw when they already have that type.
     Tensor dx_t = dx.dtype() == dtype_of<T>() ? dx : Tensor::empty(x.shape(), dtype_of<T>());
-    Tensor dw_t = dw.dtype() == dtype_of<T>() ? dw : dw.to(dtype_of<T>());
+    Tensor dw_t = dw.dtype() == dtype_of<T>() ? dw
+                  : accumulate_dw               ? dw.to(dtype_of<T>())
+                                                : Tensor::empty(dw.shape(), dtype_of<T>());
+    if (!accumulate_dw && tokens == 0) dw_t.zero();  // no chunk writes it
     require_contiguous(dx_t, op);
     require_contiguous(dw_t, op);
     const int64_t chunk = std::min(o.chunk_tokens, std::max<int64_t>(tokens, 1));
@@ -98,7 +101,7 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
       }
       Tensor dxs = dx_t.slice(0, t0, t0 + rows);
       amber::gemm(block, false, ww, false, dxs);
-      amber::gemm(block, true, xs, false, dw_t, 1.0, 1.0);
+      amber::gemm(block, true, xs, false, dw_t, 1.0, accumulate_dw || t0 > 0 ? 1.0 : 0.0);
     }
     if (!dx_t.shares_storage_with(dx)) dx.copy_from(dx_t);
     if (!dw_t.shares_storage_with(dw)) dw.copy_from(dw_t);

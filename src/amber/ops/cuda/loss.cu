@@ -314,15 +314,19 @@ RowArgs row_args(const CrossEntropyOptions& o, const Tensor& targets, const Tens
 
 // The backward's chunk loop: logits by cuBLASLt in w's dtype, a row kernel that
 // overwrites them with d(loss)/d(logits) (with_forward: also writing loss and lse, so
-// the forward's product is not needed), then dx and dw (+=) by cuBLASLt.
+// the forward's product is not needed), then dx and dw (+=, or = from the first chunk
+// on without accumulate_dw) by cuBLASLt.
 void chunked_gradient(const char* op, bool with_forward, const Tensor& dlosses, const Tensor& x,
                       const Tensor& w, const Tensor& targets, const CrossEntropyOptions& o,
-                      const Tensor& losses, const Tensor& lse, Tensor& dx, Tensor& dw) {
+                      const Tensor& losses, const Tensor& lse, Tensor& dx, Tensor& dw, bool accumulate_dw) {
   require_contiguous(targets, op);
   require_f32(dlosses, "dlosses", op);
   require_f32(lse, "lse", op);
   const int64_t tokens = x.size(0), vocab = w.size(0);
-  if (tokens == 0) return;
+  if (tokens == 0) {
+    if (!accumulate_dw) dw.zero();
+    return;
+  }
   AMBER_CHECK(vocab > 0, op, ": empty vocabulary");
   const int64_t chunk = chunk_rows(o, tokens);
   Tensor logits = Tensor::empty({chunk, vocab}, w.dtype(), x.device());
@@ -343,7 +347,7 @@ void chunked_gradient(const char* op, bool with_forward, const Tensor& dlosses, 
     check_launch(op, block.shape());
     Tensor dxs = dx.slice(0, t0, t0 + rows);
     gemm(block, false, w, false, dxs, 1.0, 0.0);
-    gemm(block, true, xs, false, dw, 1.0, 1.0);
+    gemm(block, true, xs, false, dw, 1.0, accumulate_dw || t0 > 0 ? 1.0 : 0.0);
   }
 }
 
@@ -375,16 +379,18 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
 
 void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
                                    const Tensor& targets, const Tensor& lse,
-                                   const CrossEntropyOptions& o, Tensor& dx, Tensor& dw) {
-  chunked_gradient("linear_cross_entropy_backward", false, dlosses, x, w, targets, o, Tensor(), lse, dx, dw);
+                                   const CrossEntropyOptions& o, Tensor& dx, Tensor& dw, bool accumulate_dw) {
+  chunked_gradient("linear_cross_entropy_backward", false, dlosses, x, w, targets, o, Tensor(), lse, dx, dw,
+                   accumulate_dw);
 }
 
 void linear_cross_entropy_forward_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
                                            const Tensor& targets, const CrossEntropyOptions& o,
-                                           Tensor& losses, Tensor& lse, Tensor& dx, Tensor& dw) {
+                                           Tensor& losses, Tensor& lse, Tensor& dx, Tensor& dw,
+                                           bool accumulate_dw) {
   const char* op = "linear_cross_entropy_forward_backward";
   require_f32(losses, "losses", op);
-  chunked_gradient(op, true, dlosses, x, w, targets, o, losses, lse, dx, dw);
+  chunked_gradient(op, true, dlosses, x, w, targets, o, losses, lse, dx, dw, accumulate_dw);
 }
 
 void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Tensor& targets,
