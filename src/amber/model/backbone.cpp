@@ -34,9 +34,10 @@ Tensor Backbone::forward(const Tensor& tokens, const SeqInfo& seq, Saved& s, Are
   embedding_forward(embed_->work, tokens, x);
   if (embedding_scale_ != 1.0) scale_into(x, x, embedding_scale_);
   s.blocks.assign(blocks_.size(), Block::Saved{});
+  ResidualStream stream{x};
   for (size_t i = 0; i < blocks_.size(); ++i)
-    x = recompute_->forward(*blocks_[i], x, seq, s.blocks[i], activations, scratch);
-  return final_norm_->forward(x, s.final_norm, activations);
+    stream = recompute_->forward(*blocks_[i], stream, seq, s.blocks[i], activations, scratch);
+  return final_norm_->forward(stream.x, s.final_norm, activations, stream.pending());
 }
 
 Tensor Backbone::infer(const Tensor& tokens, const CachedStep& step, std::vector<LayerCache>& caches,

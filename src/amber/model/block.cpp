@@ -32,18 +32,30 @@ void Block::collect(std::vector<std::shared_ptr<Param>>& out) const {
   if (post_mlp_norm_) post_mlp_norm_->collect(out);
 }
 
-Tensor Block::forward(const Tensor& x, const SeqInfo& seq, Saved& s, Arena& saves, Arena& outputs) const {
-  s.input = x;
-  Tensor a = attn_->forward(attn_norm_->forward(x, s.attn_norm, saves), seq, s.attn, saves);
+ResidualAdd ResidualStream::pending() const {
+  if (!branch.defined()) return {};
+  return {&branch, scale, &sum};
+}
+
+ResidualStream ResidualStream::materialised() const {
+  if (!branch.defined()) return *this;
+  Tensor out = sum;
+  add_scaled_into(out, x, branch, scale);
+  return out;
+}
+
+ResidualStream Block::forward(const ResidualStream& in, const SeqInfo& seq, Saved& s, Arena& saves,
+                              Arena& outputs) const {
+  // The input's pending add, done by the attention norm as it normalises it.
+  Tensor a = attn_->forward(attn_norm_->forward(in.x, s.attn_norm, saves, in.pending()), seq, s.attn, saves);
+  s.input = in.value();
   if (post_attn_norm_) a = post_attn_norm_->forward(a, s.post_attn_norm, saves);
   // mid = x + rs * a, written by the MLP norm in the same pass that normalises it.
-  s.mid = saves.alloc(x.shape(), x.dtype());
-  const Tensor h = mlp_norm_->forward(x, s.mlp_norm, saves, {&a, residual_scale_, &s.mid});
+  s.mid = saves.alloc(s.input.shape(), s.input.dtype());
+  const Tensor h = mlp_norm_->forward(s.input, s.mlp_norm, saves, {&a, residual_scale_, &s.mid});
   Tensor m = mlp_->forward(h, s.mlp, saves);
   if (post_mlp_norm_) m = post_mlp_norm_->forward(m, s.post_mlp_norm, saves);
-  Tensor out = outputs.alloc(x.shape(), x.dtype());
-  add_scaled_into(out, s.mid, m, residual_scale_);
-  return out;
+  return {s.mid, m, outputs.alloc(s.input.shape(), s.input.dtype()), residual_scale_};
 }
 
 Tensor Block::infer(const Tensor& x, const CachedStep& step, LayerCache& cache, Arena& arena) const {

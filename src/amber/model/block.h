@@ -16,6 +16,27 @@
 
 namespace amber {
 
+// The residual stream between blocks: x + scale * branch with the add not yet done
+// (branch undefined: x alone). Whatever normalises the stream next does the add in the
+// same pass (pending(): the norm writes the sum into `sum`), so the stream is not read
+// and written once more by an add of its own.
+struct ResidualStream {
+  Tensor x, branch;
+  mutable Tensor sum;  // written by the norm that does the add (through pending())
+  double scale = 1.0;
+
+  ResidualStream(Tensor x_) : x(std::move(x_)) {}  // implicit: a tensor is a stream with nothing pending
+  ResidualStream(Tensor x_, Tensor branch_, Tensor sum_, double scale_)
+      : x(std::move(x_)), branch(std::move(branch_)), sum(std::move(sum_)), scale(scale_) {}
+
+  // The norm's residual add ({} when nothing is pending).
+  ResidualAdd pending() const;
+  // The stream's value once the pending add is done.
+  const Tensor& value() const { return branch.defined() ? sum : x; }
+  // The stream with the add done by itself (for a consumer that does not normalise it).
+  ResidualStream materialised() const;
+};
+
 class Block {
  public:
   struct Saved {
@@ -30,8 +51,10 @@ class Block {
         std::shared_ptr<const PositionEncoding> position);
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const;
-  // Intermediate tensors come from `saves`; the output from `outputs`.
-  Tensor forward(const Tensor& x, const SeqInfo& seq, Saved& saved, Arena& saves, Arena& outputs) const;
+  // Intermediate tensors come from `saves`; the output's sum buffer from `outputs`. The
+  // output's add is left pending (the MLP branch lives in `saves`).
+  ResidualStream forward(const ResidualStream& in, const SeqInfo& seq, Saved& saved, Arena& saves,
+                         Arena& outputs) const;
   // dx holds d(loss)/d(output) on entry and d(loss)/d(input) on return (updated in
   // place, since the residual stream passes it through). Temporaries come from `arena`.
   void backward(Tensor& dx, const SeqInfo& seq, const Saved& saved, Arena& arena) const;

@@ -7,9 +7,9 @@ namespace {
 
 class KeepActivations final : public RecomputePolicy {
  public:
-  Tensor forward(const Block& block, const Tensor& x, const SeqInfo& seq, Block::Saved& saved,
-                 Arena& activations, Arena&) const override {
-    return block.forward(x, seq, saved, activations, activations);
+  ResidualStream forward(const Block& block, const ResidualStream& in, const SeqInfo& seq, Block::Saved& saved,
+                         Arena& activations, Arena&) const override {
+    return block.forward(in, seq, saved, activations, activations);
   }
   void backward(const Block& block, Tensor& dx, const SeqInfo& seq, Block::Saved& saved,
                 Arena& scratch) const override {
@@ -21,9 +21,10 @@ class KeepActivations final : public RecomputePolicy {
 
 class RecomputeBlock final : public RecomputePolicy {
  public:
-  Tensor forward(const Block& block, const Tensor& x, const SeqInfo& seq, Block::Saved& saved,
-                 Arena& activations, Arena& scratch) const override {
-    Tensor out = block.forward(x, seq, saved, scratch, activations);
+  ResidualStream forward(const Block& block, const ResidualStream& in, const SeqInfo& seq, Block::Saved& saved,
+                         Arena& activations, Arena& scratch) const override {
+    // The output's add is done here: its terms live in scratch, which is reused next.
+    const ResidualStream out = block.forward(in, seq, saved, scratch, activations).materialised();
     const Tensor input = saved.input;
     saved = Block::Saved{};  // drop views into scratch before it is reused
     saved.input = input;
@@ -33,7 +34,7 @@ class RecomputeBlock final : public RecomputePolicy {
   void backward(const Block& block, Tensor& dx, const SeqInfo& seq, Block::Saved& saved,
                 Arena& scratch) const override {
     Block::Saved replay;
-    block.forward(saved.input, seq, replay, scratch, scratch);
+    block.forward({saved.input}, seq, replay, scratch, scratch);
     block.backward(dx, seq, replay, scratch);
     replay = Block::Saved{};
     scratch.reset();

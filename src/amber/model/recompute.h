@@ -13,8 +13,8 @@ namespace amber {
 class RecomputePolicy {
  public:
   virtual ~RecomputePolicy() = default;
-  virtual Tensor forward(const Block& block, const Tensor& x, const SeqInfo& seq, Block::Saved& saved,
-                         Arena& activations, Arena& scratch) const = 0;
+  virtual ResidualStream forward(const Block& block, const ResidualStream& in, const SeqInfo& seq,
+                                 Block::Saved& saved, Arena& activations, Arena& scratch) const = 0;
   // Leaves `scratch` empty on return.
   virtual void backward(const Block& block, Tensor& dx, const SeqInfo& seq, Block::Saved& saved,
                         Arena& scratch) const = 0;
