@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 6's attention comparison: amber's `bench kernel attention` and PyTorch's
-# varlen_attn / padded cuDNN SDPA (bench/compare/attention_torch.py) on shapes A-E,
+# varlen_attn / padded cuDNN SDPA (bench/compare/attention_torch.py) on shapes A-F,
 # one after the other in this one script, PyTorch on amber's very inputs; amber runs
 # twice (fastest kernels, then the portable ones); prints the tables, hardware first.
 # Usage: bench/compare/attention_compare.sh [AMBER_BINARY]   (on a GPU machine)

@@ -1,5 +1,5 @@
 """PyTorch's side of issue 6's attention comparison, on the shapes of
-`amber bench kernel attention` (A-E, the same document lengths).
+`amber bench kernel attention` (A-F, the same document lengths).
 
 Two arms per shape: torch.nn.attention.varlen.varlen_attn on the packed layout, and
 scaled_dot_product_attention on documents padded to the longest one with the cuDNN
@@ -31,13 +31,15 @@ SHAPES = {
     "C": (20, 4, 64, 0, "50-600"),
     "D": (16, 16, 128, 0, "4x8192"),
     "E": (16, 16, 128, 1024, "4x8192"),
+    "F": (20, 4, 64, 0, "20-100"),
 }
 VARLEN_PARAMS = inspect.signature(varlen_attn).parameters
 
 
 def lengths_of(spec):
-    if spec == "50-600":
-        return spread_lengths(16384, 50, 600)
+    if "-" in spec:
+        lo, hi = spec.split("-")
+        return spread_lengths(16384, int(lo), int(hi))
     count, n = spec.split("x")
     return [int(n)] * int(count)
 
@@ -174,7 +176,7 @@ def run_shape(name, repeats, inputs_dir):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shape", default="all", help="A, B, C, D, E or all")
+    p.add_argument("--shape", default="all", help="A, B, C, D, E, F or all")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--inputs-dir", default="", help="amber's inputs (amber bench kernel attention --inputs-dir)")
     a = p.parse_args()

@@ -232,6 +232,26 @@ TEST(AttentionGpu, ManyDocumentsOutnumberThePersistentBlocks) {
   check_case({"gqa 4/2 d128 w90 many documents", many_documents(300), 4, 2, 128, 90, false}, 1610);
 }
 
+// Documents shorter than a tile share one (the Hopper forward packs consecutive ones
+// into fewer than 192 query rows at head_dim 64, 128 at 128, where documents average
+// less than a tile, as here): packs of two to a dozen documents, single tokens between
+// them, lengths at and around the tile sizes, and more documents than one planning
+// thread packs (16), so a run's end splits a pack.
+std::vector<int32_t> packable_lengths() {
+  const std::vector<int32_t> run = {30, 40, 50, 64, 1, 1, 1, 120, 8, 191, 2, 192, 1, 129, 63, 65, 1, 300, 17, 100, 28};
+  std::vector<int32_t> lengths;
+  for (int i = 0; i < 3; ++i) lengths.insert(lengths.end(), run.begin() + i, run.end());
+  return lengths;
+}
+
+TEST(AttentionGpu, ShortDocumentsPackedIntoSharedTiles) {
+  REQUIRE_GPU();
+  check_case({"gqa 4/2 d64 sinks packed", packable_lengths(), 4, 2, 64, 0, true}, 1900);
+  check_case({"mha 4/4 d64 w30 packed", packable_lengths(), 4, 4, 64, 30, false}, 1910);
+  check_case({"gqa 8/2 d128 packed", packable_lengths(), 8, 2, 128, 0, false}, 1920);
+  check_case({"mha 4/4 d128 w50 sinks packed", packable_lengths(), 4, 4, 128, 50, true}, 1930);
+}
+
 // head_dim 32 is what the small model presets (dim 128, 4 heads) run on the GPU.
 TEST(AttentionGpu, MhaHeadDim32SinksMixedLengths) {
   REQUIRE_GPU();

@@ -94,11 +94,13 @@ std::vector<AttentionBenchShape> attention_bench_shapes(const std::string& which
       {"C", "h20/4 d64, 50-600", 20, 4, 64, 0, spread_lengths(16384, 50, 600)},
       {"D", "h16/16 d128, 4 x 8192", 16, 16, 128, 0, four_8192},
       {"E", "h16/16 d128, 4 x 8192, window 1024", 16, 16, 128, 1024, four_8192},
+      // Beyond issue 6's list: documents shorter than a tile, packed several to one.
+      {"F", "h20/4 d64, 20-100", 20, 4, 64, 0, spread_lengths(16384, 20, 100)},
   };
   if (which == "all") return all;
   for (const AttentionBenchShape& s : all)
     if (s.name == which) return {s};
-  fail("bench kernel attention: unknown shape '", which, "'; valid: A, B, C, D, E, all");
+  fail("bench kernel attention: unknown shape '", which, "'; valid: A, B, C, D, E, F, all");
 }
 
 double attention_forward_flops(const AttentionBenchShape& shape) {

@@ -33,7 +33,7 @@ struct AttentionBenchRow {
 // attention and step benches of both arms use it).
 std::vector<int32_t> spread_lengths(int64_t tokens, int lo, int hi);
 
-// `which`: one of A, B, C, D, E, or all.
+// `which`: one of A, B, C, D, E, F (documents of 20-100 tokens), or all.
 std::vector<AttentionBenchShape> attention_bench_shapes(const std::string& which);
 
 // FLOPs of one causal forward (4 per visible query-key pair per head_dim; the backward

@@ -51,6 +51,47 @@ struct DocumentRun {
   }
 };
 
+// Documents per thread when packing: next fit over a thread's run, so a run's end also
+// ends a segment (one extra segment per 16 documents at most).
+constexpr int kPackRun = 16;
+
+// Cuts the documents into segments for `rows`-row tiles (see Layout): a document of
+// rows tokens or more is a segment of its own; consecutive shorter ones share a segment
+// while their lengths sum to less than rows (next fit within a thread's run of
+// documents). Writes the segments' bounds into segments[0 .. num_docs] (the entries
+// past the last segment hold the token count: empty segments) and the first token of
+// every document shorter than rows for each of its tokens into doc_starts; the block
+// meets before returning.
+__device__ void pack_documents(const int32_t* cu_seqlens, int num_docs, int rows, int32_t* segments,
+                               int32_t* doc_starts) {
+  const int per = max(kPackRun, (num_docs + kPlanThreads - 1) / kPlanThreads);
+  const int lo = min(num_docs, static_cast<int>(threadIdx.x) * per), hi = min(num_docs, lo + per);
+  // fill: tokens in the open segment, rows when none is open (after a long one).
+  const auto walk = [&](auto&& start_segment) {
+    for (int d = lo, fill = rows; d < hi; ++d) {
+      const int length = cu_seqlens[d + 1] - cu_seqlens[d];
+      if (fill + length < rows) {
+        fill += length;
+      } else {
+        start_segment(d);
+        fill = min(length, rows);
+      }
+    }
+  };
+  int mine = 0;
+  walk([&](int) { ++mine; });
+  int total = 0;
+  int at = block_exclusive_scan(mine, &total);
+  walk([&](int d) { segments[at++] = cu_seqlens[d]; });
+  for (int i = total + threadIdx.x; i <= num_docs; i += kPlanThreads) segments[i] = cu_seqlens[num_docs];
+  for (int d = threadIdx.x; d < num_docs; d += kPlanThreads) {
+    const int start = cu_seqlens[d], end = cu_seqlens[d + 1];
+    if (end - start < rows)
+      for (int t = start; t < end; ++t) doc_starts[t] = start;
+  }
+  __syncthreads();
+}
+
 // How many `rows`-row tiles document d takes.
 __device__ __forceinline__ int tiles_of(const int32_t* cu_seqlens, int d, int rows) {
   return (cu_seqlens[d + 1] - cu_seqlens[d] + rows - 1) / rows;
@@ -58,9 +99,13 @@ __device__ __forceinline__ int tiles_of(const int32_t* cu_seqlens, int d, int ro
 
 // One block: each thread takes a run of documents, counts their tiles, finds its
 // offset by a block scan and writes (document, k) for each; the rest of the slots get
-// document -1.
-__global__ void __launch_bounds__(kPlanThreads) tile_plan_kernel(const int32_t* cu_seqlens, int num_docs, int rows,
-                                                                 int slots, int2* plan) {
+// document -1. With segments, the documents are first packed into them
+// (pack_documents) and the plan is over the segments.
+__global__ void __launch_bounds__(kPlanThreads) tile_plan_kernel(const int32_t* documents, int num_docs, int rows,
+                                                                 int32_t* segments, int32_t* doc_starts, int slots,
+                                                                 int2* plan) {
+  if (segments) pack_documents(documents, num_docs, rows, segments, doc_starts);
+  const int32_t* cu_seqlens = segments ? segments : documents;
   const DocumentRun run(num_docs);
   const int lo = run.lo, hi = run.hi;
   const auto tiles = [&](int d) { return tiles_of(cu_seqlens, d, rows); };
@@ -154,19 +199,31 @@ WorkList with_work_list(const Layout& g, int rows, GroupedTiles rule, bool last_
   return WorkList{static_cast<const int4*>(storage.raw()), static_cast<int>(capacity)};
 }
 
-Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage, const char* op) {
+Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, Tensor& storage, const char* op) {
   // Every document's last tile may be partial: at most tokens / rows full tiles plus
   // one per document.
   const int64_t slots = (g.tokens + rows - 1) / rows + g.num_docs;
   AMBER_CHECK(slots < (int64_t{1} << 31), op, ": ", g.tokens, " tokens in ", g.num_docs,
               " documents exceed the launch grid");
-  storage = Tensor::empty({slots, 2}, DType::i32, device);
+  // The slots, then when packing the documents' starts by token and the segments
+  // (num_docs + 1).
+  const int64_t slot_words = 2 * slots;
+  storage = Tensor::empty({slot_words + (pack ? g.tokens + g.num_docs + 1 : 0)}, DType::i32, device);
+  int32_t* words = static_cast<int32_t*>(storage.raw());
   Layout planned = g;
-  planned.tiles = static_cast<const int2*>(storage.raw());
+  planned.tiles = reinterpret_cast<const int2*>(words);
   planned.tile_rows = rows;
   planned.tile_slots = static_cast<int>(slots);
-  tile_plan_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, planned.tile_slots,
-                                                                static_cast<int2*>(storage.raw()));
+  int32_t *segments = nullptr, *doc_starts = nullptr;
+  if (pack) {
+    doc_starts = words + slot_words;
+    segments = doc_starts + g.tokens;
+    planned.cu_seqlens = segments;
+    planned.doc_starts = doc_starts;
+    planned.pack_rows = rows;
+  }
+  tile_plan_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, segments, doc_starts,
+                                                                planned.tile_slots, reinterpret_cast<int2*>(words));
   check_launch(op, storage.shape());
   return planned;
 }

@@ -608,7 +608,7 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
   tensor_core::with_types(q, op, [&]<class T, int D>() {
     Tensor plan, work_items;
     // The dQ kernel takes plan slots; the dK/dV kernel, work items.
-    const Layout g = D == 64 ? unplanned : with_tile_plan(unplanned, kOwnRows, q.device(), plan, op);
+    const Layout g = D == 64 ? unplanned : with_tile_plan(unplanned, kOwnRows, false, q.device(), plan, op);
     const int64_t tokens = q.size(0);
     const bool grouped = g.heads != g.kv_heads;
     constexpr bool kFoldDq = D == 64;

@@ -339,7 +339,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& un
              const float* sinks, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
   Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kRows, q.device(), plan, op);
+  const Layout g = with_tile_plan(unplanned, kRows, false, q.device(), plan, op);
   const dim3 grid = attention_grid(g, g.heads, op);
   with_element_type(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -359,7 +359,7 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
               Tensor& dv) {
   const char* op = "attention_backward";
   Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kRows, q.device(), plan, op);
+  const Layout g = with_tile_plan(unplanned, kRows, false, q.device(), plan, op);
   with_element_type(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const BackwardArgs<T> a{ptr<T>(q),        ptr<T>(k),           ptr<T>(v),

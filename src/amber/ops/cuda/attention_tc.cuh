@@ -126,6 +126,19 @@ struct Fragment {
   }
 };
 
+// The first key of the documents of a lane's two fragment rows (rows 2r of a Fragment)
+// relative to the tile's segment: where short documents are packed (Layout), a row
+// sees only its own document's keys. The default, a segment of one document, bounds
+// nothing.
+struct RowDocuments {
+  int start[2] = {0, 0};
+  __device__ __forceinline__ static RowDocuments of(const Layout& g, const TileRange& t, const Fragment& f) {
+    RowDocuments docs;
+    for (int r = 0; r < 2; ++r) docs.start[r] = document_start(g, t, f.row(2 * r));
+    return docs;
+  }
+};
+
 // The visible part of a lane's fragment row r as a range [lo[r], hi[r]) of column
 // offsets c = nt * 8 + e % 2 from the lane's first column, so a mask compares
 // unrolled immediates against two registers per row instead of rebuilding each
@@ -136,13 +149,14 @@ struct VisibleSpan {
     const int c = nt * 8 + e % 2;
     return c >= lo[e / 2] && c < hi[e / 2];
   }
-  // Rows are queries i, columns keys j: visible(i, j, window).
-  __device__ __forceinline__ static VisibleSpan keys_of_queries(const Fragment& f, int window) {
+  // Rows are queries i, columns keys j of the row's document: visible(i, j, window).
+  __device__ __forceinline__ static VisibleSpan keys_of_queries(const Fragment& f, int window,
+                                                                const RowDocuments& docs = {}) {
     VisibleSpan v;
     const int first = f.col(0, 0);
     for (int r = 0; r < 2; ++r) {
       const int i = f.row(2 * r);
-      v.lo[r] = (window > 0 ? i - window + 1 : 0) - first;
+      v.lo[r] = max(window > 0 ? i - window + 1 : 0, docs.start[r]) - first;
       v.hi[r] = i + 1 - first;
     }
     return v;
@@ -185,14 +199,15 @@ struct OnlineSoftmax {
   }
 
   // One stage of raw scores s (16 rows x N keys, this warp's, at fragment f): masks
-  // the invisible keys when `edge`, moves the max and the sums to the stage, and
+  // the invisible keys (of the rows' documents, docs) when `edge`, moves the max and the sums to the stage, and
   // leaves the stage's unnormalised probabilities in s and, per row r, the factor by
   // which the output so far must be rescaled. exp2 is the family's.
   template <int N, class Exp2>
   __device__ __forceinline__ void exponentiate(float (&s)[N / 8][4], const Fragment& f, bool edge, int window,
-                                               float scale_log2, Exp2 exp2, float (&rescale)[2]) {
+                                               float scale_log2, Exp2 exp2, float (&rescale)[2],
+                                               const RowDocuments& docs = {}) {
     if (edge) {
-      const VisibleSpan seen = VisibleSpan::keys_of_queries(f, window);
+      const VisibleSpan seen = VisibleSpan::keys_of_queries(f, window, docs);
 #pragma unroll
       for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll

@@ -187,7 +187,7 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
               Tensor& dv) {
   const char* op = "attention_backward";
   Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kOwnedRows, q.device(), plan, op);
+  const Layout g = with_tile_plan(unplanned, kOwnedRows, false, q.device(), plan, op);
   with_types(q, op, [&]<class T, int D>() {
     with_backward_args<T, D>(dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
       const size_t dq_smem = DqShape<D>::kSmemElems * sizeof(T);

@@ -18,14 +18,23 @@ namespace amber::cuda {
 // Hopper forward's persistent blocks, the slots of the work items it draws), and slots
 // past the plan's end hold document -1 and are skipped. Nothing here reads the host's
 // document lengths, so the grid depends only on the token and document counts.
+//
+// With short documents packed (the Hopper forward, with_tile_plan), "documents" here
+// are segments: cu_seqlens holds segment bounds, a segment being one document or a run
+// of consecutive documents of fewer than pack_rows tokens together, so a tile of
+// pack_rows rows holds several short documents instead of one. doc_starts[t] is then
+// the first token of token t's own document, written for every document shorter than
+// pack_rows; a segment of several documents reads its rows' starts there.
 struct Layout {
   const int32_t* cu_seqlens;
-  int num_docs;
+  int num_docs;  // segments: an upper bound, the ones past the last hold no tokens
   int64_t tokens;
   int heads, kv_heads, window;
   float scale;
   const int2* tiles = nullptr;  // [tile_slots] (document, k) or (-1, 0)
   int tile_rows = 0, tile_slots = 0;
+  const int32_t* doc_starts = nullptr;  // [tokens] when packed
+  int pack_rows = 0;
 };
 
 struct TileRange {
@@ -59,6 +68,20 @@ __device__ __forceinline__ bool tile_of(const Layout& g, bool last_first, TileRa
   return tile_of(g, static_cast<int>(blockIdx.x), last_first, t);
 }
 
+// Whether t's segment holds several documents (its last token's document starts past
+// the segment's start), whose rows then see only their own document's keys. A short
+// document alone in its segment is not packed: its tiles run as any document's.
+__device__ __forceinline__ bool packed(const Layout& g, const TileRange& t) {
+  return g.doc_starts != nullptr && t.length < g.pack_rows && g.doc_starts[t.doc_start + t.length - 1] > t.doc_start;
+}
+
+// The first row of the document of row `row` of t's segment (clamped to the segment's
+// rows), relative to the segment: 0 where the segment is one document.
+__device__ __forceinline__ int document_start(const Layout& g, const TileRange& t, int row) {
+  if (!packed(g, t)) return 0;
+  return g.doc_starts[t.doc_start + min(row, t.length - 1)] - static_cast<int>(t.doc_start);
+}
+
 // Query i sees key j of its document iff j <= i and (no window or j > i - window).
 __device__ __forceinline__ bool visible(int i, int j, int window) {
   return j <= i && (window == 0 || j > i - window);
@@ -78,8 +101,9 @@ struct ForwardArgs {
 };
 
 // g with a plan of `rows`-row tiles, built on `device` into `storage` (one small
-// kernel, no host synchronisation).
-Layout with_tile_plan(const Layout& g, int rows, Device device, Tensor& storage, const char* op);
+// kernel, no host synchronisation); with `pack`, over segments that pack documents of
+// fewer than `rows` tokens (see Layout), cut by the same kernel.
+Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, Tensor& storage, const char* op);
 
 // Which of a document's key tiles are grouped work items (see WorkList), counted from
 // the document's end: the last `least`, or the last share_quarters / 4 of its tiles (at
