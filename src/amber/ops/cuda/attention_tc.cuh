@@ -199,9 +199,10 @@ struct OnlineSoftmax {
   }
 
   // One stage of raw scores s (16 rows x N keys, this warp's, at fragment f): masks
-  // the invisible keys (of the rows' documents, docs) when `edge`, moves the max and the sums to the stage, and
-  // leaves the stage's unnormalised probabilities in s and, per row r, the factor by
-  // which the output so far must be rescaled. exp2 is the family's.
+  // the invisible keys (by window and by the rows' documents) when `edge`, moves the
+  // max and the sums to the stage, and leaves the stage's unnormalised probabilities
+  // in s and, per row r, the factor by which the output so far must be rescaled. exp2
+  // is the family's.
   template <int N, class Exp2>
   __device__ __forceinline__ void exponentiate(float (&s)[N / 8][4], const Fragment& f, bool edge, int window,
                                                float scale_log2, Exp2 exp2, float (&rescale)[2],

@@ -27,7 +27,7 @@ namespace amber::cuda {
 // pack_rows; a segment of several documents reads its rows' starts there.
 struct Layout {
   const int32_t* cu_seqlens;
-  int num_docs;  // segments: an upper bound, the ones past the last hold no tokens
+  int num_docs;  // or segments: an upper bound, the ones past the last hold no tokens
   int64_t tokens;
   int heads, kv_heads, window;
   float scale;
