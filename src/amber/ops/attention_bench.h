@@ -1,7 +1,8 @@
 // The attention benchmark behind `amber bench kernel attention`: issue 6's shapes
-// (A-E), each timed forward and forward+backward on one device and checked against a
-// float64 CPU run of its first document and first KV-head group, with a repeat-run
-// bit check and NaN-poisoned outputs.
+// (A-E) and F (documents of 20-100 tokens, which the Hopper forward packs), each timed
+// forward and forward+backward on one device and checked against a float64 CPU run of
+// its first document and first KV-head group, with a repeat-run bit check and
+// NaN-poisoned outputs.
 #pragma once
 
 #include <string>
