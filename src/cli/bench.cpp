@@ -174,7 +174,8 @@ void add_bench_command(CLI::App& app) {
                      "linear cross-entropy against materialised logits), or gemm (a model's products against "
                      "cuBLASLt's other algorithms)")
       ->capture_default_str();
-  kernel->add_option("--shape", k->shape, "attention only: issue 6's shape A, B, C, D or E, F (20-100-token documents), or all")
+  kernel->add_option("--shape", k->shape,
+                     "attention only: issue 6's shape A, B, C, D or E, F (20-100-token documents), or all")
       ->capture_default_str();
   kernel->add_option("--device", k->device, "cuda, cuda:N or cpu")->capture_default_str();
   kernel->add_option("--tokens", k->tokens, "Rows of the activation (0: 65536; 16384 for lmhead)")->capture_default_str();

@@ -1,18 +1,18 @@
 // Hopper attention forward (sm_90a; bf16/f16, head_dim 64 and 128). A persistent block
-// (one per SM) takes tiles of 192 query rows of one head at head_dim 64, 128 at 128
-// (of one document, or with kPack of several short documents packed into one
-// segment: Layout), one after another: one producer warpgroup whose single thread
-// issues TMA copies of Q and of a ring of 128-key K/V tiles, each completing on an mbarrier, and three (two)
-// consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma from shared
-// memory, run the online softmax in registers (log2 domain, fp32), and add P V with P
-// fed to wgmma from registers (at head_dim 64 a stage's P V product is issued behind
-// the next stage's scores, so it runs while their softmax does, and a diagonal stage
-// is computed 64 keys wide where its second half lies past a consumer's rows).
-// Consumers hand a stage back by arriving on its "empty" barrier; masks are applied
-// only on tiles at the diagonal or the window's edge, and on every tile of a packed
-// segment (by each row's document). Keys past a document's end
-// belong to the next document (or are TMA's zeros) and are always masked; their V rows
-// meet a zero probability.
+// (one per SM) takes tiles of 192 query rows of one head at head_dim 64, 128 at 128 (of
+// one document, or with kPack of several short documents packed into one segment:
+// Layout), one after another: one producer warpgroup whose single thread issues TMA
+// copies of Q and of a ring of 128-key K/V tiles, each completing on an mbarrier, and
+// three (two) consumer warpgroups of 64 rows each that compute S = Q K^T with wgmma
+// from shared memory, run the online softmax in registers (log2 domain, fp32), and add
+// P V with P fed to wgmma from registers (at head_dim 64 a stage's P V product is
+// issued behind the next stage's scores, so it runs while their softmax does, and a
+// diagonal stage is computed 64 keys wide where its second half lies past a consumer's
+// rows). Consumers hand a stage back by arriving on its "empty" barrier; masks are
+// applied only on tiles at the diagonal or the window's edge, and on every tile of a
+// packed segment (by each row's document). Keys past a document's end belong to the
+// next document (or are TMA's zeros) and are always masked; their V rows meet a zero
+// probability.
 #include <algorithm>
 
 #include "amber/ops/cuda/attention_hopper.cuh"
