@@ -1,15 +1,15 @@
-// CUDA QK-norm fused with RoPE, q and k in one launch. Each lane holds one 16-byte pack
-// of a (token, head) row, so a row takes L = head_dim / pack lanes and a warp 32 / L rows
-// at once; a rotation pair (i, i + rotary_dim / 2) lies in two lanes of the row, which
-// trade values by one shuffle. A warp takes one token: it issues the loads of all the
-// token's rows of q and k, then forms the token's cos/sin row in its own shared memory
-// (rope_table.cuh's bits, the ones rope_forward uses) while they arrive; no warp waits
-// on another for its rows (the backward's warps meet once, at the end, for the weight
-// partials). The forward normalises and rotates without rounding in between;
-// the backward applies the transpose rotation, then the norm's backward, writing dx into
-// a token-strided view when given one, and reduces dweight through per-block partial
-// sums in a fixed order. Shapes the lanes cannot hold run as the two ops per side, one
-// after the other.
+// CUDA QK-norm fused with RoPE, q and k in one launch. Each lane holds two 16-byte packs
+// of a (token, head) row: columns i.. and i + rotary_dim / 2.. of one rotation pair where
+// it rotates, two adjacent packs past the rotary columns. A rotation is then the lane's
+// own arithmetic (no shuffle), a row takes L = head_dim / (2 packs) lanes and a warp
+// 32 / L rows at once. A warp takes one token: it issues the loads of its token's rows of
+// q and k, then forms the token's cos/sin row in its own shared memory (rope_table.cuh's
+// bits, the ones rope_forward uses) while they arrive; no warp waits on another for its
+// rows (the backward's warps meet once, at the end, for the weight partials). The
+// forward normalises and rotates without rounding in between; the backward applies the
+// transpose rotation, then the norm's backward, writing dx into a token-strided view when
+// given one, and reduces dweight through per-block partial sums in a fixed order. Shapes
+// the lanes cannot hold run as the two ops per side, one after the other.
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
@@ -26,28 +26,29 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxHeadDim = 256;
 // Slots of rows a lane loads at once: slot s of a warp is rows s * (32 / L) .. of its
-// token, q's heads first, then k's (Kohaku-500M's 20 + 4 heads of 64 fill six of them,
-// 4 rows each). A token with more rows takes several passes. The forward is held to
-// three blocks an SM, the backward (two packs and a statistic a slot) to two.
-constexpr int kSlots = 6;
+// token, q's heads first, then k's (at heads of 64 in bf16, eight rows a slot: the
+// Kohaku rungs' 14 to 28 rows take two to four). A token with more rows takes several
+// passes. The backward holds two tensors' packs a slot and the weights' sums, so it
+// takes fewer slots a pass and fewer blocks an SM.
+template <bool kBackward>
+constexpr int kSlots = kBackward ? 2 : 4;
 template <bool kBackward>
 constexpr int kBlocksPerSm = kBackward ? 2 : 3;
 
-// Where one lane sits in its row: pack j of L, the columns it rotates with (the
-// partner lane's), and the angles of its columns.
+// Where one lane sits in its row: its packs start at columns `first` and `second`; a
+// rotating lane's are the rotation pairs of the angles from `angle`, the others pass
+// through.
 template <class T, int L>
 struct LaneRole {
   static constexpr int n = Pack<T>::n;
-  int j, column, partner, angle;
-  bool first_half, rotating;
+  int first, second, angle;
+  bool rotating;
   __device__ LaneRole(const RopeParams& p) {
-    const int lane = threadIdx.x % 32, half_packs = p.half / n;
-    j = lane % L;
-    column = j * n;
-    first_half = j < half_packs;
-    rotating = j < 2 * half_packs;
-    partner = first_half ? lane + half_packs : lane - half_packs;
-    angle = first_half ? column : column - p.half;
+    const int j = threadIdx.x % 32 % L, half_packs = p.half / n;
+    rotating = j < half_packs;
+    angle = j * n;
+    first = rotating ? angle : p.rotary_dim + 2 * n * (j - half_packs);
+    second = rotating ? first + p.half : first + n;
   }
 };
 
@@ -59,29 +60,27 @@ __device__ __forceinline__ float row_sum(float v) {
   return v;
 }
 
-// v rotated by the angles of `role` at one token: out[c] = v[c] cos - v[c + h] sin and
-// out[c + h] = v[c + h] cos + v[c] sin. Every lane of the warp must call it (shuffle).
-// A lane's angles are whole packs of at least four floats, 16-byte aligned in the rows
-// (rows of rotary_dim / 2 floats, a multiple of the pack): read four at a time.
+// The lane's two packs rotated by its angles at one token: a[e] = a[e] cos - b[e] sin,
+// b[e] = b[e] cos + a[e] sin. cos_row and sin_row are the warp's rows in shared memory,
+// 16-byte aligned, so a lane reads its n angles four at a time.
 template <class T, int L>
 __device__ __forceinline__ void rotate(const LaneRole<T, L>& role, const float* cos_row, const float* sin_row,
-                                       float (&v)[Pack<T>::n]) {
+                                       float (&a)[Pack<T>::n], float (&b)[Pack<T>::n]) {
   constexpr int n = Pack<T>::n;
   static_assert(n % 4 == 0, "a lane's angles are read as float4");
-  float other[n];
-#pragma unroll
-  for (int e = 0; e < n; ++e) other[e] = __shfl_sync(0xffffffffu, v[e], role.partner);
   if (!role.rotating) return;
-  const float sign = role.first_half ? -1.0f : 1.0f;
   const float4* c4 = reinterpret_cast<const float4*>(cos_row + role.angle);
   const float4* s4 = reinterpret_cast<const float4*>(sin_row + role.angle);
 #pragma unroll
   for (int e = 0; e < n; e += 4) {
     const float4 c = c4[e / 4], s = s4[e / 4];
-    v[e] = v[e] * c.x + sign * other[e] * s.x;
-    v[e + 1] = v[e + 1] * c.y + sign * other[e + 1] * s.y;
-    v[e + 2] = v[e + 2] * c.z + sign * other[e + 2] * s.z;
-    v[e + 3] = v[e + 3] * c.w + sign * other[e + 3] * s.w;
+    const float cs[4] = {c.x, c.y, c.z, c.w}, sn[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float x = a[e + u], y = b[e + u];
+      a[e + u] = x * cs[u] - y * sn[u];
+      b[e + u] = y * cs[u] + x * sn[u];
+    }
   }
 }
 
@@ -111,21 +110,43 @@ struct BackwardSide {
   int heads;
 };
 
-template <class T, int L>
-__device__ __forceinline__ void load_gain(const T* w, const LaneRole<T, L>& role, float (&gain)[Pack<T>::n]) {
-  if (w) {
-    load_f32<T, Pack<T>::n>(w + role.column, gain);
-  } else {
-#pragma unroll
-    for (int e = 0; e < Pack<T>::n; ++e) gain[e] = 1.0f;
-  }
-}
-
 template <class T>
 __device__ __forceinline__ void unpack(const uint4& raw, float (&out)[Pack<T>::n]) {
   const Pack<T> a = *reinterpret_cast<const Pack<T>*>(&raw);
 #pragma unroll
   for (int e = 0; e < Pack<T>::n; ++e) out[e] = to_f32(a.v[e]);
+}
+
+// A lane's two packs of one row (or of the gain), as loaded.
+struct RowPacks {
+  uint4 a, b;
+};
+
+template <class T, int L>
+__device__ __forceinline__ RowPacks load_packs(const T* row, const LaneRole<T, L>& role) {
+  return {*reinterpret_cast<const uint4*>(row + role.first), *reinterpret_cast<const uint4*>(row + role.second)};
+}
+
+template <class T, int L>
+__device__ __forceinline__ void store_packs(T* row, const LaneRole<T, L>& role, const float (&a)[Pack<T>::n],
+                                            const float (&b)[Pack<T>::n]) {
+  store_f32<T, Pack<T>::n>(row + role.first, a);
+  store_f32<T, Pack<T>::n>(row + role.second, b);
+}
+
+// The norm's gain at the lane's columns (ones without a gain); read per row from L1,
+// which keeps the registers for rows in flight.
+template <class T, int L>
+__device__ __forceinline__ void load_gain(const T* w, const LaneRole<T, L>& role, float (&a)[Pack<T>::n],
+                                          float (&b)[Pack<T>::n]) {
+  if (w) {
+    const RowPacks g = load_packs(w, role);
+    unpack<T>(g.a, a);
+    unpack<T>(g.b, b);
+  } else {
+#pragma unroll
+    for (int e = 0; e < Pack<T>::n; ++e) a[e] = b[e] = 1.0f;
+  }
 }
 
 // Row `index` of a token's q and k rows: which side and head; rows past the token's
@@ -135,10 +156,10 @@ struct TokenRow {
   int head;
 };
 
-// A warp's token's q and k rows as slots: slot s of the pass from `base` is row base +
-// s * (32 / L) + the lane's row group. A slot wholly past the token's rows is the same
-// for every lane, so the whole warp skips it.
-template <int L>
+// A warp's token's q and k rows as K slots a pass: slot s of the pass from `base` is row
+// base + s * (32 / L) + the lane's row group. A slot wholly past the token's rows is the
+// same for every lane, so the whole warp skips it.
+template <int L, int K>
 struct TokenSlots {
   static constexpr int kGroups = 32 / L;
   int q_heads, rows, group;
@@ -155,22 +176,11 @@ struct TokenSlots {
   template <class F>
   __device__ __forceinline__ void each(int base, const F& f) const {
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
+    for (int s = 0; s < K; ++s) {
       if (past(base, s)) break;
       f(s, row(base, s));
     }
   }
-};
-
-// The norms' gains at a lane's columns, for both sides.
-template <class T, int L>
-struct Gains {
-  float q[Pack<T>::n], k[Pack<T>::n];
-  __device__ Gains(const T* wq, const T* wk, const LaneRole<T, L>& role) {
-    load_gain(wq, role, q);
-    load_gain(wk, role, k);
-  }
-  __device__ float at(bool is_q, int e) const { return is_q ? q[e] : k[e]; }
 };
 
 // The warp's token and the per-warp cos/sin row it forms in shared memory: lanes take
@@ -200,37 +210,41 @@ template <class T, int L>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
     qk_norm_rope_forward_kernel(const __grid_constant__ ForwardSide<T> q, const __grid_constant__ ForwardSide<T> k,
                                 const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = L * n, K = kSlots;
+  constexpr int n = Pack<T>::n, d = 2 * L * n, K = kSlots<false>;
   __shared__ WarpAngles angles[kWarps];
   const WarpToken t(tokens);
   if (!t.live) return;
   WarpAngles& a = angles[threadIdx.x / 32];
   const LaneRole<T, L> role(p);
-  const TokenSlots<L> slots(q.heads, k.heads, t.live);
-  const Gains<T, L> gain(q.w, k.w, role);
+  const TokenSlots<L, K> slots(q.heads, k.heads, t.live);
   for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
-    uint4 raw[K];
+    RowPacks raw[K];
     slots.each(base, [&](int s, const TokenRow& r) {
       const ForwardSide<T>& side = r.q ? q : k;
-      raw[s] = r.live ? *reinterpret_cast<const uint4*>(side.x + t.token * side.x_stride + r.head * d + role.column)
-                      : uint4{};
+      raw[s] = r.live ? load_packs(side.x + t.token * side.x_stride + r.head * d, role) : RowPacks{};
     });
     if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
     slots.each(base, [&](int s, const TokenRow& r) {
       const ForwardSide<T>& side = r.q ? q : k;
-      float v[n];
-      unpack<T>(raw[s], v);
+      float va[n], vb[n], ga[n], gb[n];
+      unpack<T>(raw[s].a, va);
+      unpack<T>(raw[s].b, vb);
       float ss = 0.0f;
 #pragma unroll
-      for (int e = 0; e < n; ++e) ss += v[e] * v[e];
-      const float inv = 1.0f / sqrtf(row_sum<L>(ss) / static_cast<float>(d) + side.eps);
+      for (int e = 0; e < n; ++e) ss += va[e] * va[e] + vb[e] * vb[e];
+      // d is a power of two, so the mean's scale is exact.
+      const float inv = rsqrtf(row_sum<L>(ss) * (1.0f / d) + side.eps);
+      load_gain(side.w, role, ga, gb);
 #pragma unroll
-      for (int e = 0; e < n; ++e) v[e] *= inv * gain.at(r.q, e);
-      rotate(role, a.cos_row, a.sin_row, v);
+      for (int e = 0; e < n; ++e) {
+        va[e] *= inv * ga[e];
+        vb[e] *= inv * gb[e];
+      }
+      rotate(role, a.cos_row, a.sin_row, va, vb);
       if (r.live) {
         const int64_t row = t.token * side.heads + r.head;
-        if (role.j == 0) side.rstd[row] = inv;
-        store_f32<T, n>(side.y + row * d + role.column, v);
+        if (threadIdx.x % L == 0) side.rstd[row] = inv;
+        store_packs(side.y + row * d, role, va, vb);
       }
     });
   }
@@ -239,14 +253,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
 // dw_partial[block, :] = the block's sum of g * xhat over one side's rows: each lane's
 // sums, the row groups of a warp added by a fixed butterfly, the warps in warp order.
 template <class T, int L>
-__device__ void store_weight_partial(const LaneRole<T, L>& role, float (&acc)[Pack<T>::n], float* dw_partial,
+__device__ void store_weight_partial(const LaneRole<T, L>& role, float (&acc_a)[Pack<T>::n],
+                                     float (&acc_b)[Pack<T>::n], float* dw_partial,
                                      float (&warp_dw)[kWarps][kMaxHeadDim]) {
-  constexpr int n = Pack<T>::n, d = L * n;
+  constexpr int n = Pack<T>::n, d = 2 * L * n;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int e = 0; e < n; ++e) {
-    for (int o = 16; o >= L; o >>= 1) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
-    if (lane < L) warp_dw[warp][role.column + e] = acc[e];
+    for (int o = 16; o >= L; o >>= 1) {
+      acc_a[e] += __shfl_xor_sync(0xffffffffu, acc_a[e], o);
+      acc_b[e] += __shfl_xor_sync(0xffffffffu, acc_b[e], o);
+    }
+    if (lane < L) {
+      warp_dw[warp][role.first + e] = acc_a[e];
+      warp_dw[warp][role.second + e] = acc_b[e];
+    }
   }
   __syncthreads();
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
@@ -263,66 +284,72 @@ template <class T, int L>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
     qk_norm_rope_backward_kernel(const __grid_constant__ BackwardSide<T> q, const __grid_constant__ BackwardSide<T> k,
                                  const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = L * n, K = kSlots;
+  constexpr int n = Pack<T>::n, d = 2 * L * n, K = kSlots<true>;
   __shared__ WarpAngles angles[kWarps];
   __shared__ float warp_dw[kWarps][kMaxHeadDim];
   const WarpToken t(tokens);
   WarpAngles& a = angles[threadIdx.x / 32];
   const LaneRole<T, L> role(p);
-  const TokenSlots<L> slots(q.heads, k.heads, t.live);
-  const Gains<T, L> gain(q.w, k.w, role);
-  float acc_q[n] = {}, acc_k[n] = {};
+  const TokenSlots<L, K> slots(q.heads, k.heads, t.live);
+  float acc_qa[n] = {}, acc_qb[n] = {}, acc_ka[n] = {}, acc_kb[n] = {};
   for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
-    uint4 raw_dy[K], raw_x[K];
+    RowPacks raw_dy[K], raw_x[K];
     float rstd[K];
     slots.each(base, [&](int s, const TokenRow& r) {
       const BackwardSide<T>& side = r.q ? q : k;
       const int64_t row = t.token * side.heads + r.head;
-      raw_dy[s] = r.live ? *reinterpret_cast<const uint4*>(side.dy + row * d + role.column) : uint4{};
-      raw_x[s] = r.live ? *reinterpret_cast<const uint4*>(side.x + t.token * side.x_stride + r.head * d + role.column)
-                        : uint4{};
+      raw_dy[s] = r.live ? load_packs(side.dy + row * d, role) : RowPacks{};
+      raw_x[s] = r.live ? load_packs(side.x + t.token * side.x_stride + r.head * d, role) : RowPacks{};
       rstd[s] = r.live ? side.rstd[row] : 0.0f;
     });
     if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
     slots.each(base, [&](int s, const TokenRow& r) {
       const BackwardSide<T>& side = r.q ? q : k;
-      float g[n], v[n];
-      unpack<T>(raw_dy[s], g);
-      unpack<T>(raw_x[s], v);
-      rotate(role, a.cos_row, a.sin_row, g);
+      float ga[n], gb[n], xa[n], xb[n], wa[n], wb[n];
+      unpack<T>(raw_dy[s].a, ga);
+      unpack<T>(raw_dy[s].b, gb);
+      unpack<T>(raw_x[s].a, xa);
+      unpack<T>(raw_x[s].b, xb);
+      rotate(role, a.cos_row, a.sin_row, ga, gb);
+      load_gain(side.w, role, wa, wb);
       const float inv = rstd[s];
       float sum_gx = 0.0f;
 #pragma unroll
       for (int e = 0; e < n; ++e) {
-        v[e] *= inv;  // xhat
-        sum_gx += g[e] * gain.at(r.q, e) * v[e];
+        xa[e] *= inv;  // xhat
+        xb[e] *= inv;
+        sum_gx += ga[e] * wa[e] * xa[e] + gb[e] * wb[e] * xb[e];
       }
-      const float mgx = row_sum<L>(sum_gx) / static_cast<float>(d);
-      float out[n];
+      const float mgx = row_sum<L>(sum_gx) * (1.0f / d);
+      // Dead rows add zeros; a row's g * xhat goes to its own side's sums.
+      const float to_q = r.q ? 1.0f : 0.0f, to_k = 1.0f - to_q;
 #pragma unroll
       for (int e = 0; e < n; ++e) {
-        out[e] = inv * (g[e] * gain.at(r.q, e) - v[e] * mgx);
-        const float gx = g[e] * v[e];  // dead rows add zeros
-        acc_q[e] += r.q ? gx : 0.0f;
-        acc_k[e] += r.q ? 0.0f : gx;
+        const float gxa = ga[e] * xa[e], gxb = gb[e] * xb[e];
+        acc_qa[e] = fmaf(to_q, gxa, acc_qa[e]);
+        acc_qb[e] = fmaf(to_q, gxb, acc_qb[e]);
+        acc_ka[e] = fmaf(to_k, gxa, acc_ka[e]);
+        acc_kb[e] = fmaf(to_k, gxb, acc_kb[e]);
+        ga[e] = inv * (ga[e] * wa[e] - xa[e] * mgx);
+        gb[e] = inv * (gb[e] * wb[e] - xb[e] * mgx);
       }
-      if (r.live) store_f32<T, n>(side.dx + t.token * side.dx_stride + r.head * d + role.column, out);
+      if (r.live) store_packs(side.dx + t.token * side.dx_stride + r.head * d, role, ga, gb);
     });
   }
-  if (q.dw_partial) store_weight_partial(role, acc_q, q.dw_partial, warp_dw);
-  if (k.dw_partial) store_weight_partial(role, acc_k, k.dw_partial, warp_dw);
+  if (q.dw_partial) store_weight_partial(role, acc_qa, acc_qb, q.dw_partial, warp_dw);
+  if (k.dw_partial) store_weight_partial(role, acc_ka, acc_kb, k.dw_partial, warp_dw);
 }
 
 unsigned token_blocks(int64_t tokens) { return static_cast<unsigned>((tokens + kWarps - 1) / kWarps); }
 
-// Lanes per row when the fused kernels can hold x's heads, else 0: whole 16-byte packs
-// per row (4 to 32 of them, a power of two), rotation pairs of whole packs, and every
-// row of every tensor starting on a 16-byte boundary.
+// Lanes per row when the fused kernels can hold x's heads, else 0: two whole 16-byte
+// packs a lane (2 to 32 lanes a row, a power of two), rotation pairs of whole packs, and
+// every row of every tensor starting on a 16-byte boundary.
 int lanes_per_row(const Tensor& x, const RopeTable& table, std::initializer_list<const Tensor*> tensors) {
   const int64_t d = x.size(2), pack = 16 / static_cast<int64_t>(dtype_size(x.dtype()));
-  const int64_t lanes = d / pack;
+  const int64_t lanes = d / (2 * pack);
   const bool power_of_two = (lanes & (lanes - 1)) == 0;
-  if (d % pack != 0 || d > kMaxHeadDim || lanes < 4 || lanes > 32 || !power_of_two) return 0;
+  if (d % (2 * pack) != 0 || d > kMaxHeadDim || lanes < 2 || lanes > 32 || !power_of_two) return 0;
   if ((table.rotary_dim / 2) % pack != 0) return 0;
   for (const Tensor* t : tensors)
     if (t->defined() && (!aligned16(t->raw()) || (t->ndim() == 3 && t->stride(0) % pack != 0))) return 0;
@@ -332,6 +359,7 @@ int lanes_per_row(const Tensor& x, const RopeTable& table, std::initializer_list
 template <class Fn>
 void with_lanes_per_row(int lanes, Fn&& fn) {
   switch (lanes) {
+    case 2: return fn(std::integral_constant<int, 2>{});
     case 4: return fn(std::integral_constant<int, 4>{});
     case 8: return fn(std::integral_constant<int, 8>{});
     case 16: return fn(std::integral_constant<int, 16>{});
