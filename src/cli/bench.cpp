@@ -18,12 +18,13 @@ struct BenchArgs {
   std::vector<std::string> overrides;
   StepBenchOptions options;
   std::string doc_lengths = "2048";
+  bool heuristic_gemm = false;
   std::string gemm_tuning;
 };
 
 void run(BenchArgs& a) {
   const RunConfig config = load_run_config(a.config, a.overrides);
-  set_gemm_tuning_file(a.gemm_tuning);
+  set_gemm_tuning({.measured = !a.heuristic_gemm, .file = a.gemm_tuning});
   a.options.model = config.model;
   a.options.optimizer = config.optimizer;
   const size_t dash = a.doc_lengths.find('-');
@@ -150,9 +151,13 @@ void add_bench_command(CLI::App& app) {
                  "Also print GPU time per op (CUDA events around every op entry point; runs eagerly)");
   step->add_flag("!--no-graph", a->options.cuda_graph,
                  "Issue every step's kernels from the host instead of replaying a captured CUDA graph");
+  step->add_flag("--heuristic-gemm", a->heuristic_gemm,
+                 "GPU: run cuBLASLt's first heuristic algorithm for every product, instead of timing its first 16 "
+                 "for each new product shape and keeping the fastest (as training does by default)");
   step->add_option("--gemm-tuning", a->gemm_tuning,
-                   "GPU: time cuBLASLt's first 8 algorithms for each new product shape, keep the fastest and "
-                   "record it in this file (reused by later runs that name it)");
+                   "GPU: keep the measured algorithms in this file, and reuse the choices it already holds "
+                   "(a later run that names it times nothing)")
+      ->excludes("--heuristic-gemm");
   step->callback([a] { run(*a); });
 
   struct KernelArgs {

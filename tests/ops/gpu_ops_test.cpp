@@ -351,7 +351,8 @@ TEST(RopeGpu, ForwardAndBackwardMatchCpu) {
 // head_dim 64 and 128 with full rotation and a YaRN head with partial rotation (the
 // fused kernel, which passes the unrotated columns through), head_dim 96 (12 packs a
 // row: the two GPU ops per side), with and without the norms' gains; and q and k of 80
-// heads of 128, whose rows of one token outnumber a block's row slots (several passes).
+// heads of 128, whose rows of one token outnumber a block's row slots (several passes);
+// 1201 tokens make 151 blocks of weight partials, summed in two launches.
 TEST(RopeGpu, QkNormRopeMatchesTheTwoOps) {
   REQUIRE_GPU();
   RopeConfig d64, d128, partial, d96;
@@ -377,7 +378,7 @@ TEST(RopeGpu, QkNormRopeMatchesTheTwoOps) {
         const std::string tag = "qk_norm_rope head_dim " + std::to_string(config.head_dim) + " rotary " +
                                 std::to_string(table.rotary_dim) + " heads " + std::to_string(heads_of.q) + "/" +
                                 std::to_string(heads_of.k) + (affine ? " gain" : "");
-        const int64_t tokens = 301, stacked = heads_of.q + heads_of.k + heads_of.v, d = config.head_dim;
+        const int64_t tokens = 1201, stacked = heads_of.q + heads_of.k + heads_of.v, d = config.head_dim;
         const int64_t ranges[2][2] = {{0, heads_of.q}, {heads_of.q, heads_of.q + heads_of.k}};
         const Tensor stack = random_tensor({tokens, stacked, d}, dt, 70, 2.0f), gstack = gpu(stack);
         const Tensor pos = random_ids(tokens, 8192, 72), gpos = gpu(pos);
@@ -442,7 +443,7 @@ TEST(GemmGpu, EveryTransposeMatchesCpu) {
 // Measured algorithms: the first product of a shape is tuned and recorded under the
 // file's header; a process that names the file again reuses the choice (the same
 // bits, no new line); a damaged line or a file from another cuBLASLt or card is
-// refused.
+// refused; without a file the choices stay in memory.
 TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
   REQUIRE_GPU();
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "amber_gemm_tuning_test.tsv";
@@ -458,27 +459,34 @@ TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
   Tensor cc = Tensor::empty({m, n}, DType::f32), first = nan_tensor({m, n}, DType::f32);
   Tensor again = nan_tensor({m, n}, DType::f32);
   gemm(a, false, b, true, cc);
-  set_gemm_tuning_file(file.string());
+  set_gemm_tuning({.measured = true, .file = file.string()});
   gemm(gpu(a), false, gpu(b), true, first);
   expect_close("tuned gemm", first, cc, DType::bf16);
   EXPECT_EQ(lines(), 2) << "the header and the one product tuned";
-  set_gemm_tuning_file(file.string());  // as a resumed run: read back, nothing re-timed
+  set_gemm_tuning({.measured = true, .file = file.string()});  // as a resumed run: read back, nothing re-timed
   gemm(gpu(a), false, gpu(b), true, again);
   EXPECT_EQ(again.to_doubles(), first.to_doubles());
   EXPECT_EQ(lines(), 2);
-  set_gemm_tuning_file("");
+  set_gemm_tuning({});
   {
     std::ofstream damaged(file, std::ios::app);
     damaged << "not a product\n";
   }
-  EXPECT_THROW(set_gemm_tuning_file(file.string()), Error);
+  EXPECT_THROW(set_gemm_tuning({.measured = true, .file = file.string()}), Error);
   {
     std::ofstream other(file);
     other << "amber-gemm-algorithms cublasLt=1 device=elsewhere\n";
   }
-  EXPECT_THROW(set_gemm_tuning_file(file.string()), Error);
-  set_gemm_tuning_file("");
+  EXPECT_THROW(set_gemm_tuning({.measured = true, .file = file.string()}), Error);
+  set_gemm_tuning({});
   std::filesystem::remove(file);
+  // Measured without a file: the choices last for the process, nothing is written.
+  Tensor in_memory = nan_tensor({m, n}, DType::f32);
+  set_gemm_tuning({.measured = true});
+  gemm(gpu(a), false, gpu(b), true, in_memory);
+  expect_close("tuned gemm, choices in memory", in_memory, cc, DType::bf16);
+  EXPECT_FALSE(std::filesystem::exists(file));
+  set_gemm_tuning({});
 }
 
 TEST(GemmGpu, LinearForwardAndBackwardMatchCpu) {

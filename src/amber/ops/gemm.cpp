@@ -19,11 +19,11 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
                   cuda::gemm(a, ta, b, tb, c, alpha, beta), cpu::gemm(a, ta, b, tb, c, alpha, beta));
 }
 
-void set_gemm_tuning_file(const std::string& path) {
+void set_gemm_tuning(const GemmTuning& tuning) {
 #ifdef AMBER_WITH_CUDA
-  cuda::set_gemm_tuning_file(path);
+  cuda::set_gemm_tuning(tuning.measured, tuning.file);
 #else
-  (void)path;
+  (void)tuning;
 #endif
 }
 

@@ -15,14 +15,19 @@ namespace amber {
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
           double alpha = 1.0, double beta = 0.0);
 
-// Measured GEMM algorithms on the GPU, off by default (then every product runs
-// cuBLASLt's first heuristic answer, the same choice in every process). With a file,
-// each new product shape is timed with cuBLASLt's first 8 answers on a scratch
-// output and the fastest is kept: appended to the file, and read back by every later
-// process that names it, so a resumed run makes the same choices and keeps its bits.
-// The file records cuBLASLt's version and the card; another pair is refused. An empty
-// path turns tuning off. CPU products have one algorithm and ignore it.
-void set_gemm_tuning_file(const std::string& path);
+// How the GPU picks each product's cuBLASLt algorithm. Not measured (the process's
+// default): cuBLASLt's first heuristic answer, the same choice in every process.
+// Measured: each new product shape is timed with cuBLASLt's first 16 answers on a
+// scratch output and the fastest is kept; with a file the choices are appended to it
+// and read back by every later process that names it, so a resumed run makes the same
+// choices and keeps its bits (the file records cuBLASLt's version and the card; another
+// pair is refused); without one they last for the process. CPU products have one
+// algorithm and ignore it.
+struct GemmTuning {
+  bool measured = false;
+  std::string file;
+};
+void set_gemm_tuning(const GemmTuning& tuning);
 
 // For `amber bench kernel gemm` (GPU only): c = op(a) op(b) + beta c timed with each
 // of cuBLASLt's first `count` heuristic answers (ms, best of `repeats`; -1 where an

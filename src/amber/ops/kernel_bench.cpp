@@ -67,6 +67,9 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
     add("rmsnorm forward", 2 * act + 4.0 * tokens, best_ms(device, repeats, 1, [&] { rmsnorm_forward(x, w, 1e-6, y, rstd); }));
     add("rmsnorm backward", 3 * act + 4.0 * tokens,
         best_ms(device, repeats, 1, [&] { rmsnorm_backward(dy, x, w, rstd, dx, dw); }));
+    // The step's case: dx added into the residual stream's gradient (read and written).
+    add("rmsnorm backward, adding into dx", 4 * act + 4.0 * tokens,
+        best_ms(device, repeats, 1, [&] { rmsnorm_backward(dy, x, w, rstd, dx, dw, true); }));
   }
   if (name == "all" || name == "swiglu") {
     Tensor gu = random({tokens, 2 * width}, device, 4), dh = random({tokens, width}, device, 5);

@@ -21,7 +21,7 @@ struct TrainConfig {
   std::string compute_dtype = "f32";  // f32 | bf16 | f16: activations and working copies
   double grad_clip = 1.0;  // global-norm clip; 0 = off
   bool cuda_graph = true;  // GPU: replay each step from a captured CUDA graph
-  bool gemm_tuning = false;  // GPU: measured cuBLASLt algorithms, kept in out_dir/gemm_algorithms.tsv
+  bool gemm_tuning = true;  // GPU: measured cuBLASLt algorithms, kept in out_dir/gemm_algorithms.tsv
   int log_every = 10;
   int eval_every = 100;  // 0 = at the end only
   int eval_batches = 8;

@@ -169,7 +169,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   fs::create_directories(c.train.out_dir);
   // Beside the checkpoints, so a resumed run reads the choices it made before.
   const bool tune = c.train.gemm_tuning && device.is_cuda();
-  set_gemm_tuning_file(tune ? (fs::path(c.train.out_dir) / "gemm_algorithms.tsv").string() : std::string());
+  set_gemm_tuning({.measured = tune, .file = tune ? (fs::path(c.train.out_dir) / "gemm_algorithms.tsv").string() : ""});
   if (!resume_dir.empty()) {
     const nlohmann::json state = load_checkpoint(resume_dir, *s.model, s.optimizer.get());
     s.loader->restore(state.at("loader"));

@@ -143,39 +143,55 @@ inline int compute_major(int device) {
 }
 
 // out[j] += sum over b of partial[b, j]: the second, fixed-order half of every
-// deterministic parameter-gradient reduction. A block takes 32 columns; warp w adds
-// rows w, w + 16, ... in order and the 16 warps' sums meet in warp order, so the bits
-// depend on the shape only (one thread per column walking every row was bound by the
-// latency of its loads).
+// deterministic parameter-gradient reduction. A block takes 32 columns of one group of
+// rows; warp w adds the group's rows w, w + 16, ... in order and the 16 warps' sums meet
+// in warp order. Many rows are summed in two launches: first each group of
+// kRowsPerGroup rows into a row of a scratch [groups, d], then those rows; one block per
+// 32 columns walking every row was bound by the latency of its loads (a [2048, 64]
+// partial kept two SMs busy for about 15 us). The grouping depends on the shape only, so
+// the bits do too.
 constexpr int kColumnSumWarps = 16;
-template <class P>
-__global__ void __launch_bounds__(32 * kColumnSumWarps) add_column_sums_kernel(const float* partial, int blocks,
-                                                                               int64_t d, P* out) {
+constexpr int64_t kRowsPerGroup = 64;
+// kAdd: out[j] += the group's sum; otherwise out[group * d + j] = it.
+template <class P, bool kAdd>
+__global__ void __launch_bounds__(32 * kColumnSumWarps) column_sums_kernel(const float* partial, int64_t rows,
+                                                                           int64_t d, P* out) {
   __shared__ float sums[kColumnSumWarps][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+  const int64_t first = kAdd ? 0 : blockIdx.y * kRowsPerGroup;
+  const int64_t last = kAdd ? rows : (first + kRowsPerGroup < rows ? first + kRowsPerGroup : rows);
   float s = 0.0f;
   if (j < d)
-    for (int b = warp; b < blocks; b += kColumnSumWarps) s += partial[b * d + j];
+    for (int64_t b = first + warp; b < last; b += kColumnSumWarps) s += partial[b * d + j];
   sums[warp][lane] = s;
   __syncthreads();
   if (warp != 0 || j >= d) return;
-  float total = to_f32(out[j]);
+  float total = kAdd ? to_f32(out[j]) : 0.0f;
   for (int w = 0; w < kColumnSumWarps; ++w) total += sums[w][lane];
-  out[j] = from_f32<P>(total);
+  out[(kAdd ? 0 : blockIdx.y * d) + j] = from_f32<P>(total);
 }
 
 // grad (any GPU float dtype, d elements) += the column sums of partial [blocks, d] (f32).
 inline void add_column_sums(const Tensor& partial, Tensor& grad, const char* op) {
-  const int64_t d = partial.size(1);
+  const int64_t rows = partial.size(0), d = partial.size(1);
   require_contiguous(grad, op);
   AMBER_CHECK(grad.numel() == d, op, ": gradient ", grad.shape(), " does not match ", d, " columns");
+  const unsigned column_blocks = static_cast<unsigned>((d + 31) / 32);
+  const float* sums = static_cast<const float*>(partial.raw());
+  int64_t sum_rows = rows;
+  Tensor grouped;
+  if (rows > 2 * kRowsPerGroup) {
+    sum_rows = (rows + kRowsPerGroup - 1) / kRowsPerGroup;
+    grouped = Tensor::empty({sum_rows, d}, DType::f32, partial.device());
+    column_sums_kernel<float, false><<<dim3(column_blocks, static_cast<unsigned>(sum_rows)), 32 * kColumnSumWarps,
+                                       0, cudaStreamPerThread>>>(sums, rows, d, static_cast<float*>(grouped.raw()));
+    sums = static_cast<const float*>(grouped.raw());
+  }
   with_element_type(grad.dtype(), op, [&](auto tag) {
     using P = decltype(tag);
-    add_column_sums_kernel<P><<<static_cast<unsigned>((d + 31) / 32), 32 * kColumnSumWarps, 0,
-                                cudaStreamPerThread>>>(static_cast<const float*>(partial.raw()),
-                                                       static_cast<int>(partial.size(0)), d,
-                                                       static_cast<P*>(grad.raw()));
+    column_sums_kernel<P, true><<<column_blocks, 32 * kColumnSumWarps, 0, cudaStreamPerThread>>>(
+        sums, sum_rows, d, static_cast<P*>(grad.raw()));
   });
   check_launch(op, grad.shape());
 }

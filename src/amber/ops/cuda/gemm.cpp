@@ -37,7 +37,7 @@ struct LtState {
   int policy = 0;  // the tuning policy the cached choices were made under
 };
 
-// Bumped whenever set_gemm_tuning_file changes the policy: every thread's cached
+// Bumped whenever set_gemm_tuning changes the policy: every thread's cached
 // choices are dropped at its next product.
 std::atomic<int> tuning_policy{0};
 
@@ -179,7 +179,10 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
 }
 
 // Milliseconds of each candidate on product p (its c overwritten): the best of
-// `repeats` after a warm-up call; -1 for a candidate that does not run.
+// `repeats` samples after a warm-up call, each sample the mean of kCallsPerSample calls
+// back to back (as a step runs them, and longer than the events' own jitter); -1 for a
+// candidate that does not run.
+constexpr int kCallsPerSample = 4;
 std::vector<double> time_candidates(LtState& s, const Product& p,
                                     const std::vector<cublasLtMatmulHeuristicResult_t>& candidates, double beta,
                                     int repeats) {
@@ -192,12 +195,13 @@ std::vector<double> time_candidates(LtState& s, const Product& p,
     if (p.run(s, h.algo, 1.0, beta) == CUBLAS_STATUS_SUCCESS) {
       for (int r = 0; r < repeats; ++r) {
         cudaEventRecord(start, cudaStreamPerThread);
-        p.check(p.run(s, h.algo, 1.0, beta), "matmul");
+        for (int call = 0; call < kCallsPerSample; ++call) p.check(p.run(s, h.algo, 1.0, beta), "matmul");
         cudaEventRecord(stop, cudaStreamPerThread);
         cudaEventSynchronize(stop);
-        float t = 0;
-        cudaEventElapsedTime(&t, start, stop);
-        best = best < 0 ? t : std::min(best, static_cast<double>(t));
+        float total = 0;
+        cudaEventElapsedTime(&total, start, stop);
+        const double t = total / kCallsPerSample;
+        best = best < 0 ? t : std::min(best, t);
       }
     }
     ms.push_back(best);
@@ -221,23 +225,31 @@ std::string tuning_header() {
   return "amber-gemm-algorithms cublasLt=" + std::to_string(cublasLtGetVersion()) + " device=" + name;
 }
 
-// The measured choices of set_gemm_tuning_file: read once from the file, appended to
-// as new products are tuned. One table for the process (host threads share it).
+// The measured choices of set_gemm_tuning: read once from the file, appended to as
+// new products are tuned (or kept in memory only). One table for the process (host
+// threads share it).
 struct Tuning {
   std::mutex mutex;
+  bool measured = false;
   std::string path;
   std::map<AlgoKey, cublasLtMatmulAlgo_t> table;
 
   // On a bad file the error leaves tuning off.
-  void open(const std::string& file) {
+  void open(bool measure, const std::string& file) {
     table.clear();
+    measured = false;
     path.clear();
-    if (file.empty()) return;
+    if (!measure) return;
+    if (file.empty()) {
+      measured = true;
+      return;
+    }
     std::ifstream in(file);
     if (!in) {  // a new file: its header now, the products as they are tuned
       std::ofstream out(file);
       out << tuning_header() << "\n";
       AMBER_CHECK(out.good(), "gemm tuning: cannot create ", file, "; check that its folder exists and is writable");
+      measured = true;
       path = file;
       return;
     }
@@ -260,11 +272,13 @@ struct Tuning {
       read[AlgoKey{ab, c, ta != 0, tb != 0, m, n, k, al_a, al_b, al_c}] = algo;
     }
     table = std::move(read);
+    measured = true;
     path = file;
   }
 
   void record(const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) {
     table[key] = algo;
+    if (path.empty()) return;
     std::ofstream out(path, std::ios::app);
     const auto& [ab, c, ta, tb, m, n, k, al_a, al_b, al_c] = key;
     out << ab << " " << c << " " << ta << " " << tb << " " << m << " " << n << " " << k << " " << al_a << " " << al_b
@@ -280,7 +294,7 @@ Tuning& tuning() {
   return t;
 }
 
-constexpr int kTuningCandidates = 8, kTuningRepeats = 3;
+constexpr int kTuningCandidates = 16, kTuningRepeats = 3;
 
 // The algorithm for p, and whether it may be cached for the thread: the heuristic's
 // first answer, or with tuning on the file's choice or the fastest of the first
@@ -289,7 +303,7 @@ constexpr int kTuningCandidates = 8, kTuningRepeats = 3;
 std::pair<cublasLtMatmulAlgo_t, bool> choose(LtState& s, Product& p, double beta) {
   Tuning& t = tuning();
   std::lock_guard<std::mutex> lock(t.mutex);
-  if (t.path.empty()) return {p.heuristics(s, 1)[0].algo, true};
+  if (!t.measured) return {p.heuristics(s, 1)[0].algo, true};
   if (const auto found = t.table.find(p.key); found != t.table.end()) return {found->second, true};
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(cudaStreamPerThread, &capture);
@@ -309,11 +323,11 @@ std::pair<cublasLtMatmulAlgo_t, bool> choose(LtState& s, Product& p, double beta
 
 }  // namespace
 
-void set_gemm_tuning_file(const std::string& path) {
+void set_gemm_tuning(bool measured, const std::string& file) {
   Tuning& t = tuning();
   std::lock_guard<std::mutex> lock(t.mutex);
   ++tuning_policy;
-  t.open(path);
+  t.open(measured, file);
 }
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {

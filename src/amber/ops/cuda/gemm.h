@@ -11,8 +11,8 @@ namespace amber::cuda {
 
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
           double alpha, double beta);
-// ops/gemm.h's set_gemm_tuning_file.
-void set_gemm_tuning_file(const std::string& path);
+// ops/gemm.h's set_gemm_tuning (file empty: the choices stay in memory).
+void set_gemm_tuning(bool measured, const std::string& file);
 // For `amber bench kernel gemm`: c = op(a) op(b) + beta c (c overwritten) timed with
 // each of cuBLASLt's first `count` heuristic answers (best of `repeats`, ms; -1 for an
 // answer that does not run); entry 0 is the algorithm gemm() uses.

@@ -72,30 +72,36 @@ __device__ __forceinline__ void load_row(const Team<L>& team, const T* row, int6
   }
 }
 
-// The backward's rows of x and dy for block-wide teams with one 16-byte pack per thread:
-// each thread copies its packs kStages - 1 rows ahead by cp.async into its own slots of
-// shared memory and reads back only those (so no block barrier), keeping several rows
-// per block in flight without holding them in registers.
+// The backward's rows of x, dy and (when adding into it) the prior dx for block-wide
+// teams with one 16-byte pack per thread: each thread copies its packs kStages - 1 rows
+// ahead by cp.async into its own slots of shared memory and reads back only those (so no
+// block barrier), keeping several rows per block in flight without holding them in
+// registers.
 template <class T, int V>
 struct StagedRows {
-  static constexpr int kStages = 3;
-  static constexpr size_t bytes(int threads) { return static_cast<size_t>(kStages) * 2 * threads * 16; }
-  uint8_t* slots;  // [kStages][x, dy][threads] packs of 16 bytes
+  static constexpr int kStages = 3, kTensors = 3;
+  static constexpr size_t bytes(int threads) { return static_cast<size_t>(kStages) * kTensors * threads * 16; }
+  uint8_t* slots;  // [kStages][x, dy, prior dx][threads] packs of 16 bytes
   __device__ uint8_t* slot(int64_t step, int tensor) const {
-    return slots + ((step % kStages) * 2 + tensor) * blockDim.x * 16 + threadIdx.x * 16;
+    return slots + ((step % kStages) * kTensors + tensor) * blockDim.x * 16 + threadIdx.x * 16;
   }
   // Commits one group per call, empty for rows past `last`, so waits count uniformly.
-  __device__ void issue(int64_t step, int64_t row, int64_t last, const T* x, RowPitch xp, const T* dy, int64_t d,
-                        int64_t groups) const {
+  // prior: the dx the row's gradient is added to, or null.
+  __device__ void issue(int64_t step, int64_t row, int64_t last, const T* x, RowPitch xp, const T* dy,
+                        const T* prior, RowPitch pp, int64_t d, int64_t groups) const {
     const bool valid = row < last && threadIdx.x < groups;
     const int64_t column = threadIdx.x * V;
     cp_async_16(slot(step, 0), x + (valid ? xp.at(row, d) + column : 0), valid);
     cp_async_16(slot(step, 1), dy + (valid ? row * d + column : 0), valid);
+    if (prior) cp_async_16(slot(step, 2), prior + (valid ? pp.at(row, d) + column : 0), valid);
     cp_async_commit();
   }
   __device__ void read(int64_t step, float (&a)[1][V], float (&g)[1][V]) const {
     load_f32<T, V>(reinterpret_cast<const T*>(slot(step, 0)), a[0]);
     load_f32<T, V>(reinterpret_cast<const T*>(slot(step, 1)), g[0]);
+  }
+  __device__ void read_prior(int64_t step, float (&p)[1][V]) const {
+    load_f32<T, V>(reinterpret_cast<const T*>(slot(step, 2)), p[0]);
   }
 };
 
@@ -213,8 +219,10 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
   const auto row_at = [&](int64_t step) { return first + step * team.count() + team.index(); };
   float a[P][V], g[P][V];
   const StagedRows<T, V> staged{reinterpret_cast<uint8_t*>(team_acc)};
+  const T* prior_rows = accumulate ? dx : nullptr;
   if constexpr (kStaged) {
-    for (int64_t s = 0; s < StagedRows<T, V>::kStages - 1; ++s) staged.issue(s, row_at(s), last, x, xp, dy, d, groups);
+    for (int64_t s = 0; s < StagedRows<T, V>::kStages - 1; ++s)
+      staged.issue(s, row_at(s), last, x, xp, dy, prior_rows, dxp, d, groups);
   } else {
     const int64_t r = row_at(0);
     load_row<T, V, P, L>(team, r < last ? x + xp.at(r, d) : nullptr, groups, a);
@@ -226,17 +234,19 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
     float next_a[P][V], next_g[P][V];
     if constexpr (kStaged) {
       const int64_t ahead = step + StagedRows<T, V>::kStages - 1;
-      staged.issue(ahead, row_at(ahead), last, x, xp, dy, d, groups);
+      staged.issue(ahead, row_at(ahead), last, x, xp, dy, prior_rows, dxp, d, groups);
       cp_async_wait<StagedRows<T, V>::kStages - 1>();
       staged.read(step, a, g);
     } else {
       load_row<T, V, P, L>(team, next < last ? x + xp.at(next, d) : nullptr, groups, next_a);
       load_row<T, V, P, L>(team, next < last ? dy + next * d : nullptr, groups, next_g);
     }
-    // The residual stream's gradient this row adds to, loaded before the reductions
-    // so that they hide its latency.
+    // The residual stream's gradient this row adds to: staged with the row, or loaded
+    // before the reductions so that they hide its latency.
     float prior[P][V] = {};
-    if (accumulate && live) {
+    if constexpr (kStaged) {
+      if (accumulate) staged.read_prior(step, prior);
+    } else if (accumulate && live) {
 #pragma unroll
       for (int k = 0; k < P; ++k)
         if (pack_valid(team, k, groups)) load_f32<T, V>(dx + dxp.at(row, d) + pack_column(team, k, V), prior[k]);
@@ -445,7 +455,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
       with_split(c.d / V, 1, c.op, [&](auto team, auto packs, int threads) {
         constexpr int L = decltype(team)::value;
         constexpr int P = decltype(packs)::value;
-        // Staged rows take 96 bytes of shared memory per thread: up to 256 threads
+        // Staged rows take 144 bytes of shared memory per thread: up to 256 threads
         // within the default 48 KB beside the block's scratch (at 512 the launch
         // failed). Wider rows load into registers.
         const bool staged = kStageable<T, V, P, L> && threads <= 256;
