@@ -2,9 +2,13 @@
 # The whole-step comparison of issue 5: amber's `bench step` and the PyTorch
 # reference (bench/compare/step_torch.py) on the same rungs and batch shapes, run one
 # after the other by this one script; prints a markdown table (hardware first).
-# Usage: bench/compare/step_compare.sh [AMBER_BINARY]   (on a GPU machine)
+# Usage: bench/compare/step_compare.sh [AMBER_BINARY [RUNG...]]   (on a GPU machine)
+#   RUNG: preset:documents, e.g. kohaku-200m:50-600 (default: every rung below and
+#   Kohaku-1B; naming rungs skips Kohaku-1B unless kohaku-1b:2048 is named)
 set -euo pipefail
 amber=${1:-build/amber}
+wanted=("${@:2}")
+picked() { [ ${#wanted[@]} -eq 0 ] || [[ " ${wanted[*]} " == *" $1 "* ]]; }
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 #        preset       dim  depth heads kv hidden  documents
@@ -16,6 +20,7 @@ echo "| rung | documents | arm | result |"
 echo "|---|---|---|---|"
 for rung in "${rungs[@]}"; do
   read -r name dim depth heads kv hidden docs <<<"$rung"
+  picked "$name:$docs" || continue
   # Measured GEMM algorithms, as training runs by default (train.gemm_tuning): the
   # first run times cuBLASLt's answers and writes the file, the second reads it back,
   # as a resumed training run does; the second is amber's figure.
@@ -38,6 +43,7 @@ for rung in "${rungs[@]}"; do
 done
 # Kohaku-1B has no PyTorch arm here: the issue asks only that it fits and runs at
 # 16384-token micro-batches with recompute off.
+picked kohaku-1b:2048 || exit 0
 a=$("$amber" bench step --config "$root/configs/presets/kohaku-1b.toml" --tokens 16384 --doc-len 2048 \
     --steps 5 --warmup 3 --dtype bf16 2>&1 | tail -1)
 echo "| kohaku-1b | 2048 | amber | $a |"

@@ -17,6 +17,12 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
                "l"(src), "r"(valid ? 16 : 0));
 }
 
+// 4 bytes global -> shared (through L1); with !valid the destination is zero-filled.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most `pending` of this thread's committed groups are still in flight.

@@ -2,18 +2,24 @@
 // of a (token, head) row: columns i.. and i + rotary_dim / 2.. of one rotation pair where
 // it rotates, two adjacent packs past the rotary columns. A rotation is then the lane's
 // own arithmetic (no shuffle), a row takes L = head_dim / (2 packs) lanes and a warp
-// 32 / L rows at once. A warp takes one token: it issues the loads of its token's rows of
-// q and k, then forms the token's cos/sin row in its own shared memory (rope_table.cuh's
-// bits, the ones rope_forward uses) while they arrive; no warp waits on another for its
-// rows (the backward's warps meet once, at the end, for the weight partials). The
-// forward normalises and rotates without rounding in between; the backward applies the
-// transpose rotation, then the norm's backward, writing dx into a token-strided view when
-// given one, and reduces dweight through per-block partial sums in a fixed order. Shapes
-// the lanes cannot hold run as the two ops per side, one after the other.
+// 32 / L rows at once. At a token's first rows a warp forms the token's cos/sin row in
+// its own shared memory (rope_table.cuh's bits, the ones rope_forward uses).
+// The forward takes one token a warp: it issues the loads of all the token's rows of q
+// and k, then forms the angles while they arrive, normalises and rotates without
+// rounding in between. The backward runs one wave of blocks whose warps walk tokens a
+// grid's warps apart, 32 / L rows (a unit) at a time, the next two units' dy, x, rstd
+// and position on their way by cp.async into the warp's ring in shared memory while it
+// works on one; it applies the transpose rotation, then the norm's backward, writes dx
+// into a token-strided view when given one, and reduces dweight through per-block
+// partial sums (one a block of the wave) in a fixed order. No warp waits on another
+// (the backward's warps meet once, at the end, for the weight partials). Shapes the
+// lanes cannot hold run as the two ops per side, one after the other.
+#include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
 
+#include "amber/ops/cuda/async_copy.cuh"
 #include "amber/ops/cuda/norm.h"
 #include "amber/ops/cuda/rope.h"
 #include "amber/ops/cuda/rope_table.cuh"
@@ -25,13 +31,10 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxHeadDim = 256;
-// Slots of rows a lane loads at once: slot s of a warp is rows s * (32 / L) .. of its
-// token, q's heads first, then k's (at heads of 64 in bf16, eight rows a slot: the
-// Kohaku rungs' 14 to 28 rows take two to four). A token with more rows takes several
-// passes. The backward holds two tensors' packs a slot and the weights' sums, so it
-// takes fewer slots a pass and fewer blocks an SM.
-template <bool kBackward>
-constexpr int kSlots = kBackward ? 2 : 4;
+// The forward takes a token a warp and loads its rows in passes of kForwardSlots units
+// (Kohaku's 14 to 28 rows of heads of 64 in bf16: one pass), three blocks an SM; the
+// backward holds two tensors' pieces and the weights' sums, two blocks an SM.
+constexpr int kForwardSlots = 4;
 template <bool kBackward>
 constexpr int kBlocksPerSm = kBackward ? 2 : 3;
 
@@ -154,23 +157,21 @@ __device__ __forceinline__ void load_gain(const T* w, const LaneRole<T, L>& role
 struct TokenRow {
   bool q, live;
   int head;
+  __device__ TokenRow(int index, int q_heads, int rows)
+      : q(index < q_heads), live(index < rows), head(live ? (q ? index : index - q_heads) : 0) {}
 };
 
-// A warp's token's q and k rows as K slots a pass: slot s of the pass from `base` is row
-// base + s * (32 / L) + the lane's row group. A slot wholly past the token's rows is the
-// same for every lane, so the whole warp skips it.
+// The forward's token (one a warp) as K slots a pass: slot s of the pass from `base` is
+// row base + s * (32 / L) + the lane's row group. A slot wholly past the token's rows is
+// the same for every lane, so the whole warp skips it.
 template <int L, int K>
 struct TokenSlots {
   static constexpr int kGroups = 32 / L;
   int q_heads, rows, group;
-  __device__ TokenSlots(int q_heads, int k_heads, bool live)
-      : q_heads(q_heads), rows(live ? q_heads + k_heads : 0), group(threadIdx.x % 32 / L) {}
+  __device__ TokenSlots(int q_heads, int k_heads) : q_heads(q_heads), rows(q_heads + k_heads),
+                                                    group(threadIdx.x % 32 / L) {}
   __device__ bool past(int base, int s) const { return base + s * kGroups >= rows; }
-  __device__ TokenRow row(int base, int s) const {
-    const int index = base + s * kGroups + group;
-    const bool q = index < q_heads, live = index < rows;
-    return {q, live, live ? (q ? index : index - q_heads) : 0};
-  }
+  __device__ TokenRow row(int base, int s) const { return TokenRow(base + s * kGroups + group, q_heads, rows); }
   // f(s, row s) for the slots of the pass from `base`, unrolled (so f indexes its
   // per-slot arrays with constants), stopping at the first slot past the token's rows.
   template <class F>
@@ -183,47 +184,129 @@ struct TokenSlots {
   }
 };
 
-// The warp's token and the per-warp cos/sin row it forms in shared memory: lanes take
-// the angles lane, lane + 32, ... (no other warp reads them, so a warp barrier suffices).
-struct WarpToken {
+// Unit u of a backward warp's work: its token, its rows (one per group of L lanes) and
+// whether it is the token's first.
+struct Unit {
   int64_t token;
-  bool live;  // false past the last token: the warp only takes part in block barriers
-  __device__ WarpToken(int64_t tokens) : token(static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32),
-                                         live(token < tokens) {}
-  __device__ void form_angles(const RopeParams& p, const int32_t* positions, float* cos_row, float* sin_row) const {
-    const int32_t pos = positions[token];
-    for (int i = threadIdx.x % 32; i < p.half; i += 32) {
-      const float2 a = rope_angle(p, pos, i, token);
-      cos_row[i] = a.x;
-      sin_row[i] = a.y;
-    }
-    __syncwarp();
+  TokenRow row;
+  bool first;
+};
+
+// A backward warp's work: the tokens warp, warp + warps, ... of the grid, each as
+// units of 32 / L rows (q's rows first, then k's).
+template <int L>
+struct WarpUnits {
+  static constexpr int kGroups = 32 / L;
+  int q_heads, rows, per_token, group, count;
+  int64_t first, step;
+  __device__ WarpUnits(int q_heads, int k_heads, int64_t tokens)
+      : q_heads(q_heads),
+        rows(q_heads + k_heads),
+        per_token((rows + kGroups - 1) / kGroups),
+        group(threadIdx.x % 32 / L),
+        first(static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32),
+        step(static_cast<int64_t>(gridDim.x) * kWarps) {
+    count = first < tokens ? static_cast<int>((tokens - first + step - 1) / step) * per_token : 0;
   }
+  __device__ Unit at(int u) const {
+    const int of_token = u / per_token, index = (u - of_token * per_token) * kGroups + group;
+    return {first + of_token * step, TokenRow(index, q_heads, rows), index < kGroups};
+  }
+};
+
+// The backward's units arrive by cp.async kAhead units before they are worked on, into
+// the warp's ring of kStages in shared memory: per stage the lane's two pieces of dy's
+// and of x's row, its row's rstd and its token's position. A lane copies and reads back
+// only its own slots, so no barrier guards them.
+constexpr int kAhead = 2, kStages = kAhead + 1;
+
+struct alignas(16) WarpRing {
+  uint4 pieces[kStages][2][2][32];  // [stage][dy, x][piece][lane]
+  float stat[kStages][32];
+  int32_t position[kStages][32];
 };
 
 // Each warp's cos and sin rows, 16-byte aligned for rotate's float4 reads.
 struct alignas(16) WarpAngles {
-  float cos_row[kMaxRopeHalf], sin_row[kMaxRopeHalf];
+  float cos_row[kMaxHeadDim / 2], sin_row[kMaxHeadDim / 2];
 };
+
+// The backward block's shared memory: the warps' rings, angle rows and weight sums.
+struct alignas(16) BackwardShared {
+  WarpRing ring[kWarps];
+  WarpAngles angles[kWarps];
+  float warp_dw[kWarps][kMaxHeadDim];
+};
+
+template <class T, int L>
+__device__ __forceinline__ void copy_pieces(WarpRing& ring, int stage, int tensor, const T* row,
+                                            const LaneRole<T, L>& role, bool live) {
+  const int lane = threadIdx.x % 32;
+  cp_async_16(&ring.pieces[stage][tensor][0][lane], row + role.first, live);
+  cp_async_16(&ring.pieces[stage][tensor][1][lane], row + role.second, live);
+}
+
+template <class T>
+__device__ __forceinline__ void read_pieces(const WarpRing& ring, int stage, int tensor,
+                                            float (&a)[Pack<T>::n], float (&b)[Pack<T>::n]) {
+  const int lane = threadIdx.x % 32;
+  unpack<T>(ring.pieces[stage][tensor][0][lane], a);
+  unpack<T>(ring.pieces[stage][tensor][1][lane], b);
+}
+
+// The token's cos/sin row in the warp's shared memory: lanes take the angles lane,
+// lane + 32, ... (no other warp reads them, so warp barriers suffice: before, for the
+// last token's readers).
+__device__ __forceinline__ void form_angles(const RopeParams& p, int32_t pos, int64_t token, WarpAngles& a) {
+  __syncwarp();
+  for (int i = threadIdx.x % 32; i < p.half; i += 32) {
+    const float2 c = rope_angle(p, pos, i, token);
+    a.cos_row[i] = c.x;
+    a.sin_row[i] = c.y;
+  }
+  __syncwarp();
+}
+
+// Runs a warp's units: copies unit u + kAhead while it works on unit u, which
+// work(unit, stage) reads from the ring.
+template <int L, class Copy, class Work>
+__device__ __forceinline__ void run_units(const WarpUnits<L>& units, WarpRing& ring, const int32_t* positions,
+                                          const Copy& copy, const Work& work) {
+  const auto issue = [&](int u) {
+    if (u < units.count) {
+      const int stage = u % kStages;
+      const Unit unit = units.at(u);
+      copy(unit, stage);
+      if (unit.first) cp_async_4(&ring.position[stage][threadIdx.x % 32], positions + unit.token, true);
+    }
+    cp_async_commit();  // empty past the last unit, so every wait counts alike
+  };
+  for (int u = 0; u < kAhead; ++u) issue(u);
+  for (int u = 0; u < units.count; ++u) {
+    issue(u + kAhead);
+    cp_async_wait<kAhead>();
+    work(units.at(u), u % kStages);
+  }
+}
 
 template <class T, int L>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
     qk_norm_rope_forward_kernel(const __grid_constant__ ForwardSide<T> q, const __grid_constant__ ForwardSide<T> k,
                                 const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = 2 * L * n, K = kSlots<false>;
+  constexpr int n = Pack<T>::n, d = 2 * L * n, K = kForwardSlots;
   __shared__ WarpAngles angles[kWarps];
-  const WarpToken t(tokens);
-  if (!t.live) return;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (token >= tokens) return;
   WarpAngles& a = angles[threadIdx.x / 32];
   const LaneRole<T, L> role(p);
-  const TokenSlots<L, K> slots(q.heads, k.heads, t.live);
+  const TokenSlots<L, K> slots(q.heads, k.heads);
   for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
     RowPacks raw[K];
     slots.each(base, [&](int s, const TokenRow& r) {
       const ForwardSide<T>& side = r.q ? q : k;
-      raw[s] = r.live ? load_packs(side.x + t.token * side.x_stride + r.head * d, role) : RowPacks{};
+      raw[s] = r.live ? load_packs(side.x + token * side.x_stride + r.head * d, role) : RowPacks{};
     });
-    if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
+    if (base == 0) form_angles(p, positions[token], token, a);
     slots.each(base, [&](int s, const TokenRow& r) {
       const ForwardSide<T>& side = r.q ? q : k;
       float va[n], vb[n], ga[n], gb[n];
@@ -242,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<false>)
       }
       rotate(role, a.cos_row, a.sin_row, va, vb);
       if (r.live) {
-        const int64_t row = t.token * side.heads + r.head;
+        const int64_t row = token * side.heads + r.head;
         if (threadIdx.x % L == 0) side.rstd[row] = inv;
         store_packs(side.y + row * d, role, va, vb);
       }
@@ -279,68 +362,75 @@ __device__ void store_weight_partial(const LaneRole<T, L>& role, float (&acc_a)[
 }
 
 // The transpose rotation (p carries the negated sine), then the norm's backward, per
-// row; the weights' partial sums per side.
+// row; the weights' partial sums per side over all of the block's rows.
 template <class T, int L>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
     qk_norm_rope_backward_kernel(const __grid_constant__ BackwardSide<T> q, const __grid_constant__ BackwardSide<T> k,
                                  const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
-  constexpr int n = Pack<T>::n, d = 2 * L * n, K = kSlots<true>;
-  __shared__ WarpAngles angles[kWarps];
-  __shared__ float warp_dw[kWarps][kMaxHeadDim];
-  const WarpToken t(tokens);
-  WarpAngles& a = angles[threadIdx.x / 32];
+  constexpr int n = Pack<T>::n, d = 2 * L * n;
+  extern __shared__ uint4 shared_words[];
+  BackwardShared& shared = *reinterpret_cast<BackwardShared*>(shared_words);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  WarpRing& ring = shared.ring[warp];
+  WarpAngles& a = shared.angles[warp];
   const LaneRole<T, L> role(p);
-  const TokenSlots<L, K> slots(q.heads, k.heads, t.live);
+  const WarpUnits<L> units(q.heads, k.heads, tokens);
   float acc_qa[n] = {}, acc_qb[n] = {}, acc_ka[n] = {}, acc_kb[n] = {};
-  for (int base = 0; base < slots.rows; base += K * slots.kGroups) {
-    RowPacks raw_dy[K], raw_x[K];
-    float rstd[K];
-    slots.each(base, [&](int s, const TokenRow& r) {
-      const BackwardSide<T>& side = r.q ? q : k;
-      const int64_t row = t.token * side.heads + r.head;
-      raw_dy[s] = r.live ? load_packs(side.dy + row * d, role) : RowPacks{};
-      raw_x[s] = r.live ? load_packs(side.x + t.token * side.x_stride + r.head * d, role) : RowPacks{};
-      rstd[s] = r.live ? side.rstd[row] : 0.0f;
-    });
-    if (base == 0) t.form_angles(p, positions, a.cos_row, a.sin_row);
-    slots.each(base, [&](int s, const TokenRow& r) {
-      const BackwardSide<T>& side = r.q ? q : k;
-      float ga[n], gb[n], xa[n], xb[n], wa[n], wb[n];
-      unpack<T>(raw_dy[s].a, ga);
-      unpack<T>(raw_dy[s].b, gb);
-      unpack<T>(raw_x[s].a, xa);
-      unpack<T>(raw_x[s].b, xb);
-      rotate(role, a.cos_row, a.sin_row, ga, gb);
-      load_gain(side.w, role, wa, wb);
-      const float inv = rstd[s];
-      float sum_gx = 0.0f;
+  const auto copy = [&](const Unit& u, int stage) {
+    const BackwardSide<T>& side = u.row.q ? q : k;
+    const int64_t row = u.token * side.heads + u.row.head;
+    copy_pieces(ring, stage, 0, side.dy + row * d, role, u.row.live);
+    copy_pieces(ring, stage, 1, side.x + u.token * side.x_stride + u.row.head * d, role, u.row.live);
+    cp_async_4(&ring.stat[stage][lane], side.rstd + row, u.row.live);
+  };
+  const auto work = [&](const Unit& u, int stage) {
+    const BackwardSide<T>& side = u.row.q ? q : k;
+    float ga[n], gb[n], xa[n], xb[n], wa[n], wb[n];
+    read_pieces<T>(ring, stage, 0, ga, gb);
+    read_pieces<T>(ring, stage, 1, xa, xb);
+    const float inv = ring.stat[stage][lane];
+    if (u.first) form_angles(p, ring.position[stage][lane], u.token, a);
+    rotate(role, a.cos_row, a.sin_row, ga, gb);
+    load_gain(side.w, role, wa, wb);
+    float sum_gx = 0.0f;
 #pragma unroll
-      for (int e = 0; e < n; ++e) {
-        xa[e] *= inv;  // xhat
-        xb[e] *= inv;
-        sum_gx += ga[e] * wa[e] * xa[e] + gb[e] * wb[e] * xb[e];
-      }
-      const float mgx = row_sum<L>(sum_gx) * (1.0f / d);
-      // Dead rows add zeros; a row's g * xhat goes to its own side's sums.
-      const float to_q = r.q ? 1.0f : 0.0f, to_k = 1.0f - to_q;
+    for (int e = 0; e < n; ++e) {
+      xa[e] *= inv;  // xhat
+      xb[e] *= inv;
+      sum_gx += ga[e] * wa[e] * xa[e] + gb[e] * wb[e] * xb[e];
+    }
+    const float mgx = row_sum<L>(sum_gx) * (1.0f / d);
+    // Dead rows add zeros; a row's g * xhat goes to its own side's sums.
+    const float to_q = u.row.q ? 1.0f : 0.0f, to_k = 1.0f - to_q;
 #pragma unroll
-      for (int e = 0; e < n; ++e) {
-        const float gxa = ga[e] * xa[e], gxb = gb[e] * xb[e];
-        acc_qa[e] = fmaf(to_q, gxa, acc_qa[e]);
-        acc_qb[e] = fmaf(to_q, gxb, acc_qb[e]);
-        acc_ka[e] = fmaf(to_k, gxa, acc_ka[e]);
-        acc_kb[e] = fmaf(to_k, gxb, acc_kb[e]);
-        ga[e] = inv * (ga[e] * wa[e] - xa[e] * mgx);
-        gb[e] = inv * (gb[e] * wb[e] - xb[e] * mgx);
-      }
-      if (r.live) store_packs(side.dx + t.token * side.dx_stride + r.head * d, role, ga, gb);
-    });
-  }
-  if (q.dw_partial) store_weight_partial(role, acc_qa, acc_qb, q.dw_partial, warp_dw);
-  if (k.dw_partial) store_weight_partial(role, acc_ka, acc_kb, k.dw_partial, warp_dw);
+    for (int e = 0; e < n; ++e) {
+      const float gxa = ga[e] * xa[e], gxb = gb[e] * xb[e];
+      acc_qa[e] = fmaf(to_q, gxa, acc_qa[e]);
+      acc_qb[e] = fmaf(to_q, gxb, acc_qb[e]);
+      acc_ka[e] = fmaf(to_k, gxa, acc_ka[e]);
+      acc_kb[e] = fmaf(to_k, gxb, acc_kb[e]);
+      ga[e] = inv * (ga[e] * wa[e] - xa[e] * mgx);
+      gb[e] = inv * (gb[e] * wb[e] - xb[e] * mgx);
+    }
+    if (u.row.live) store_packs(side.dx + u.token * side.dx_stride + u.row.head * d, role, ga, gb);
+  };
+  run_units(units, ring, positions, copy, work);
+  if (q.dw_partial) store_weight_partial(role, acc_qa, acc_qb, q.dw_partial, shared.warp_dw);
+  if (k.dw_partial) store_weight_partial(role, acc_ka, acc_kb, k.dw_partial, shared.warp_dw);
 }
 
-unsigned token_blocks(int64_t tokens) { return static_cast<unsigned>((tokens + kWarps - 1) / kWarps); }
+// A one-wave grid of the kernel (as many blocks as are resident at once, at most a
+// warp per token): warps walk tokens a grid's warps apart, so a block's weight
+// partials cover many tokens. The grid depends on the shape, the kernel and the device
+// only, so the partial sums (and the gradient bits) are the same on every run.
+template <class Kernel>
+unsigned wave_blocks(Kernel kernel, size_t smem, int64_t tokens, const char* op) {
+  allow_smem(reinterpret_cast<const void*>(kernel), smem, op);
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+  const int64_t resident = std::max(1, per_sm) * static_cast<int64_t>(sm_count());
+  return static_cast<unsigned>(std::min(resident, (tokens + kWarps - 1) / kWarps));
+}
 
 // Lanes per row when the fused kernels can hold x's heads, else 0: two whole 16-byte
 // packs a lane (2 to 32 lanes a row, a power of two), rotation pairs of whole packs, and
@@ -441,7 +531,7 @@ void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k
     using T = decltype(tag);
     with_lanes_per_row(lanes, [&](auto lanes_tag) {
       qk_norm_rope_forward_kernel<T, decltype(lanes_tag)::value>
-          <<<token_blocks(tokens), kThreads, 0, cudaStreamPerThread>>>(
+          <<<static_cast<unsigned>((tokens + kWarps - 1) / kWarps), kThreads, 0, cudaStreamPerThread>>>(
               forward_side<T>(q, "q", op), forward_side<T>(k, "k", op), static_cast<const int32_t*>(positions.raw()),
               p, tokens);
     });
@@ -475,20 +565,23 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
   const int64_t tokens = q.x.size(0), d = q.x.size(2);
   if (tokens == 0) return;
   const RopeParams p = rope_params(table, -1.0, op);
-  const auto partials = [&](const QkNormRopeBackward& s) {
-    const int64_t blocks = token_blocks(tokens);
-    return s.weight.defined() && s.dweight.defined() ? Tensor::empty({blocks, d}, DType::f32, s.x.device()) : Tensor();
-  };
-  Tensor q_partial = partials(q), k_partial = partials(k);
-  const auto partial_data = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
+  Tensor q_partial, k_partial;
   with_element_type(q.x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     with_lanes_per_row(lanes, [&](auto lanes_tag) {
-      qk_norm_rope_backward_kernel<T, decltype(lanes_tag)::value>
-          <<<token_blocks(tokens), kThreads, 0, cudaStreamPerThread>>>(
-              backward_side<T>(q, partial_data(q_partial), "q", op),
-              backward_side<T>(k, partial_data(k_partial), "k", op), static_cast<const int32_t*>(positions.raw()), p,
-              tokens);
+      const auto kernel = qk_norm_rope_backward_kernel<T, decltype(lanes_tag)::value>;
+      const size_t smem = sizeof(BackwardShared);
+      const unsigned blocks = wave_blocks(kernel, smem, tokens, op);
+      const auto partials = [&](const QkNormRopeBackward& s) {
+        return s.weight.defined() && s.dweight.defined() ? Tensor::empty({blocks, d}, DType::f32, s.x.device())
+                                                         : Tensor();
+      };
+      q_partial = partials(q);
+      k_partial = partials(k);
+      const auto partial_data = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
+      kernel<<<blocks, kThreads, smem, cudaStreamPerThread>>>(
+          backward_side<T>(q, partial_data(q_partial), "q", op), backward_side<T>(k, partial_data(k_partial), "k", op),
+          static_cast<const int32_t*>(positions.raw()), p, tokens);
     });
   });
   check_launch(op, q.x.shape());
