@@ -331,11 +331,18 @@ __global__ void __launch_bounds__(512, P == 1 && !kDb ? 2 : 1) norm_backward_ker
 // runs at 97% of the copy bandwidth with two packs per thread (80% with one), the
 // backward, which holds two rows and the weight-gradient partials in registers, at 75%
 // with one (55% with two).
-template <class Fn>
+// kWarpPacks: rows of up to 32 x kWarpPacks packs take a warp each, P packs a lane (the
+// forward: no barrier in a row's reductions, eight rows a block; the backward, which
+// holds more per pack, keeps one).
+template <int kWarpPacks, class Fn>
 void with_split(int64_t groups, int aim, const char* op, Fn&& fn) {
   using std::integral_constant;
   if (groups <= 8) return fn(integral_constant<int, 8>{}, integral_constant<int, 1>{}, 256);
   if (groups <= 32) return fn(integral_constant<int, 32>{}, integral_constant<int, 1>{}, 256);
+  if constexpr (kWarpPacks >= 4) {
+    if (groups <= 64) return fn(integral_constant<int, 32>{}, integral_constant<int, 2>{}, 256);
+    if (groups <= 128) return fn(integral_constant<int, 32>{}, integral_constant<int, 4>{}, 256);
+  }
   int threads = 64;
   while (threads * aim < groups && threads < 512) threads *= 2;
   const int64_t packs = (groups + threads - 1) / threads;
@@ -422,7 +429,7 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
     T* py = static_cast<T*>(y.raw());
     const auto launch = [&](auto v) {
       constexpr int V = decltype(v)::value;
-      with_split(c.d / V, 2, c.op, [&](auto team, auto packs, int threads) {
+      with_split<4>(c.d / V, 2, c.op, [&](auto team, auto packs, int threads) {
         constexpr int L = decltype(team)::value;
         const int64_t rows_per_block = L ? threads / L : 1;
         norm_forward_kernel<T, V, decltype(packs)::value, L>
@@ -452,7 +459,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
                         all_aligned({&dy, &x, &weight, &dx});
     const auto launch = [&](auto v) {
       constexpr int V = decltype(v)::value;
-      with_split(c.d / V, 1, c.op, [&](auto team, auto packs, int threads) {
+      with_split<1>(c.d / V, 1, c.op, [&](auto team, auto packs, int threads) {
         constexpr int L = decltype(team)::value;
         constexpr int P = decltype(packs)::value;
         // Staged rows take 144 bytes of shared memory per thread: up to 256 threads
