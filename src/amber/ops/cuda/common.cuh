@@ -130,6 +130,15 @@ inline int sm_count() {
   return counts[device];
 }
 
+// Blocks of `kernel` resident on the device at once (at least one an SM): the size of a
+// one-wave grid, which depends on the kernel, its launch shape and the device only.
+template <class Kernel>
+int64_t resident_blocks(Kernel kernel, int threads, size_t smem) {
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  return (per_sm > 1 ? per_sm : 1) * static_cast<int64_t>(sm_count());
+}
+
 // The compute capability's major version of CUDA device `device`, read once per device
 // (one process may drive cards of different generations).
 inline int compute_major(int device) {

@@ -240,17 +240,19 @@ struct Tuning {
     measured = false;
     path.clear();
     if (!measure) return;
-    if (file.empty()) {
-      measured = true;
-      return;
-    }
+    if (!file.empty()) read_or_create(file);
+    measured = true;
+    path = file;
+  }
+
+  // The choices a file holds, or a new file with its header (the products are appended
+  // as they are tuned).
+  void read_or_create(const std::string& file) {
     std::ifstream in(file);
-    if (!in) {  // a new file: its header now, the products as they are tuned
+    if (!in) {
       std::ofstream out(file);
       out << tuning_header() << "\n";
       AMBER_CHECK(out.good(), "gemm tuning: cannot create ", file, "; check that its folder exists and is writable");
-      measured = true;
-      path = file;
       return;
     }
     std::string header;
@@ -272,8 +274,6 @@ struct Tuning {
       read[AlgoKey{ab, c, ta != 0, tb != 0, m, n, k, al_a, al_b, al_c}] = algo;
     }
     table = std::move(read);
-    measured = true;
-    path = file;
   }
 
   void record(const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) {

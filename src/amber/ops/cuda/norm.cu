@@ -480,9 +480,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
         // wave would leave SMs idle at the end. The grid depends on the shape, the
         // kernel and the device only, so the partial sums (and the gradient bits) are
         // the same on every run.
-        int per_sm = 0;
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-        const int64_t target = std::max(1, per_sm) * static_cast<int64_t>(sm_count());
+        const int64_t target = resident_blocks(kernel, threads, smem);
         const int64_t rows_per_block = (c.rows + target - 1) / target;
         const int64_t blocks = (c.rows + rows_per_block - 1) / rows_per_block;
         if (want_dw) dw_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());

@@ -426,10 +426,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
 template <class Kernel>
 unsigned wave_blocks(Kernel kernel, size_t smem, int64_t tokens, const char* op) {
   allow_smem(reinterpret_cast<const void*>(kernel), smem, op);
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
-  const int64_t resident = std::max(1, per_sm) * static_cast<int64_t>(sm_count());
-  return static_cast<unsigned>(std::min(resident, (tokens + kWarps - 1) / kWarps));
+  return static_cast<unsigned>(std::min(resident_blocks(kernel, kThreads, smem), (tokens + kWarps - 1) / kWarps));
 }
 
 // Lanes per row when the fused kernels can hold x's heads, else 0: two whole 16-byte
