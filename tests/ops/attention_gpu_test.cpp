@@ -94,13 +94,13 @@ struct Results {
   Tensor out, lse, dq, dk, dv, dsinks;
 };
 
-Results run(const Inputs& cpu_in, Device device) {
+// On `seq`, a layout already on `device` (cpu_in.seq only gives the tensors' sizes).
+Results run_on(const SeqInfo& seq, const Inputs& cpu_in, Device device) {
   const auto on = [&](const Tensor& t) { return t.defined() ? t.to(device) : Tensor(); };
   // GPU outputs start as NaN, so an element the kernels skip cannot pass.
   const auto output = [&](const Shape& shape, DType dtype) {
     return device.is_cuda() ? Tensor::full(shape, NAN, dtype).to(device) : Tensor::empty(shape, dtype);
   };
-  const SeqInfo seq = cpu_in.seq.to(device);
   const Tensor q = on(cpu_in.q), k = on(cpu_in.k), v = on(cpu_in.v), dout = on(cpu_in.dout);
   const Tensor sinks = on(cpu_in.sinks);
   const DType dt = q.dtype(), stat = dt == DType::f64 ? DType::f64 : DType::f32;
@@ -121,6 +121,8 @@ Results run(const Inputs& cpu_in, Device device) {
   }
   return r;
 }
+
+Results run(const Inputs& cpu_in, Device device) { return run_on(cpu_in.seq.to(device), cpu_in, device); }
 
 void expect_identical(const std::string& what, const Tensor& a, const Tensor& b) {
   if (!a.defined()) return;
@@ -305,6 +307,35 @@ void expect_backward_repeats(const Case& c, uint64_t seed) {
   expect_identical(std::string(c.name) + " dv", first.dv, second.dv);
   // relative_error is +inf when any element is NaN.
   EXPECT_TRUE(std::isfinite(testing::relative_error(first.dq, first.dq))) << "NaN in dq of " << c.name;
+}
+
+void expect_same_results(const std::string& what, const Results& a, const Results& b) {
+  expect_identical(what + " out", a.out, b.out);
+  expect_identical(what + " lse", a.lse, b.lse);
+  expect_identical(what + " dq", a.dq, b.dq);
+  expect_identical(what + " dk", a.dk, b.dk);
+  expect_identical(what + " dv", a.dv, b.dv);
+}
+
+// The trainer's pattern: one layout's device buffers refilled in place for every step,
+// each step's model working on a copy whose layers share its tile plans and work lists
+// (SeqInfo::derived). A step must never run on the plans of the documents before.
+TEST(AttentionGpu, EachStepPlansItsOwnDocuments) {
+  REQUIRE_GPU();
+  const Case first{"step 1", {300, 40, 600, 84, 1}, 12, 2, 64, 0, false};
+  const Case second{"step 2", {50, 500, 70, 404, 1}, 12, 2, 64, 0, false};  // same tokens and count
+  const Inputs a = cast(make_inputs(first, 1800), DType::bf16), b = cast(make_inputs(second, 1801), DType::bf16);
+  SeqInfo slot = a.seq.to(Device::cuda());
+
+  const SeqInfo step1 = slot;
+  const Results once = run_on(step1, a, Device::cuda()), again = run_on(step1, a, Device::cuda());
+  expect_same_results("a second layer on the kept plans", once, again);
+
+  slot.cu_seqlens.copy_from(b.seq.cu_seqlens);
+  slot.cu_seqlens_host = b.seq.cu_seqlens_host;
+  slot.positions.copy_from(b.seq.positions);
+  const SeqInfo step2 = slot;
+  expect_same_results("the refilled layout", run_on(step2, b, Device::cuda()), run(b, Device::cuda()));
 }
 
 TEST(AttentionGpu, BackwardRepeatsAtTrainingShapes) {

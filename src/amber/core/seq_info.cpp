@@ -4,6 +4,15 @@
 
 namespace amber {
 
+const Tensor* DerivedTensors::find(const std::string& key) const {
+  const auto it = tensors_.find(key);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+const Tensor& DerivedTensors::keep(const std::string& key, Tensor t) {
+  return tensors_[key] = std::move(t);
+}
+
 SeqInfo SeqInfo::from_lengths(const std::vector<int32_t>& lengths, Device device) {
   std::vector<int32_t> cu(lengths.size() + 1, 0);
   for (size_t i = 0; i < lengths.size(); ++i) {

@@ -3,6 +3,7 @@
 // Hopper kernels (sm_90a on compute capability 9), the portable tensor-core kernels
 // (bf16/f16, head_dim 64 and 128) or the fp32 SIMT kernels.
 #include <cmath>
+#include <string>
 
 #include "amber/ops/cuda/attention.h"
 #include "amber/ops/cuda/attention_tiles.cuh"
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(kPlanThreads)
 }  // namespace
 
 WorkList with_work_list(const Layout& g, int rows, GroupedTiles rule, bool last_first, Device device,
-                        Tensor& storage, const char* op) {
+                        DerivedTensors& plans, const char* op) {
   // Without GQA a "group" is one head: nothing to share.
   if (g.heads == g.kv_heads) rule = GroupedTiles{};
   // Every item covers at least one (tile, head); every document's last tile may be
@@ -191,15 +192,22 @@ WorkList with_work_list(const Layout& g, int rows, GroupedTiles rule, bool last_
   const int64_t capacity = ((g.tokens + rows - 1) / rows + g.num_docs) * g.heads;
   AMBER_CHECK(capacity < (int64_t{1} << 31), op, ": ", g.tokens, " tokens in ", g.num_docs, " documents x ", g.heads,
               " heads exceed the work items a launch can count");
-  storage = Tensor::empty({capacity, 4}, DType::i32, device);
-  work_list_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, g.heads, g.kv_heads,
-                                                                rule, last_first, static_cast<int>(capacity),
-                                                                static_cast<int4*>(storage.raw()));
-  check_launch(op, storage.shape());
-  return WorkList{static_cast<const int4*>(storage.raw()), static_cast<int>(capacity)};
+  const std::string key = "attention work list: rows " + std::to_string(rows) + ", heads " +
+                          std::to_string(g.heads) + "/" + std::to_string(g.kv_heads) + ", grouped " +
+                          std::to_string(rule.least) + "/" + std::to_string(rule.share_quarters) + "/" +
+                          std::to_string(rule.most) + (last_first ? ", last first" : "");
+  const Tensor* items = plans.find(key);
+  if (!items) {
+    items = &plans.keep(key, Tensor::empty({capacity, 4}, DType::i32, device));
+    work_list_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(
+        g.cu_seqlens, g.num_docs, rows, g.heads, g.kv_heads, rule, last_first, static_cast<int>(capacity),
+        static_cast<int4*>(items->raw()));
+    check_launch(op, items->shape());
+  }
+  return WorkList{static_cast<const int4*>(items->raw()), static_cast<int>(capacity)};
 }
 
-Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, Tensor& storage, const char* op) {
+Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, DerivedTensors& plans, const char* op) {
   // Every document's last tile may be partial: at most tokens / rows full tiles plus
   // one per document.
   const int64_t slots = (g.tokens + rows - 1) / rows + g.num_docs;
@@ -208,8 +216,14 @@ Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, Tenso
   // The slots, then when packing the documents' starts by token and the segments
   // (num_docs + 1).
   const int64_t slot_words = 2 * slots;
-  storage = Tensor::empty({slot_words + (pack ? g.tokens + g.num_docs + 1 : 0)}, DType::i32, device);
-  int32_t* words = static_cast<int32_t*>(storage.raw());
+  const std::string key = "attention tile plan: rows " + std::to_string(rows) + (pack ? ", packed" : "");
+  const Tensor* storage = plans.find(key);
+  const bool made = storage != nullptr;
+  if (!made) {
+    const int64_t count = slot_words + (pack ? g.tokens + g.num_docs + 1 : 0);
+    storage = &plans.keep(key, Tensor::empty({count}, DType::i32, device));
+  }
+  int32_t* words = static_cast<int32_t*>(storage->raw());
   Layout planned = g;
   planned.tiles = reinterpret_cast<const int2*>(words);
   planned.tile_rows = rows;
@@ -222,9 +236,10 @@ Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, Tenso
     planned.doc_starts = doc_starts;
     planned.pack_rows = rows;
   }
+  if (made) return planned;
   tile_plan_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, segments, doc_starts,
                                                                 planned.tile_slots, reinterpret_cast<int2*>(words));
-  check_launch(op, storage.shape());
+  check_launch(op, storage->shape());
   return planned;
 }
 
@@ -327,11 +342,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const Layout g = layout_of(q, k, seq, options);
   const Tensor sinks32 = sinks_f32(sinks, op);
   if (!options.portable_kernels && hopper::supports(q))
-    hopper::forward(q, k, v, g, f32_or_null(sinks32), out, lse);
+    hopper::forward(q, k, v, g, seq.derived, f32_or_null(sinks32), out, lse);
   else if (tensor_core::supports(q.dtype(), q.size(2)))
-    tensor_core::forward(q, k, v, g, f32_or_null(sinks32), out, lse);
+    tensor_core::forward(q, k, v, g, seq.derived, f32_or_null(sinks32), out, lse);
   else
-    simt::forward(q, k, v, g, f32_or_null(sinks32), out, lse);
+    simt::forward(q, k, v, g, seq.derived, f32_or_null(sinks32), out, lse);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -350,11 +365,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   });
   check_launch(op, q.shape());
   if (!options.portable_kernels && hopper::supports(q))
-    hopper::backward(dout, q, k, v, lse, delta, g, dq, dk, dv);
+    hopper::backward(dout, q, k, v, lse, delta, g, seq.derived, dq, dk, dv);
   else if (tensor_core::supports(q.dtype(), q.size(2)))
-    tensor_core::backward(dout, q, k, v, lse, delta, g, dq, dk, dv);
+    tensor_core::backward(dout, q, k, v, lse, delta, g, seq.derived, dq, dk, dv);
   else
-    simt::backward(dout, q, k, v, lse, delta, g, dq, dk, dv);
+    simt::backward(dout, q, k, v, lse, delta, g, seq.derived, dq, dk, dv);
   if (!sinks.defined()) return;
   const Tensor sinks32 = sinks_f32(sinks, op);
   Tensor partial = Tensor::empty({1, g.heads}, DType::f32, q.device());

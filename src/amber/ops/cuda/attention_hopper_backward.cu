@@ -603,12 +603,12 @@ void from_sums(const SumParts<T>& parts, int64_t tokens, const Shape& shape, con
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
-              const Tensor& delta, const Layout& unplanned, Tensor& dq, Tensor& dk, Tensor& dv) {
+              const Tensor& delta, const Layout& unplanned, DerivedTensors& plans, Tensor& dq, Tensor& dk,
+              Tensor& dv) {
   const char* op = "attention_backward";
   tensor_core::with_types(q, op, [&]<class T, int D>() {
-    Tensor plan, work_items;
     // The dQ kernel takes plan slots; the dK/dV kernel, work items.
-    const Layout g = D == 64 ? unplanned : with_tile_plan(unplanned, kOwnRows, false, q.device(), plan, op);
+    const Layout g = D == 64 ? unplanned : with_tile_plan(unplanned, kOwnRows, false, q.device(), plans, op);
     const int64_t tokens = q.size(0);
     const bool grouped = g.heads != g.kv_heads;
     constexpr bool kFoldDq = D == 64;
@@ -640,7 +640,7 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     }
     constexpr int smem = kFoldDq ? kDqTilesSmemBytes<DkdvRing<D, true>> : DkdvRing<D, false>::kSmemBytes;
     allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, kFoldDq>), smem, op);
-    const WorkList work = with_work_list(unplanned, kOwnRows, grouped_tiles<D>(g), kFoldDq, q.device(), work_items, op);
+    const WorkList work = with_work_list(unplanned, kOwnRows, grouped_tiles<D>(g), kFoldDq, q.device(), plans, op);
     const unsigned blocks = static_cast<unsigned>(std::min(work.capacity, sm_count()));  // one per SM
     dkdv_kernel<T, D, kFoldDq><<<blocks, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums, work);
     check_launch(op, k.shape());

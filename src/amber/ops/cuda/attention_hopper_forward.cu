@@ -254,19 +254,18 @@ bool supports(const Tensor& q) {
 #endif
 }
 
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned, const float* sinks, Tensor& out,
-             Tensor& lse) {
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned, DerivedTensors& plans,
+             const float* sinks, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
   tensor_core::with_types(q, op, [&]<class T, int D>() {
     constexpr int kRows = ForwardRing<D>::kRows;
-    Tensor plan;
     // Short documents are packed where the layout's document slots average less than a
     // tile (a count the host has without reading the lengths, which graphs capture).
     // On documents of 20-100 tokens (shape F) packing took the forward from 0.145 to
     // 0.130 ms; on 50-600 (shape C) it was 3-5% slower, and planning segments costs
     // every layout.
     const bool pack = unplanned.tokens < int64_t{kRows} * unplanned.num_docs;
-    const Layout g = with_tile_plan(unplanned, kRows, pack, q.device(), plan, op);
+    const Layout g = with_tile_plan(unplanned, kRows, pack, q.device(), plans, op);
     const Maps maps = make_maps<1>(q, q, k, v, kKeys, op, kRows);
     constexpr int smem = ForwardRing<D>::kSmemBytes;
     const auto kernel = pack ? forward_kernel<T, D, true> : forward_kernel<T, D, false>;

@@ -336,10 +336,9 @@ const T* ptr(const Tensor& t) {
 namespace simt {
 
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned,
-             const float* sinks, Tensor& out, Tensor& lse) {
+             DerivedTensors& plans, const float* sinks, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
-  Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kRows, false, q.device(), plan, op);
+  const Layout g = with_tile_plan(unplanned, kRows, false, q.device(), plans, op);
   const dim3 grid = attention_grid(g, g.heads, op);
   with_element_type(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -355,11 +354,10 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& un
 }
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-              const Tensor& lse, const Tensor& delta, const Layout& unplanned, Tensor& dq, Tensor& dk,
-              Tensor& dv) {
+              const Tensor& lse, const Tensor& delta, const Layout& unplanned, DerivedTensors& plans,
+              Tensor& dq, Tensor& dk, Tensor& dv) {
   const char* op = "attention_backward";
-  Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kRows, false, q.device(), plan, op);
+  const Layout g = with_tile_plan(unplanned, kRows, false, q.device(), plans, op);
   with_element_type(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const BackwardArgs<T> a{ptr<T>(q),        ptr<T>(k),           ptr<T>(v),

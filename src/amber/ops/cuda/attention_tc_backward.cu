@@ -183,11 +183,10 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Layout g, BackwardArgs<T
 }  // namespace
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-              const Tensor& lse, const Tensor& delta, const Layout& unplanned, Tensor& dq, Tensor& dk,
-              Tensor& dv) {
+              const Tensor& lse, const Tensor& delta, const Layout& unplanned, DerivedTensors& plans,
+              Tensor& dq, Tensor& dk, Tensor& dv) {
   const char* op = "attention_backward";
-  Tensor plan;
-  const Layout g = with_tile_plan(unplanned, kOwnedRows, false, q.device(), plan, op);
+  const Layout g = with_tile_plan(unplanned, kOwnedRows, false, q.device(), plans, op);
   with_types(q, op, [&]<class T, int D>() {
     with_backward_args<T, D>(dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
       const size_t dq_smem = DqShape<D>::kSmemElems * sizeof(T);

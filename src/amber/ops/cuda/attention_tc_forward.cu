@@ -71,10 +71,9 @@ bool supports(DType dtype, int64_t head_dim) {
 }
 
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& unplanned,
-             const float* sinks, Tensor& out, Tensor& lse) {
+             DerivedTensors& plans, const float* sinks, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
-  Tensor plan;
-  const Layout g = with_tile_plan(unplanned, ForwardShape<64>::kRows, false, q.device(), plan, op);
+  const Layout g = with_tile_plan(unplanned, ForwardShape<64>::kRows, false, q.device(), plans, op);
   with_types(q, op, [&]<class T, int D>() {
     using F = ForwardShape<D>;
     const size_t smem = F::kSmemElems * sizeof(T);

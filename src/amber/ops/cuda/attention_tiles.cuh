@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "amber/core/seq_info.h"
 #include "amber/core/tensor.h"
 
 namespace amber::cuda {
@@ -100,10 +101,11 @@ struct ForwardArgs {
   float* lse;
 };
 
-// g with a plan of `rows`-row tiles, built on `device` into `storage` (one small
-// kernel, no host synchronisation); with `pack`, over segments that pack documents of
-// fewer than `rows` tokens (see Layout), cut by the same kernel.
-Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, Tensor& storage, const char* op);
+// g with a plan of `rows`-row tiles, built on `device` (one small kernel, no host
+// synchronisation) by the first call for g's layout and kept in `plans` for the calls
+// after it; with `pack`, over segments that pack documents of fewer than `rows` tokens
+// (see Layout), cut by the same kernel.
+Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, DerivedTensors& plans, const char* op);
 
 // Which of a document's key tiles are grouped work items (see WorkList), counted from
 // the document's end: the last `least`, or the last share_quarters / 4 of its tiles (at
@@ -132,8 +134,9 @@ struct WorkList {
   const int4* items;
   int capacity;
 };
+// Built, like a tile plan, once per layout and kept in `plans`.
 WorkList with_work_list(const Layout& g, int rows, GroupedTiles rule, bool last_first, Device device,
-                        Tensor& storage, const char* op);
+                        DerivedTensors& plans, const char* op);
 
 // The plan's slots by `heads`, checked against the grid limits.
 dim3 attention_grid(const Layout& g, int heads, const char* op);
@@ -142,19 +145,19 @@ dim3 attention_grid(const Layout& g, int heads, const char* op);
 // the device or null; delta [T, H] f32 = rowwise dout . out.
 namespace simt {
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
-             const float* sinks, Tensor& out, Tensor& lse);
+             DerivedTensors& plans, const float* sinks, Tensor& out, Tensor& lse);
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-              const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
-              Tensor& dv);
+              const Tensor& lse, const Tensor& delta, const Layout& g, DerivedTensors& plans,
+              Tensor& dq, Tensor& dk, Tensor& dv);
 }  // namespace simt
 
 namespace tensor_core {
 bool supports(DType dtype, int64_t head_dim);
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
-             const float* sinks, Tensor& out, Tensor& lse);
+             DerivedTensors& plans, const float* sinks, Tensor& out, Tensor& lse);
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-              const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
-              Tensor& dv);
+              const Tensor& lse, const Tensor& delta, const Layout& g, DerivedTensors& plans,
+              Tensor& dq, Tensor& dk, Tensor& dv);
 }  // namespace tensor_core
 
 // The Hopper path (sm_90a builds, on a q whose device has compute capability 9): TMA
@@ -162,10 +165,10 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
 namespace hopper {
 bool supports(const Tensor& q);
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
-             const float* sinks, Tensor& out, Tensor& lse);
+             DerivedTensors& plans, const float* sinks, Tensor& out, Tensor& lse);
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-              const Tensor& lse, const Tensor& delta, const Layout& g, Tensor& dq, Tensor& dk,
-              Tensor& dv);
+              const Tensor& lse, const Tensor& delta, const Layout& g, DerivedTensors& plans,
+              Tensor& dq, Tensor& dk, Tensor& dv);
 }  // namespace hopper
 
 }  // namespace amber::cuda
