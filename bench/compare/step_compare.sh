@@ -9,13 +9,21 @@ set -euo pipefail
 amber=${1:-build/amber}
 wanted=("${@:2}")
 picked() { [ ${#wanted[@]} -eq 0 ] || [[ " ${wanted[*]} " == *" $1 "* ]]; }
+# Timed in the card's steady state: an H200 under this load reaches its 700 W power
+# cap within a second or two and lowers its clocks (Kohaku-200M on 50-600, session 19:
+# amber 35.5 ms a step over 10 steps after 3, 36.9 over 80; its SM clock 1594 MHz at
+# 670 W against PyTorch's 1844 MHz at 647 W), so each arm runs WARMUP untimed steps
+# (about 1.5 s of work) before the STEPS it times. STEPS=10 WARMUP=3 gives the short
+# figures of sessions up to 18.
+steps=${STEPS:-50}
+warmup=${WARMUP:-30}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 #        preset       dim  depth heads kv hidden  documents
 rungs=("kohaku-500m  1280 22    20    4  3456    2048"
        "kohaku-200m  768  17    12    2  2048    2048"
        "kohaku-200m  768  17    12    2  2048    50-600")
-echo "| $(nvidia-smi --query-gpu=name --format=csv,noheader) | $(date -u +%F) |"
+echo "| $(nvidia-smi --query-gpu=name --format=csv,noheader) | $(date -u +%F) | $steps steps timed after $warmup |"
 echo "| rung | documents | arm | result |"
 echo "|---|---|---|---|"
 for rung in "${rungs[@]}"; do
@@ -27,15 +35,15 @@ for rung in "${rungs[@]}"; do
   tuning=$(mktemp -u)
   for _ in write read; do
     a=$("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs" \
-        --steps 10 --warmup 3 --dtype bf16 --gemm-tuning "$tuning" 2>&1 | tail -1)
+        --steps "$steps" --warmup "$warmup" --dtype bf16 --gemm-tuning "$tuning" 2>&1 | tail -1)
   done
   rm -f "$tuning"
   h=$("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs" \
-      --steps 10 --warmup 3 --dtype bf16 --heuristic-gemm 2>&1 | tail -1)
+      --steps "$steps" --warmup "$warmup" --dtype bf16 --heuristic-gemm 2>&1 | tail -1)
   e=$("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs" \
-      --steps 10 --warmup 3 --dtype bf16 --no-graph 2>&1 | tail -1)
+      --steps "$steps" --warmup "$warmup" --dtype bf16 --no-graph 2>&1 | tail -1)
   t=$(python3 "$here/step_torch.py" --dim "$dim" --depth "$depth" --heads "$heads" --kv-heads "$kv" \
-      --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps 10 --warmup 5 2>&1 | tail -1)
+      --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps "$steps" --warmup "$warmup" 2>&1 | tail -1)
   echo "| $name | $docs | amber (CUDA graph) | $a |"
   echo "| $name | $docs | amber (CUDA graph, cuBLASLt's heuristic GEMM algorithms) | $h |"
   echo "| $name | $docs | amber (eager) | $e |"
@@ -45,5 +53,5 @@ done
 # 16384-token micro-batches with recompute off.
 picked kohaku-1b:2048 || exit 0
 a=$("$amber" bench step --config "$root/configs/presets/kohaku-1b.toml" --tokens 16384 --doc-len 2048 \
-    --steps 5 --warmup 3 --dtype bf16 2>&1 | tail -1)
+    --steps "$steps" --warmup "$warmup" --dtype bf16 2>&1 | tail -1)
 echo "| kohaku-1b | 2048 | amber | $a |"

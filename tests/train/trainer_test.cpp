@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "amber/core/random.h"
 #include "amber/data/shard.h"
@@ -235,6 +237,54 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   const SafetensorsFile a = load_safetensors(straight + "/checkpoints/step-00000006/model.safetensors");
   const SafetensorsFile b = load_safetensors(resumed + "/checkpoints/step-00000006/model.safetensors");
   for (const auto& [name, tensor] : a.tensors) EXPECT_EQ(tensor.to_doubles(), b.tensors.at(name).to_doubles()) << name;
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+  fs::remove_all(corpus);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// On a GPU, training measures its GEMM algorithms by default (train.gemm_tuning) and
+// keeps them in out_dir/gemm_algorithms.tsv. A run that finds the file there multiplies
+// with the algorithms it holds: resumed beside a copy of the first run's file, it
+// continues that run bit for bit.
+TEST(TrainerGpu, MeasuredGemmAlgorithmsAreKeptAndReused) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string corpus = write_corpus("gemm_tuning");
+  const std::string straight = corpus + "_straight", resumed = corpus + "_resumed";
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+  RunConfig c = small_run(corpus, straight);
+  c.model.dim = 64;  // head_dim 32: the smallest the CUDA attention takes
+  c.model.heads = 2;
+  c.model.kv_heads = 1;
+  c.train.device = "cuda";
+  c.train.compute_dtype = "bf16";
+  c.validate();
+  ASSERT_TRUE(c.train.gemm_tuning) << "measured algorithms are the default";
+  Trainer(c, {false, "", false}).run();
+  const fs::path table = fs::path(straight) / "gemm_algorithms.tsv";
+  ASSERT_TRUE(fs::exists(table)) << "a GPU run keeps its measured algorithms beside its checkpoints";
+  const std::string measured = read_text(table);
+  EXPECT_EQ(measured.rfind("amber-gemm-algorithms ", 0), 0u) << measured.substr(0, 80);
+  EXPECT_GE(std::count(measured.begin(), measured.end(), '\n'), 4) << "the header and the products' choices";
+
+  fs::create_directories(resumed);
+  fs::copy_file(table, fs::path(resumed) / "gemm_algorithms.tsv");
+  c.train.out_dir = resumed;
+  Trainer(c, {false, straight + "/checkpoints/step-00000003", false}).run();
+  // The resumed run's first batch may be shorter, so its step can be captured at
+  // another token capacity with products of other shapes: those it measures and
+  // appends; the ones the file holds it takes from there.
+  const std::string kept = read_text(fs::path(resumed) / "gemm_algorithms.tsv");
+  EXPECT_EQ(kept.rfind(measured, 0), 0u) << "the file's choices were not kept as they were";
+  const std::vector<double> full = train_losses(straight), tail = train_losses(resumed);
+  ASSERT_EQ(full.size(), 6u);
+  ASSERT_EQ(tail.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tail[i], full[3 + i]) << "step " << 4 + i;
   fs::remove_all(straight);
   fs::remove_all(resumed);
   fs::remove_all(corpus);
