@@ -12,9 +12,10 @@ picked() { [ ${#wanted[@]} -eq 0 ] || [[ " ${wanted[*]} " == *" $1 "* ]]; }
 # Timed in the card's steady state: an H200 under this load reaches its 700 W power
 # cap within a second or two and lowers its clocks (Kohaku-200M on 50-600, session 19:
 # amber 35.5 ms a step over 10 steps after 3, 36.9 over 80; its SM clock 1594 MHz at
-# 670 W against PyTorch's 1844 MHz at 647 W), so each arm runs WARMUP untimed steps
-# (about 1.5 s of work) before the STEPS it times. STEPS=10 WARMUP=3 gives the short
-# figures of sessions up to 18.
+# 670 W against PyTorch's 1844 MHz at 647 W), so each arm runs WARMUP untimed steps and
+# then 2 more seconds of them (both tools' --warmup-seconds default) before the STEPS
+# it times. Sessions up to 18 timed 10 steps after 3 (STEPS=10 WARMUP=3, and
+# --warmup-seconds 0 in both tools for their exact method).
 steps=${STEPS:-50}
 warmup=${WARMUP:-30}
 here=$(cd "$(dirname "$0")" && pwd)

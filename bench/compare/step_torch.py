@@ -100,6 +100,10 @@ def main():
     p.add_argument("--doc-len", default="2048", help="length or MIN-MAX (the fixed spread amber uses too)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--warmup-seconds", type=float, default=2.0,
+                   help="after the --warmup steps (compilation among them), keep warming up for this long, "
+                        "as amber bench step does (the card reaches its power cap's steady clocks within a "
+                        "second or two)")
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--seed", type=int, default=1)
@@ -139,6 +143,10 @@ def main():
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
+    warm = time.perf_counter()
+    while time.perf_counter() - warm < a.warmup_seconds:
+        step()
+        torch.cuda.synchronize()  # the clock measures work done, not work queued
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(a.steps):

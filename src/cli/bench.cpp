@@ -34,7 +34,8 @@ void run(BenchArgs& a) {
   std::cout << std::fixed << std::setprecision(2) << "config " << a.config << " | " << a.options.tokens
             << " tokens in " << r.lengths.size() << " documents (" << a.doc_lengths << ") | " << a.options.device
             << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name
-            << (r.replayed ? " | CUDA graph" : " | eager") << "\n"
+            << (r.replayed ? " | CUDA graph" : " | eager") << " | " << a.options.steps << " steps timed after "
+            << r.warmup_steps << "\n"
             << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | MFU "
             << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of " << std::setprecision(0)
             << a.options.peak_tflops << " TFLOP/s";
@@ -144,6 +145,10 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--steps", a->options.steps, "Timed steps")->capture_default_str();
   step->add_option("--warmup", a->options.warmup,
                    "Untimed steps first (on a GPU the third step is captured as a CUDA graph, so keep at least 3)")
+      ->capture_default_str();
+  step->add_option("--warmup-seconds", a->options.warmup_seconds,
+                   "After the --warmup steps, keep warming up for this long: a GPU under training load reaches "
+                   "its power cap and its steady clocks within a second or two (0: the --warmup steps alone)")
       ->capture_default_str();
   step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU (H100/H200 SXM: 989)")
       ->capture_default_str();

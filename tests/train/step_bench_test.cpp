@@ -3,7 +3,9 @@
 // comparison see the same document boundaries.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <string>
 
 #include "amber/ops/attention_bench.h"
 #include "amber/train/step_bench.h"
@@ -11,7 +13,7 @@
 namespace amber {
 namespace {
 
-TEST(StepBench, BatchHasTheComparisonsDocumentLengths) {
+StepBenchOptions tiny_cpu_bench() {
   StepBenchOptions o;
   o.model.vocab_size = 64;
   o.model.dim = 32;
@@ -25,11 +27,37 @@ TEST(StepBench, BatchHasTheComparisonsDocumentLengths) {
   o.doc_min = 5;
   o.doc_max = 40;
   o.warmup = 0;
+  o.warmup_seconds = 0;
   o.steps = 1;
-  const StepBenchResult r = run_step_bench(o);
+  return o;
+}
+
+TEST(StepBench, BatchHasTheComparisonsDocumentLengths) {
+  const StepBenchResult r = run_step_bench(tiny_cpu_bench());
   EXPECT_EQ(r.lengths, spread_lengths(256, 5, 40));
   EXPECT_GT(r.tokens_per_s, 0.0);
   EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_EQ(r.warmup_steps, 0);
+}
+
+// The warm-up runs its steps and then as many more as fill its time (a step of this
+// model takes milliseconds).
+TEST(StepBench, WarmUpLastsItsStepsAndItsTime) {
+  StepBenchOptions o = tiny_cpu_bench();
+  o.warmup = 2;
+  EXPECT_EQ(run_step_bench(o).warmup_steps, 2);
+  o.warmup_seconds = 0.3;
+  const auto start = std::chrono::steady_clock::now();
+  const StepBenchResult r = run_step_bench(o);
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.3);
+  EXPECT_GT(r.warmup_steps, 2);
+  o.warmup_seconds = -1;
+  try {
+    run_step_bench(o);
+    FAIL() << "a negative warm-up time was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("warm-up time"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

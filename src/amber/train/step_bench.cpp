@@ -1,6 +1,7 @@
 #include "amber/train/step_bench.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/op_profile.h"
@@ -63,6 +64,8 @@ data::Batch synthetic_batch(const StepBenchOptions& o) {
 StepBenchResult run_step_bench(const StepBenchOptions& o) {
   AMBER_CHECK(o.tokens > 0 && o.doc_min > 0 && o.doc_min <= o.doc_max && o.steps > 0 && o.warmup >= 0,
               "bench step: tokens, document lengths (min <= max) and steps must be positive");
+  AMBER_CHECK(o.warmup_seconds >= 0 && std::isfinite(o.warmup_seconds),
+              "bench step: the warm-up time must be a finite number of seconds >= 0, got ", o.warmup_seconds);
   const Device device = device_from_name(o.device);
   LanguageModel model(o.model, DType::f32, device, dtype_from_name(o.compute_dtype));
   model.init_weights(o.seed);
@@ -75,8 +78,13 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   // The loss stays on the device until the timed steps are done: reading it per step
   // would add a host synchronisation the trainer does not have per micro-batch.
   TrainStep step(model, optimizer.get(), {.grad_clip = 0.0, .cuda_graph = o.cuda_graph && !o.profile});
-  for (int i = 0; i < o.warmup; ++i) step.run(micro, 1.0);
+  // The counted steps (GEMM tuning, the graph's capture), then steps of steady load.
+  for (; r.warmup_steps < o.warmup; ++r.warmup_steps) step.run(micro, 1.0);
   wait_for(device);
+  for (const auto warm = std::chrono::steady_clock::now(); seconds_since(warm) < o.warmup_seconds; ++r.warmup_steps) {
+    step.run(micro, 1.0);
+    wait_for(device);  // the clock measures work done, not work queued
+  }
   if (device.is_cuda()) cuda::reset_pool_peak(device.index);
   if (o.profile) profile::start();
   const auto start = std::chrono::steady_clock::now();

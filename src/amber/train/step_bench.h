@@ -20,6 +20,11 @@ struct StepBenchOptions {
   int64_t tokens = 16384;
   int doc_min = 2048, doc_max = 2048;  // document lengths uniform in [min, max]
   int warmup = 3, steps = 10;
+  // After the warm-up steps, more until this much time has passed: under a training
+  // step an H200 reaches its 700 W cap and lowers its clocks within a second or two,
+  // and steps timed before that read boost clocks (Kohaku-200M: 35.5 ms over 10 steps
+  // after 3, 36.9 over 80; docs/perf/step.md, session 19). 0: the warm-up steps alone.
+  double warmup_seconds = 2.0;
   double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
   uint64_t seed = 1;
   bool profile = false;    // GPU milliseconds per op over the timed steps (runs eagerly)
@@ -35,6 +40,7 @@ struct StepBenchResult {
   std::vector<int32_t> lengths;
   std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
   bool replayed = false;  // the timed steps replayed a captured CUDA graph
+  int warmup_steps = 0;   // untimed steps run (warmup, or more to fill warmup_seconds)
 };
 
 StepBenchResult run_step_bench(const StepBenchOptions& options);
