@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "amber/core/random.h"
 #include "amber/data/shard.h"
@@ -16,6 +15,7 @@
 #include "amber/ops/optim.h"
 #include "amber/train/checkpoint.h"
 #include "amber/train/trainer.h"
+#include "data/testing.h"
 #include "ops/testing.h"
 
 namespace amber {
@@ -242,11 +242,6 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   fs::remove_all(corpus);
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // On a GPU, training measures its GEMM algorithms by default (train.gemm_tuning) and
 // keeps them in out_dir/gemm_algorithms.tsv. A run that finds the file there multiplies
 // with the algorithms it holds: resumed beside a copy of the first run's file, it
@@ -268,7 +263,7 @@ TEST(TrainerGpu, MeasuredGemmAlgorithmsAreKeptAndReused) {
   Trainer(c, {false, "", false}).run();
   const fs::path table = fs::path(straight) / "gemm_algorithms.tsv";
   ASSERT_TRUE(fs::exists(table)) << "a GPU run keeps its measured algorithms beside its checkpoints";
-  const std::string measured = read_text(table);
+  const std::string measured = data::testing::read_file(table.string());
   EXPECT_EQ(measured.rfind("amber-gemm-algorithms ", 0), 0u) << measured.substr(0, 80);
   EXPECT_GE(std::count(measured.begin(), measured.end(), '\n'), 4) << "the header and the products' choices";
 
@@ -279,7 +274,7 @@ TEST(TrainerGpu, MeasuredGemmAlgorithmsAreKeptAndReused) {
   // The resumed run's first batch may be shorter, so its step can be captured at
   // another token capacity with products of other shapes: those it measures and
   // appends; the ones the file holds it takes from there.
-  const std::string kept = read_text(fs::path(resumed) / "gemm_algorithms.tsv");
+  const std::string kept = data::testing::read_file((fs::path(resumed) / "gemm_algorithms.tsv").string());
   EXPECT_EQ(kept.rfind(measured, 0), 0u) << "the file's choices were not kept as they were";
   const std::vector<double> full = train_losses(straight), tail = train_losses(resumed);
   ASSERT_EQ(full.size(), 6u);
