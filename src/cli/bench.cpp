@@ -43,7 +43,12 @@ void run(BenchArgs& a) {
     std::cout << " | measured GEMM peak " << r.gemm_tflops << " TFLOP/s (MFU " << std::setprecision(1)
               << 100 * r.mfu_vs_gemm << "% of it) | peak memory " << std::setprecision(2) << r.peak_memory_gib
               << " GiB";
-  std::cout << " | loss " << std::setprecision(4) << r.loss << "\n";
+  std::cout << " | loss " << std::setprecision(4) << r.loss;
+  // A card at its power limit runs below its boost clock (docs/perf/step.md, session 19).
+  if (r.card.available)
+    std::cout << " | SM clock " << std::setprecision(0) << r.card.sm_mhz << " MHz, " << r.card.watts << " W of "
+              << r.card.limit_watts << " W";
+  std::cout << "\n";
   if (r.op_ms.empty()) return;
   // With events around every op the step runs a little slower than unprofiled.
   double total = 0;

@@ -2,8 +2,12 @@
 // contract (core/op_profile.h).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <iostream>
 #include <string>
+#include <thread>
 
+#include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
 #include "amber/core/error.h"
 #include "amber/core/op_profile.h"
@@ -54,6 +58,42 @@ TEST(OpProfileGpu, GpuOpsAreRecordedByName) {
     EXPECT_GT(ms, 0.0) << op;
   }
   EXPECT_FALSE(profile::active());
+}
+
+// Without a GPU (or a build without CUDA) card sampling reports nothing, and says so.
+TEST(CardState, WithoutAGpuNothingIsSampled) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present";
+  cuda::start_card_sampling(0);
+  const cuda::CardState state = cuda::stop_card_sampling();
+  EXPECT_FALSE(state.available);
+  EXPECT_EQ(state.samples, 0);
+}
+
+// On a GPU the driver's NVML gives the SM clock, the board power and its limit while
+// the card works.
+TEST(CardStateGpu, SamplesClockAndPowerWhileTheCardWorks) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor x = Tensor::full({1 << 24}, 1.0, DType::f32).to(Device::cuda());
+  cuda::start_card_sampling(0);
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(200)) {
+    for (int i = 0; i < 20; ++i) add_scaled(x, x, 0.5);
+    cuda::synchronize();
+  }
+  const cuda::CardState state = cuda::stop_card_sampling();
+  ASSERT_TRUE(state.available) << "NVML (libnvidia-ml.so.1) did not answer";
+  EXPECT_GE(state.samples, 5);
+  EXPECT_GT(state.sm_mhz, 100.0);
+  EXPECT_GT(state.watts, 10.0);
+  EXPECT_GT(state.limit_watts, 10.0);
+  std::cout << "card: SM " << state.sm_mhz << " MHz, " << state.watts << " W of " << state.limit_watts << " W over "
+            << state.samples << " samples\n";
+  // A second sampling starts afresh.
+  cuda::start_card_sampling(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const cuda::CardState again = cuda::stop_card_sampling();
+  EXPECT_TRUE(again.available);
+  EXPECT_LT(again.samples, state.samples);  // 100 ms of samples, not added to the 200 before
 }
 
 }  // namespace

@@ -46,4 +46,17 @@ void copy_rows(void* dst, const int64_t* dst_strides, const void* src, const int
 // at `element` (host memory), without a host synchronisation.
 void fill(void* dst, size_t element_bytes, const void* element, size_t n);
 
+// What the card ran at between start_card_sampling and stop_card_sampling: the mean SM
+// clock and board power of samples taken every 20 ms by a background thread, and the
+// power limit the driver enforces. Read through NVML, loaded at run time from the
+// driver; `available` is false where it is absent (then the rest is 0). One sampling
+// runs at a time.
+struct CardState {
+  bool available = false;
+  int samples = 0;
+  double sm_mhz = 0, watts = 0, limit_watts = 0;
+};
+void start_card_sampling(int device);
+CardState stop_card_sampling();
+
 }  // namespace amber::cuda

@@ -28,6 +28,8 @@ void launch_graph(void*) { no_cuda(); }
 void destroy_graph(void*) {}
 size_t pool_peak_bytes(int) { return 0; }
 void reset_pool_peak(int) {}
+void start_card_sampling(int) {}
+CardState stop_card_sampling() { return {}; }
 bool convert(void*, DType, const void*, DType, size_t) { no_cuda(); }
 void copy_rows(void*, const int64_t*, const void*, const int64_t*, const int64_t*, int, size_t) { no_cuda(); }
 void fill(void*, size_t, const void*, size_t) { no_cuda(); }

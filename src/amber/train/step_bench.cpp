@@ -87,9 +87,11 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   }
   if (device.is_cuda()) cuda::reset_pool_peak(device.index);
   if (o.profile) profile::start();
+  if (device.is_cuda()) cuda::start_card_sampling(device.index);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step.run(micro, 1.0);
   wait_for(device);
+  if (device.is_cuda()) r.card = cuda::stop_card_sampling();
   const double seconds = seconds_since(start) / o.steps;
   if (o.profile)
     for (const auto& [op, ms] : profile::report()) r.op_ms.emplace_back(op, ms / o.steps);

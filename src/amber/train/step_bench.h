@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "amber/core/cuda_runtime.h"
 #include "amber/model/config.h"
 #include "amber/train/optimizer.h"
 
@@ -41,6 +42,7 @@ struct StepBenchResult {
   std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
   bool replayed = false;  // the timed steps replayed a captured CUDA graph
   int warmup_steps = 0;   // untimed steps run (warmup, or more to fill warmup_seconds)
+  cuda::CardState card;   // the GPU's SM clock and power over the timed steps
 };
 
 StepBenchResult run_step_bench(const StepBenchOptions& options);
