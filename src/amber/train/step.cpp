@@ -45,9 +45,12 @@ void clip_gradients(const LanguageModel& model, const StepStats& stats, double m
 // from one pinned host buffer by copies that are part of the step (so a replay reads
 // the new batch). A batch shorter than the capacity gets one padding document (token
 // 0, no targets); unused document slots are empty documents at the end, which no
-// kernel gives any work. The graph is captured on the third run with the same slots:
-// the first two let the model's arenas settle, so that nothing is allocated during the
-// capture that outlives it.
+// kernel gives any work. The token capacity is the loader's budget where the step knows
+// it: with the first batch's count instead, a resumed run whose first batch is shorter
+// ran its products at other shapes (and measured algorithms for them afresh), and a
+// longer batch later forced a second capture. The graph is captured on the third run
+// with the same slots: the first two let the model's arenas settle, so that nothing is
+// allocated during the capture that outlives it.
 struct TrainStep::Slots {
   int64_t tokens = 0;  // per micro-batch
   int docs = 0;        // per micro-batch, padding and empty documents included
@@ -57,7 +60,7 @@ struct TrainStep::Slots {
   uint64_t arena_version = 0;  // the model's arenas when the graph was captured
   int eager_runs = 0;
 
-  Slots(std::span<const data::Batch> micro, Device device) {
+  Slots(std::span<const data::Batch> micro, int64_t token_capacity, Device device) : tokens(token_capacity) {
     for (const data::Batch& b : micro) {
       tokens = std::max(tokens, b.tokens.numel());
       docs = std::max(docs, b.seq.num_docs + 1);
@@ -165,7 +168,8 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
     return;
   }
   cuda::synchronize();  // the previous step has read the staging buffer
-  if (!slots_ || !slots_->fit(micro_batches)) slots_ = std::make_unique<Slots>(micro_batches, model_.device());
+  if (!slots_ || !slots_->fit(micro_batches))
+    slots_ = std::make_unique<Slots>(micro_batches, options_.micro_batch_tokens, model_.device());
   slots_->stage(micro_batches, inputs);
   if (slots_->graph && slots_->arena_version != model_.arena_version()) {
     // Something outside the step (an evaluation) moved the arenas the graph points into.

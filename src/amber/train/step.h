@@ -60,6 +60,9 @@ void clip_gradients(const LanguageModel& model, const StepStats& stats, double m
 struct StepOptions {
   double grad_clip = 0.0;  // 0: no clipping
   bool cuda_graph = true;  // on a GPU, replay the step from a captured graph
+  // On a GPU, the tokens a micro-batch's device buffers hold (the loader's budget), so
+  // every run of a config captures its step at the same shapes; 0: the first batch's.
+  int64_t micro_batch_tokens = 0;
 };
 
 class TrainStep {

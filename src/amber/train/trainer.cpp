@@ -158,7 +158,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   s.model->init_weights(c.train.seed);
   s.optimizer = build_optimizer(c.optimizer, s.model->params());
   s.train_step = std::make_unique<TrainStep>(*s.model, s.optimizer.get(),
-                                             StepOptions{.grad_clip = c.train.grad_clip, .cuda_graph = c.train.cuda_graph});
+                                             StepOptions{.grad_clip = c.train.grad_clip,
+                                                         .cuda_graph = c.train.cuda_graph,
+                                                         .micro_batch_tokens = c.train.micro_batch_tokens});
   s.schedule = make_schedule(c.schedule, c.train.steps);
 
   std::string resume_dir = s.options.resume_from;
