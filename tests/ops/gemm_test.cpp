@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
@@ -66,6 +68,34 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
   linear_backward(proj, x, w, dx, dw_fresh, db_fresh, false);
   linear_backward(proj, x, w, dx, dw_zeroed, db_fresh);
   EXPECT_EQ(dw_fresh.to_doubles(), dw_zeroed.to_doubles());
+}
+
+// A residual stream's add done by the product: y = r + s (x w^T + b), y's old
+// contents (NaN) never read; a bias beside a scale other than 1 is refused.
+TEST(Linear, ResidualAddedByTheProduct) {
+  const Tensor x = random_tensor({9, 16}, DType::f64, 10), w = random_tensor({7, 16}, DType::f64, 11);
+  const Tensor b = random_tensor({7}, DType::f64, 12), r = random_tensor({9, 7}, DType::f64, 13);
+  const Tensor none;
+  for (const double scale : {1.0, 0.25}) {
+    const Tensor bias = scale == 1.0 ? b : none;
+    const Tensor plain = reference_linear(x, w, bias.defined() ? bias : Tensor::zeros({7}, DType::f64));
+    std::vector<double> want = r.to_doubles();
+    const std::vector<double> product = plain.to_doubles();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += scale * product[i];
+    const Tensor expected = Tensor::from_vector(want, {9, 7});
+    for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+      Tensor y = Tensor::full({9, 7}, NAN, dt);
+      linear_forward(x.to(dt), w.to(dt), bias.defined() ? bias.to(dt) : none, y, r.to(dt), scale);
+      EXPECT_LT(relative_error(y, expected), dt == DType::bf16 ? 1e-2 : 1e-6) << dtype_name(dt) << " scale " << scale;
+    }
+  }
+  Tensor y = Tensor::empty({9, 7}, DType::f64);
+  try {
+    linear_forward(x, w, b, y, r, 0.5);
+    FAIL() << "a bias with a scaled residual add was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scale 1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Gemm, TransposesAndRejectsBadShapes) {

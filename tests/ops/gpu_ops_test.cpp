@@ -499,6 +499,12 @@ TEST(GemmGpu, LinearForwardAndBackwardMatchCpu) {
     linear_forward(x, w, bias, cy);
     linear_forward(gpu(x), gpu(w), gpu(bias), gy);
     expect_close("linear forward", gy, cy, dt);
+    // The residual add in the product's epilogue (cuBLASLt's C beside its D).
+    const Tensor r = random_tensor({rows, out}, dt, 86);
+    Tensor cyr = Tensor::empty({rows, out}, dt), gyr = nan_tensor({rows, out}, dt);
+    linear_forward(x, w, Tensor(), cyr, r, 0.5);
+    linear_forward(gpu(x), gpu(w), Tensor(), gyr, gpu(r), 0.5);
+    expect_close("linear forward + 0.5 residual", gyr, cyr, dt);
     const Tensor dw0 = random_tensor({out, in}, DType::f32, 84), db0 = random_tensor({out}, DType::f32, 85);
     Tensor cdx = Tensor::empty(x.shape(), dt), cdw = dw0.clone(), cdb = db0.clone();
     linear_backward(dy, x, w, cdx, cdw, cdb);

@@ -57,7 +57,8 @@ class CausalAttention final : public AttentionLayer {
     if (k_norm_) k_norm_->collect(out);
   }
 
-  Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& s, Arena& arena) const override {
+  Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& s, Arena& arena,
+                 const ResidualAdd& into) const override {
     const int64_t tokens = h.size(0);
     s.h = h;
     Tensor v_raw;
@@ -67,7 +68,12 @@ class CausalAttention final : public AttentionLayer {
     s.o = arena.alloc({tokens, heads_, head_dim_}, h.dtype());
     s.lse = arena.alloc({tokens, heads_}, norm_stat_dtype(h.dtype()));
     attention_forward(s.q, s.k, s.v, seq, options_, sinks(), s.o, s.lse);
-    return project(s.o.view({tokens, int64_t{heads_} * head_dim_}), o_, o_bias_, arena);
+    const Tensor o = s.o.view({tokens, int64_t{heads_} * head_dim_});
+    if (into.residual) {
+      linear_forward(o, o_->work, o_bias_ ? o_bias_->work : Tensor(), *into.sum, *into.residual, into.scale);
+      return *into.sum;
+    }
+    return project(o, o_, o_bias_, arena);
   }
 
   Tensor infer(const Tensor& h, const CachedStep& step, LayerCache& cache, Arena& arena) const override {

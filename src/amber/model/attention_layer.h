@@ -48,7 +48,10 @@ class AttentionLayer {
   };
   virtual ~AttentionLayer() = default;
   virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
-  virtual Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& saved, Arena& arena) const = 0;
+  // The layer's output, or with `into` (residual r, scale s, sum): *into.sum = r + s *
+  // output, added by the output projection as it writes (and returned).
+  virtual Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& saved, Arena& arena,
+                         const ResidualAdd& into = {}) const = 0;
   virtual Tensor backward(const Tensor& dout, const SeqInfo& seq, const Saved& saved, Arena& arena) const = 0;
   // Generation: appends the new tokens' keys and values to `cache` and attends over it.
   virtual Tensor infer(const Tensor& h, const CachedStep& step, LayerCache& cache, Arena& arena) const = 0;

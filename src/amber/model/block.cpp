@@ -7,7 +7,10 @@ namespace amber {
 
 Block::Block(const ModelConfig& c, int index, const Placement& placement,
              std::shared_ptr<const PositionEncoding> position)
-    : residual_scale_(c.residual_scale()) {
+    : residual_scale_(c.residual_scale()),
+      // A bias is added after the product, unscaled: with a residual scale the branch's
+      // bias would be scaled too, so those models add in the norm.
+      adds_in_projections_(!c.post_norm && (!c.attn_bias || c.residual_scale() == 1.0)) {
   const std::string prefix = concat("layers.", index);
   auto norm = [&](const std::string& name) {
     return norm_registry().build(c.norm, {prefix + "." + name, c.dim, c.norm_eps, true, placement});
@@ -47,11 +50,21 @@ ResidualStream ResidualStream::materialised() const {
 ResidualStream Block::forward(const ResidualStream& in, const SeqInfo& seq, Saved& s, Arena& saves,
                               Arena& outputs) const {
   // The input's pending add, done by the attention norm as it normalises it.
-  Tensor a = attn_->forward(attn_norm_->forward(in.x, s.attn_norm, saves, in.pending()), seq, s.attn, saves);
+  const Tensor h_attn = attn_norm_->forward(in.x, s.attn_norm, saves, in.pending());
   s.input = in.value();
+  s.mid = saves.alloc(s.input.shape(), s.input.dtype());
+  if (adds_in_projections_) {
+    // mid = x + rs * attn(...) and out = mid + rs * mlp(...), each written by the
+    // branch's output projection (the product's epilogue reads the residual): the
+    // norms after them only normalise, and the output has nothing pending.
+    attn_->forward(h_attn, seq, s.attn, saves, {&s.input, residual_scale_, &s.mid});
+    Tensor out = outputs.alloc(s.input.shape(), s.input.dtype());
+    mlp_->forward(mlp_norm_->forward(s.mid, s.mlp_norm, saves), s.mlp, saves, {&s.mid, residual_scale_, &out});
+    return out;
+  }
+  Tensor a = attn_->forward(h_attn, seq, s.attn, saves);
   if (post_attn_norm_) a = post_attn_norm_->forward(a, s.post_attn_norm, saves);
   // mid = x + rs * a, written by the MLP norm in the same pass that normalises it.
-  s.mid = saves.alloc(s.input.shape(), s.input.dtype());
   const Tensor h = mlp_norm_->forward(s.input, s.mlp_norm, saves, {&a, residual_scale_, &s.mid});
   Tensor m = mlp_->forward(h, s.mlp, saves);
   if (post_mlp_norm_) m = post_mlp_norm_->forward(m, s.post_mlp_norm, saves);

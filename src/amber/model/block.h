@@ -17,9 +17,10 @@
 namespace amber {
 
 // The residual stream between blocks: x + scale * branch with the add not yet done
-// (branch undefined: x alone). Whatever normalises the stream next does the add in the
-// same pass (pending(): the norm writes the sum into `sum`), so the stream is not read
-// and written once more by an add of its own.
+// (branch undefined: x alone, as a block whose output projections do its adds returns
+// it). Whatever normalises the stream next does the add in the same pass (pending():
+// the norm writes the sum into `sum`), so the stream is not read and written once more
+// by an add of its own.
 struct ResidualStream {
   Tensor x, branch;
   mutable Tensor sum;  // written by the norm that does the add (through pending())
@@ -52,7 +53,8 @@ class Block {
 
   void collect(std::vector<std::shared_ptr<Param>>& out) const;
   // Intermediate tensors come from `saves`; the output's sum buffer from `outputs`. The
-  // output's add is left pending (the MLP branch lives in `saves`).
+  // output's add is done by the MLP's down projection, or (post-norms, or a bias with
+  // a residual scale) left pending with the MLP branch in `saves`.
   ResidualStream forward(const ResidualStream& in, const SeqInfo& seq, Saved& saved, Arena& saves,
                          Arena& outputs) const;
   // dx holds d(loss)/d(output) on entry and d(loss)/d(input) on return (updated in
@@ -65,6 +67,7 @@ class Block {
   Tensor branch_gradient(const Tensor& dx, Arena& arena) const;
 
   double residual_scale_;
+  bool adds_in_projections_;  // the residual adds done by the branches' output projections
   std::unique_ptr<Norm> attn_norm_, mlp_norm_, post_attn_norm_, post_mlp_norm_;
   std::unique_ptr<AttentionLayer> attn_;
   std::unique_ptr<Mlp> mlp_;

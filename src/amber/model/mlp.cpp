@@ -30,13 +30,17 @@ class TwoLayerMlp final : public Mlp {
       if (p) out.push_back(p);
   }
 
-  Tensor forward(const Tensor& h, Saved& s, Arena& arena) const override {
+  Tensor forward(const Tensor& h, Saved& s, Arena& arena, const ResidualAdd& into) const override {
     const int64_t tokens = h.size(0);
     s.h = h;
     s.up = arena.alloc({tokens, up_->work.size(0)}, h.dtype());
     linear_forward(h, up_->work, bias(up_bias_), s.up);
     s.act = arena.alloc({tokens, hidden_}, h.dtype());
     forward_(s.up, s.act);
+    if (into.residual) {
+      linear_forward(s.act, down_->work, bias(down_bias_), *into.sum, *into.residual, into.scale);
+      return *into.sum;
+    }
     Tensor out = arena.alloc({tokens, down_->work.size(0)}, h.dtype());
     linear_forward(s.act, down_->work, bias(down_bias_), out);
     return out;

@@ -10,6 +10,7 @@
 #include "amber/core/arena.h"
 #include "amber/model/param.h"
 #include "amber/model/registry.h"
+#include "amber/ops/norm.h"
 
 namespace amber {
 
@@ -28,7 +29,9 @@ class Mlp {
   };
   virtual ~Mlp() = default;
   virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
-  virtual Tensor forward(const Tensor& h, Saved& saved, Arena& arena) const = 0;
+  // The output, or with `into` (residual r, scale s, sum): *into.sum = r + s * output,
+  // added by the down projection as it writes (and returned).
+  virtual Tensor forward(const Tensor& h, Saved& saved, Arena& arena, const ResidualAdd& into = {}) const = 0;
   virtual Tensor backward(const Tensor& dout, const Saved& saved, Arena& arena) const = 0;
 };
 

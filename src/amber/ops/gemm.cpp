@@ -8,15 +8,20 @@
 
 namespace amber {
 
-void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta,
+          const Tensor& addend) {
   AMBER_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "gemm takes 2-D tensors, got ",
               a.shape(), " ", b.shape(), " ", c.shape());
   const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
   const int64_t kb = tb ? b.size(1) : b.size(0), n = tb ? b.size(0) : b.size(1);
   AMBER_CHECK(k == kb && c.size(0) == m && c.size(1) == n, "gemm shapes do not agree: op(a) ", m,
               "x", k, ", op(b) ", kb, "x", n, ", c ", c.shape());
-  AMBER_ON_DEVICE(ops::common_device("gemm", {&a, &b, &c}), "gemm",
-                  cuda::gemm(a, ta, b, tb, c, alpha, beta), cpu::gemm(a, ta, b, tb, c, alpha, beta));
+  if (addend.defined())
+    AMBER_CHECK(addend.shape() == c.shape() && addend.dtype() == c.dtype() && addend.device() == c.device(),
+                "gemm: addend ", addend.shape(), " ", dtype_name(addend.dtype()), " does not match c ", c.shape(), " ",
+                dtype_name(c.dtype()), " on the same device");
+  AMBER_ON_DEVICE(ops::common_device("gemm", {&a, &b, &c}), "gemm", cuda::gemm(a, ta, b, tb, c, alpha, beta, addend),
+                  cpu::gemm(a, ta, b, tb, c, alpha, beta, addend));
 }
 
 void set_gemm_tuning(const GemmTuning& tuning) {
@@ -37,10 +42,16 @@ std::vector<double> gemm_algorithm_times(const Tensor& a, bool ta, const Tensor&
   return ms;
 }
 
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Tensor& residual,
+                    double scale) {
   AMBER_CHECK(x.ndim() == 2 && w.ndim() == 2 && x.size(1) == w.size(1), "linear: input ",
               x.shape(), " does not match weight ", w.shape(), " ([out, in])");
-  gemm(x, false, w, true, y);
+  AMBER_CHECK(!bias.defined() || !residual.defined() || scale == 1.0,
+              "linear: a bias with a residual add needs scale 1, got ", scale);
+  if (residual.defined())
+    gemm(x, false, w, true, y, scale, 1.0, residual);
+  else
+    gemm(x, false, w, true, y);
   if (!bias.defined()) return;
   AMBER_CHECK(bias.ndim() == 1 && bias.size(0) == w.size(0), "linear: bias ", bias.shape(),
               " does not match weight ", w.shape());

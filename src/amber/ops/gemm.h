@@ -10,10 +10,11 @@
 
 namespace amber {
 
-// c = alpha * op(a) * op(b) + beta * c for 2-D contiguous tensors; op is an
-// optional transpose.
+// c = alpha * op(a) * op(b) + beta * addend for 2-D contiguous tensors; op is an
+// optional transpose; addend (shaped like c) is c itself when undefined. On the GPU a
+// separate addend is read by the product's epilogue (cuBLASLt's C beside its D).
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
-          double alpha = 1.0, double beta = 0.0);
+          double alpha = 1.0, double beta = 0.0, const Tensor& addend = Tensor());
 
 // How the GPU picks each product's cuBLASLt algorithm. Not measured (the process's
 // default): cuBLASLt's first heuristic answer, the same choice in every process.
@@ -35,8 +36,12 @@ void set_gemm_tuning(const GemmTuning& tuning);
 std::vector<double> gemm_algorithm_times(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                                          Tensor& c, double beta, int count, int repeats);
 
-// y [N, out] = x [N, in] * w [out, in]^T + bias [out] (bias may be undefined).
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
+// y [N, out] = x [N, in] * w [out, in]^T + bias [out] (bias may be undefined). With a
+// residual r [N, out]: y = r + scale * (x w^T + bias), the add done by the product as it
+// writes y (a residual stream's add without a pass of its own); a bias then needs
+// scale 1.
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                    const Tensor& residual = Tensor(), double scale = 1.0);
 
 // dx = dy * w (skipped when dx is undefined), dw += dy^T * x (dw = with
 // accumulate_dw false: its old values are never read), dbias += column sums of dy

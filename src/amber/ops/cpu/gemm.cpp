@@ -56,7 +56,9 @@ void tiled_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
 
 }  // namespace
 
-void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta,
+          const Tensor& addend) {
+  if (addend.defined() && beta != 0.0) c.copy_from(addend);
   const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
   const int64_t n = tb ? b.size(0) : b.size(1);
   with_compute_type(c.dtype(), [&]<class T>() {

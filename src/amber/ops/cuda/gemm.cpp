@@ -90,12 +90,14 @@ struct Descriptors {
   }
 };
 
-// One product c = alpha op(a) op(b) + beta c in cuBLASLt's terms: its descriptors and
-// the key of its heuristic answers.
+// One product c = alpha op(a) op(b) + beta addend (addend: c itself, or a tensor shaped
+// like it, cuBLASLt's C beside its D) in cuBLASLt's terms: its descriptors and the key
+// of its heuristic answers.
 struct Product {
   const Tensor* a;
   const Tensor* b;
   Tensor* c;
+  const Tensor* addend;
   bool ta, tb;
   int64_t m, n, k;
   Descriptors d;
@@ -107,9 +109,9 @@ struct Product {
                 dtype_name(a->dtype()), " -> ", dtype_name(c->dtype()));
   }
 
-  Product(const Tensor& a_, bool ta_, const Tensor& b_, bool tb_, Tensor& c_)
-      : a(&a_), b(&b_), c(&c_), ta(ta_), tb(tb_), m(ta ? a_.size(1) : a_.size(0)), n(tb ? b_.size(0) : b_.size(1)),
-        k(ta ? a_.size(0) : a_.size(1)) {
+  Product(const Tensor& a_, bool ta_, const Tensor& b_, bool tb_, Tensor& c_, const Tensor& addend_ = Tensor())
+      : a(&a_), b(&b_), c(&c_), addend(addend_.defined() ? &addend_ : &c_), ta(ta_), tb(tb_),
+        m(ta ? a_.size(1) : a_.size(0)), n(tb ? b_.size(0) : b_.size(1)), k(ta ? a_.size(0) : a_.size(1)) {
     const cudaDataType_t ab_type = lt_type(a_.dtype()), c_type = lt_type(c_.dtype());
     // Plain fp32 compute: CUBLAS_COMPUTE_32F never uses TF32, so f32 products stay f32.
     check(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
@@ -121,7 +123,7 @@ struct Product {
     check(cublasLtMatrixLayoutCreate(&d.b, ab_type, a_.size(1), a_.size(0), a_.size(1)), "layout of a");
     check(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, n), "layout of c");
     key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k,
-                  alignment(a_.raw()), alignment(b_.raw()), alignment(c_.raw())};
+                  alignment(a_.raw()), alignment(b_.raw()), std::min(alignment(c_.raw()), alignment(addend->raw()))};
   }
 
   // cuBLASLt's first `count` heuristic answers, best first.
@@ -152,18 +154,20 @@ struct Product {
 
   cublasStatus_t run(LtState& s, const cublasLtMatmulAlgo_t& algo, double alpha, double beta) const {
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-    return cublasLtMatmul(s.handle, d.op, &alpha_f, b->raw(), d.a, a->raw(), d.b, &beta_f, c->raw(), d.c,
+    return cublasLtMatmul(s.handle, d.op, &alpha_f, b->raw(), d.a, a->raw(), d.b, &beta_f, addend->raw(), d.c,
                           c->raw(), d.c, &algo, s.workspace, kWorkspaceBytes, cudaStreamPerThread);
   }
 };
 
 // The checks every product gets; false when there is nothing to multiply (k = 0 is
 // handled here: c = beta c).
-bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta,
+             const Tensor& addend = Tensor()) {
   const char* op = "gemm";
   require_contiguous(a, op);
   require_contiguous(b, op);
   require_contiguous(c, op);
+  if (addend.defined()) require_contiguous(addend, op);
   AMBER_CHECK(a.dtype() == b.dtype(), op, ": on the GPU both operands need one dtype, got ",
               dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
   AMBER_CHECK(c.dtype() == a.dtype() || c.dtype() == DType::f32, op, ": output dtype ",
@@ -171,10 +175,10 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
   const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1), n = tb ? b.size(0) : b.size(1);
   if (m == 0 || n == 0) return false;
   if (k > 0) return true;
-  if (beta == 0.0)  // an empty sum: c = beta * c
+  if (beta == 0.0)  // an empty sum: c = beta * addend
     c.zero();
   else
-    scale_into(c, c, beta);
+    scale_into(c, addend.defined() ? addend : c, beta);
   return false;
 }
 
@@ -330,10 +334,11 @@ void set_gemm_tuning(bool measured, const std::string& file) {
   t.open(measured, file);
 }
 
-void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
-  if (!prepare(a, ta, b, tb, c, beta)) return;
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta,
+          const Tensor& addend) {
+  if (!prepare(a, ta, b, tb, c, beta, addend)) return;
   LtState& s = lt_state();
-  Product p(a, ta, b, tb, c);
+  Product p(a, ta, b, tb, c, addend);
   auto found = s.algos.find(p.key);
   if (found == s.algos.end()) {
     const auto [algo, cacheable] = choose(s, p, beta);

@@ -9,8 +9,9 @@
 
 namespace amber::cuda {
 
+// ops/gemm.h's gemm: c = alpha op(a) op(b) + beta addend (c itself when undefined).
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
-          double alpha, double beta);
+          double alpha, double beta, const Tensor& addend = Tensor());
 // ops/gemm.h's set_gemm_tuning (file empty: the choices stay in memory).
 void set_gemm_tuning(bool measured, const std::string& file);
 // For `amber bench kernel gemm`: c = op(a) op(b) + beta c (c overwritten) timed with
