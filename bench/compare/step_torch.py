@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.varlen import varlen_attn
 
+from card_state import CardSampler
 from doc_lengths import parse_range, spread_lengths
 
 VARLEN_PARAMS = inspect.signature(varlen_attn).parameters
@@ -148,11 +149,12 @@ def main():
         step()
         torch.cuda.synchronize()  # the clock measures work done, not work queued
     torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        loss = step()
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - t0) / a.steps
+    with CardSampler(torch.cuda.get_device_properties(dev)) as card:
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            loss = step()
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - t0) / a.steps
 
     q_dim = a.heads * a.head_dim
     kv_dim = a.kv_heads * a.head_dim
@@ -162,7 +164,7 @@ def main():
     print(f"torch {torch.__version__} {'compiled' if not a.no_compile else 'eager'} | {a.tokens} tokens in "
           f"{len(lengths)} documents ({a.doc_len}) | step {seconds * 1e3:.2f} ms | {a.tokens / seconds:.0f} tokens/s | "
           f"MFU {100 * flops / seconds / (a.peak_tflops * 1e12):.1f}% of {a.peak_tflops:.0f} TFLOP/s | "
-          f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB | loss {float(loss):.4f}")
+          f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB | loss {float(loss):.4f}{card.report()}")
 
 
 if __name__ == "__main__":
