@@ -76,7 +76,7 @@ std::vector<GemmBenchShape> model_gemm_shapes(const ModelConfig& m, int64_t toke
   linear("o_proj", q, dim, tokens);
   linear("mlp up", dim, up, tokens);
   linear("mlp down", hidden, dim, tokens);
-  shapes.push_back({"head chunk, logits (f32)", chunk, m.vocab_size, dim, false, true, true, 0.0});
+  shapes.push_back({"head chunk, logits", chunk, m.vocab_size, dim, false, true, false, 0.0});  // in w's dtype
   shapes.push_back({"head chunk, input grad", chunk, dim, m.vocab_size, false, false, false, 0.0});
   shapes.push_back({"head chunk, weight grad", m.vocab_size, dim, chunk, true, false, true, 1.0});
   return shapes;
@@ -87,7 +87,8 @@ void print_gemm_bench(const ModelConfig& m, int64_t tokens, int64_t chunk, Devic
   const std::vector<GemmBenchRow> rows = run_gemm_bench(model_gemm_shapes(m, tokens, chunk), device, candidates,
                                                         repeats);
   std::cout << "cuBLASLt products of one block and one head chunk, " << tokens << " tokens, bf16 operands; "
-            << "heuristic: the answer amber runs; best: the fastest of the first " << candidates << "\n"
+            << "heuristic: cuBLASLt's first answer (amber's with train.gemm_tuning off); best: the fastest of the first "
+            << candidates << " (tuning, on by default, times the first 16)\n"
             << "| product | m x n x k | heuristic ms | TFLOP/s | best ms | rank | TFLOP/s | heuristic / best |\n"
             << "|---|---|---|---|---|---|---|---|\n" << std::fixed;
   double block_heuristic = 0, block_best = 0;
