@@ -10,7 +10,10 @@ cpu_steps=${2:-50}
 config=configs/loss_curve_200m.toml
 "$amber" train "$config" --quiet --set train.device=cuda --set train.compute_dtype=bf16 \
   --set train.out_dir=runs/loss_curve_gpu
-"$amber" train "$config" --quiet --set train.steps="$cpu_steps" --set train.out_dir=runs/loss_curve_cpu
+# train.device is "auto" by default, which on this machine is the GPU: the reference
+# run names the CPU.
+"$amber" train "$config" --quiet --set train.device=cpu --set train.steps="$cpu_steps" \
+  --set train.out_dir=runs/loss_curve_cpu
 python3 - "$cpu_steps" <<'PY'
 import json, sys
 def losses(path):
