@@ -42,11 +42,12 @@ __device__ int block_exclusive_scan(int value, int* total) {
   return inclusive - value + (warp > 0 ? warp_sums[warp - 1] : 0);
 }
 
-// A thread's run of documents in a one-block planning kernel.
+// A thread's run of documents in a one-block planning kernel: the documents split
+// evenly over the threads, at least `least` to a run.
 struct DocumentRun {
   int lo, hi;
-  __device__ explicit DocumentRun(int num_docs) {
-    const int per = (num_docs + kPlanThreads - 1) / kPlanThreads;
+  __device__ explicit DocumentRun(int num_docs, int least = 1) {
+    const int per = max(least, (num_docs + kPlanThreads - 1) / kPlanThreads);
     lo = min(num_docs, static_cast<int>(threadIdx.x) * per);
     hi = min(num_docs, lo + per);
   }
@@ -65,8 +66,8 @@ constexpr int kPackRun = 16;
 // meets before returning.
 __device__ void pack_documents(const int32_t* cu_seqlens, int num_docs, int rows, int32_t* segments,
                                int32_t* doc_starts) {
-  const int per = max(kPackRun, (num_docs + kPlanThreads - 1) / kPlanThreads);
-  const int lo = min(num_docs, static_cast<int>(threadIdx.x) * per), hi = min(num_docs, lo + per);
+  const DocumentRun run(num_docs, kPackRun);
+  const int lo = run.lo, hi = run.hi;
   // fill: tokens in the open segment, rows when none is open (after a long one).
   const auto walk = [&](auto&& start_segment) {
     for (int d = lo, fill = rows; d < hi; ++d) {

@@ -128,8 +128,8 @@ struct Fragment {
 
 // The first key of the documents of a lane's two fragment rows (rows 2r of a Fragment)
 // relative to the tile's segment: where short documents are packed (Layout), a row
-// sees only its own document's keys. The default, a segment of one document, bounds
-// nothing.
+// sees only its own document's keys. of() is for a packed segment; the default, a
+// segment of one document, bounds nothing.
 struct RowDocuments {
   int start[2] = {0, 0};
   __device__ __forceinline__ static RowDocuments of(const Layout& g, const TileRange& t, const Fragment& f) {

@@ -77,9 +77,9 @@ __device__ __forceinline__ bool packed(const Layout& g, const TileRange& t) {
 }
 
 // The first row of the document of row `row` of t's segment (clamped to the segment's
-// rows), relative to the segment: 0 where the segment is one document.
+// rows), relative to the segment; only for a packed segment (packed(g, t)), the one
+// kind whose rows' documents differ.
 __device__ __forceinline__ int document_start(const Layout& g, const TileRange& t, int row) {
-  if (!packed(g, t)) return 0;
   return g.doc_starts[t.doc_start + min(row, t.length - 1)] - static_cast<int>(t.doc_start);
 }
 
