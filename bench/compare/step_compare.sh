@@ -24,6 +24,16 @@ root=$(cd "$here/../.." && pwd)
 rungs=("kohaku-500m  1280 22    20    4  3456    2048"
        "kohaku-200m  768  17    12    2  2048    2048"
        "kohaku-200m  768  17    12    2  2048    50-600")
+# The step time in ms from a result line ("... step 36.25 ms | ..."), or nothing.
+step_ms() { sed -n 's/.*step \([0-9.]*\) ms.*/\1/p' <<<"$1"; }
+# torch's step over amber's, to three decimals ("-" when either arm printed no step).
+speedup() {
+  local torch amber
+  torch=$(step_ms "$1")
+  amber=$(step_ms "$2")
+  if [ -n "$torch" ] && [ -n "$amber" ]; then awk -v t="$torch" -v a="$amber" 'BEGIN { printf "%.3fx", t / a }'
+  else echo "-"; fi
+}
 echo "| $(nvidia-smi --query-gpu=name --format=csv,noheader) | $(date -u +%F) | $steps steps timed after $warmup |"
 echo "| rung | documents | arm | result |"
 echo "|---|---|---|---|"
@@ -49,6 +59,7 @@ for rung in "${rungs[@]}"; do
   echo "| $name | $docs | amber (CUDA graph, cuBLASLt's heuristic GEMM algorithms) | $h |"
   echo "| $name | $docs | amber (eager) | $e |"
   echo "| $name | $docs | torch.compile | $t |"
+  echo "| $name | $docs | amber's speed-up (torch.compile's step / amber's CUDA-graph step) | $(speedup "$t" "$a") |"
 done
 # Kohaku-1B has no PyTorch arm here: the issue asks only that it fits and runs at
 # 16384-token micro-batches with recompute off.
