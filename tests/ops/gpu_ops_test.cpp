@@ -482,7 +482,7 @@ TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
   std::filesystem::remove(file);
   // Measured without a file: the choices last for the process, nothing is written.
   Tensor in_memory = nan_tensor({m, n}, DType::f32);
-  set_gemm_tuning({.measured = true});
+  set_gemm_tuning({.measured = true, .file = ""});
   gemm(gpu(a), false, gpu(b), true, in_memory);
   expect_close("tuned gemm, choices in memory", in_memory, cc, DType::bf16);
   EXPECT_FALSE(std::filesystem::exists(file));

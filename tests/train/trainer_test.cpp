@@ -202,14 +202,21 @@ RunConfig small_run(const std::string& corpus, const std::string& out) {
   return c;
 }
 
-std::vector<double> train_losses(const std::string& out) {
+// The "train" records of a run's metrics.jsonl, in order.
+std::vector<nlohmann::json> train_records(const std::string& out) {
   std::ifstream in(fs::path(out) / "metrics.jsonl");
-  std::vector<double> losses;
+  std::vector<nlohmann::json> records;
   std::string line;
   while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j["type"] == "train") losses.push_back(j["loss"].get<double>());
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") records.push_back(std::move(j));
   }
+  return records;
+}
+
+std::vector<double> train_losses(const std::string& out) {
+  std::vector<double> losses;
+  for (const nlohmann::json& r : train_records(out)) losses.push_back(r["loss"].get<double>());
   return losses;
 }
 
@@ -222,6 +229,8 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   const std::vector<double> full = train_losses(straight);
   ASSERT_EQ(full.size(), 6u);
   EXPECT_LT(full.back(), full.front());  // it learns
+  for (const nlohmann::json& r : train_records(straight))
+    EXPECT_FALSE(r.contains("device_peak_memory_mb") || r.contains("sm_mhz")) << "a CPU run has no card to report";
   // Resume from the step-3 checkpoint of the first run into a fresh folder.
   Trainer(small_run(corpus, resumed), {false, straight + "/checkpoints/step-00000003", false}).run();
   const std::vector<double> tail = train_losses(resumed);
@@ -280,6 +289,16 @@ TEST(TrainerGpu, MeasuredGemmAlgorithmsAreKeptAndReused) {
   ASSERT_EQ(full.size(), 6u);
   ASSERT_EQ(tail.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(tail[i], full[3 + i]) << "step " << 4 + i;
+  // A GPU run reports the card's memory every step, and its clock and power (where the
+  // driver's NVML answers) at logged steps.
+  for (const nlohmann::json& r : train_records(straight)) {
+    EXPECT_GT(r.value("device_peak_memory_mb", 0.0), 0.0) << r.dump();
+    for (const char* key : {"sm_mhz", "board_watts"}) {
+      if (r.contains(key)) {
+        EXPECT_GT(r[key].get<double>(), 0.0) << r.dump();
+      }
+    }
+  }
   fs::remove_all(straight);
   fs::remove_all(resumed);
   fs::remove_all(corpus);

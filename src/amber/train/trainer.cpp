@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
 #include "amber/data/loader.h"
 #include "amber/data/tokenize_corpus.h"
@@ -285,6 +286,14 @@ double Trainer::run() {
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = s.step;
   std::vector<data::Batch> micro(static_cast<size_t>(t.grad_accum));
+  // On a GPU the card's SM clock and board power are sampled between logged steps: a
+  // card at its power limit runs below its boost clock, which explains tokens/s that
+  // sink over the first minute (docs/perf/step.md, session 19).
+  const Device device = s.model->device();
+  struct StopsSampling {  // however the loop ends, no sampling thread outlives it
+    ~StopsSampling() { cuda::stop_card_sampling(); }
+  } stops_sampling;
+  if (device.is_cuda()) cuda::start_card_sampling(device.index);
   while (s.step < t.steps) {
     const auto start = std::chrono::steady_clock::now();
     std::vector<int32_t> lengths;
@@ -324,13 +333,25 @@ double Trainer::run() {
                              {"step_time_s", seconds},
                              {"peak_memory_mb", peak_memory_mb()},
                              {"skipped", skip}};
+    if (device.is_cuda())
+      record["device_peak_memory_mb"] = static_cast<double>(cuda::pool_peak_bytes(device.index)) / (1 << 20);
+    const bool logged_step = s.step % t.log_every == 0 || s.step == t.steps || s.step == first_step + 1;
+    std::optional<cuda::CardState> card;
+    if (device.is_cuda() && logged_step) {
+      card = cuda::stop_card_sampling();
+      if (card->available) {
+        record["sm_mhz"] = card->sm_mhz;
+        record["board_watts"] = card->watts;
+      }
+      if (s.step < t.steps) cuda::start_card_sampling(device.index);
+    }
     if (t.peak_tflops > 0) {
       const FlopCount f = count_flops(c.model, lengths);
       record["mfu"] = f.model / seconds / (t.peak_tflops * 1e12);
       record["hfu"] = f.hardware / seconds / (t.peak_tflops * 1e12);
     }
     s.log_json(record);
-    if (s.options.progress && (s.step % t.log_every == 0 || s.step == t.steps || s.step == first_step + 1)) {
+    if (s.options.progress && logged_step) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       const double eta = elapsed / static_cast<double>(s.step - first_step) * static_cast<double>(t.steps - s.step);
       const int width = 24, filled = static_cast<int>(width * s.step / t.steps);
@@ -340,6 +361,8 @@ double Trainer::run() {
                 << std::setprecision(2) << c.optimizer.lr * multiplier << " | gnorm " << std::fixed
                 << std::setprecision(3) << norm << " | " << format_count(tokens_per_s) << " tok/s";
       if (record.contains("mfu")) std::cout << " | MFU " << std::setprecision(1) << 100 * record["mfu"].get<double>() << "%";
+      if (card && card->available)
+        std::cout << " | " << std::setprecision(0) << card->sm_mhz << " MHz " << card->watts << " W";
       std::cout << " | ETA " << format_duration(eta) << std::flush;
       if (!s.terminal || s.step % (t.log_every * 10) == 0 || s.step == t.steps) std::cout << "\n";
     }
