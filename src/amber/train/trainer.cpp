@@ -336,12 +336,12 @@ double Trainer::run() {
     if (device.is_cuda())
       record["device_peak_memory_mb"] = static_cast<double>(cuda::pool_peak_bytes(device.index)) / (1 << 20);
     const bool logged_step = s.step % t.log_every == 0 || s.step == t.steps || s.step == first_step + 1;
-    std::optional<cuda::CardState> card;
+    cuda::CardState card;  // not available: nothing sampled for this step
     if (device.is_cuda() && logged_step) {
       card = cuda::stop_card_sampling();
-      if (card->available) {
-        record["sm_mhz"] = card->sm_mhz;
-        record["board_watts"] = card->watts;
+      if (card.available) {
+        record["sm_mhz"] = card.sm_mhz;
+        record["board_watts"] = card.watts;
       }
       if (s.step < t.steps) cuda::start_card_sampling(device.index);
     }
@@ -361,8 +361,7 @@ double Trainer::run() {
                 << std::setprecision(2) << c.optimizer.lr * multiplier << " | gnorm " << std::fixed
                 << std::setprecision(3) << norm << " | " << format_count(tokens_per_s) << " tok/s";
       if (record.contains("mfu")) std::cout << " | MFU " << std::setprecision(1) << 100 * record["mfu"].get<double>() << "%";
-      if (card && card->available)
-        std::cout << " | " << std::setprecision(0) << card->sm_mhz << " MHz " << card->watts << " W";
+      if (card.available) std::cout << " | " << std::setprecision(0) << card.sm_mhz << " MHz " << card.watts << " W";
       std::cout << " | ETA " << format_duration(eta) << std::flush;
       if (!s.terminal || s.step % (t.log_every * 10) == 0 || s.step == t.steps) std::cout << "\n";
     }
