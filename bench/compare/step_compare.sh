@@ -34,6 +34,16 @@ speedup() {
   if [ -n "$torch" ] && [ -n "$amber" ]; then awk -v t="$torch" -v a="$amber" 'BEGIN { printf "%.3fx", t / a }'
   else echo "-"; fi
 }
+# Energy a step in J: the mean board power over the timed steps ("..., 691 W of 700 W")
+# times the step time, one decimal ("-" when the line has either figure missing). With
+# both arms at the card's power cap the speed-up is the ratio of these.
+energy() {
+  local watts ms
+  watts=$(sed -n 's/.* \([0-9.]*\) W of [0-9.]* W.*/\1/p' <<<"$1")
+  ms=$(step_ms "$1")
+  if [ -n "$watts" ] && [ -n "$ms" ]; then awk -v w="$watts" -v m="$ms" 'BEGIN { printf "%.1f J", w * m / 1000 }'
+  else echo "-"; fi
+}
 echo "| $(nvidia-smi --query-gpu=name --format=csv,noheader) | $(date -u +%F) | $steps steps timed after $warmup |"
 echo "| rung | documents | arm | result |"
 echo "|---|---|---|---|"
@@ -60,6 +70,8 @@ for rung in "${rungs[@]}"; do
   echo "| $name | $docs | amber (eager) | $e |"
   echo "| $name | $docs | torch.compile | $t |"
   echo "| $name | $docs | amber's speed-up (torch.compile's step / amber's CUDA-graph step) | $(speedup "$t" "$a") |"
+  echo "| $name | $docs | energy a step (mean board power x step): torch.compile / amber's CUDA graph |" \
+       "$(energy "$t") / $(energy "$a") |"
 done
 # Kohaku-1B has no PyTorch arm here: the issue asks only that it fits and runs at
 # 16384-token micro-batches with recompute off.
