@@ -18,6 +18,10 @@ picked() { [ ${#wanted[@]} -eq 0 ] || [[ " ${wanted[*]} " == *" $1 "* ]]; }
 # --warmup-seconds 0 in both tools for their exact method).
 steps=${STEPS:-50}
 warmup=${WARMUP:-30}
+# Both arms clip the global gradient norm as training does by default (train.grad_clip
+# 1.0; PyTorch's torch.nn.utils.clip_grad_norm_ before its fused AdamW). Up to session
+# 21 neither arm clipped (GRAD_CLIP=0 gives that comparison again).
+clip=${GRAD_CLIP:-1.0}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 #        preset       dim  depth heads kv hidden  documents
@@ -53,18 +57,18 @@ for rung in "${rungs[@]}"; do
   # Measured GEMM algorithms, as training runs by default (train.gemm_tuning): the
   # first run times cuBLASLt's answers and writes the file, the second reads it back,
   # as a resumed training run does; the second is amber's figure.
+  run=("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs"
+       --steps "$steps" --warmup "$warmup" --dtype bf16 --set "train.grad_clip=$clip")
   tuning=$(mktemp -u)
   for _ in write read; do
-    a=$("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs" \
-        --steps "$steps" --warmup "$warmup" --dtype bf16 --gemm-tuning "$tuning" 2>&1 | tail -1)
+    a=$("${run[@]}" --gemm-tuning "$tuning" 2>&1 | tail -1)
   done
   rm -f "$tuning"
-  h=$("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs" \
-      --steps "$steps" --warmup "$warmup" --dtype bf16 --heuristic-gemm 2>&1 | tail -1)
-  e=$("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs" \
-      --steps "$steps" --warmup "$warmup" --dtype bf16 --no-graph 2>&1 | tail -1)
+  h=$("${run[@]}" --heuristic-gemm 2>&1 | tail -1)
+  e=$("${run[@]}" --no-graph 2>&1 | tail -1)
   t=$(python3 "$here/step_torch.py" --dim "$dim" --depth "$depth" --heads "$heads" --kv-heads "$kv" \
-      --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps "$steps" --warmup "$warmup" 2>&1 | tail -1)
+      --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps "$steps" --warmup "$warmup" \
+      --grad-clip "$clip" 2>&1 | tail -1)
   echo "| $name | $docs | amber (CUDA graph) | $a |"
   echo "| $name | $docs | amber (CUDA graph, cuBLASLt's heuristic GEMM algorithms) | $h |"
   echo "| $name | $docs | amber (eager) | $e |"
@@ -77,5 +81,5 @@ done
 # 16384-token micro-batches with recompute off.
 picked kohaku-1b:2048 || exit 0
 a=$("$amber" bench step --config "$root/configs/presets/kohaku-1b.toml" --tokens 16384 --doc-len 2048 \
-    --steps "$steps" --warmup "$warmup" --dtype bf16 2>&1 | tail -1)
+    --steps "$steps" --warmup "$warmup" --dtype bf16 --set "train.grad_clip=$clip" 2>&1 | tail -1)
 echo "| kohaku-1b | 2048 | amber | $a |"

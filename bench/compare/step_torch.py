@@ -3,7 +3,8 @@
 Same shapes as `amber bench step`: pre-norm blocks with RMSNorm, q/k/v/o projections,
 QK-norm, rotate-half RoPE with per-document positions, packed varlen causal
 attention (torch.nn.attention.varlen), SwiGLU with one fused gate/up projection, an
-untied head with cross-entropy; fp32 master weights under bf16 autocast, fused
+untied head with cross-entropy; fp32 master weights under bf16 autocast, the global
+gradient norm clipped where asked (`--grad-clip`, as amber's `train.grad_clip`), fused
 AdamW, torch.compile on. FLOPs are counted exactly as amber counts them
 (docs/flops.md), so the MFU columns compare like with like.
 """
@@ -107,6 +108,9 @@ def main():
                         "second or two)")
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--grad-clip", type=float, default=0.0,
+                   help="clip the global gradient norm to this before the update "
+                        "(torch.nn.utils.clip_grad_norm_); 0: no clipping")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
 
@@ -137,6 +141,8 @@ def main():
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = fwd(tokens, targets, cos, sin, cu, max_len, n_targets)
         loss.backward()
+        if a.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss

@@ -27,14 +27,16 @@ void run(BenchArgs& a) {
   set_gemm_tuning({.measured = !a.heuristic_gemm, .file = a.gemm_tuning});
   a.options.model = config.model;
   a.options.optimizer = config.optimizer;
+  a.options.grad_clip = config.train.grad_clip;
   const size_t dash = a.doc_lengths.find('-');
   a.options.doc_min = std::stoi(a.doc_lengths.substr(0, dash));
   a.options.doc_max = dash == std::string::npos ? a.options.doc_min : std::stoi(a.doc_lengths.substr(dash + 1));
   const StepBenchResult r = run_step_bench(a.options);
   std::cout << std::fixed << std::setprecision(2) << "config " << a.config << " | " << a.options.tokens
             << " tokens in " << r.lengths.size() << " documents (" << a.doc_lengths << ") | " << a.options.device
-            << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name
-            << (r.replayed ? " | CUDA graph" : " | eager") << " | " << a.options.steps << " steps timed after "
+            << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name;
+  if (a.options.grad_clip > 0) std::cout << ", gradient norm clipped at " << a.options.grad_clip;
+  std::cout << (r.replayed ? " | CUDA graph" : " | eager") << " | " << a.options.steps << " steps timed after "
             << r.warmup_steps << "\n"
             << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | MFU "
             << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of " << std::setprecision(0)
@@ -139,7 +141,9 @@ void add_bench_command(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   auto* step = bench->add_subcommand("step", "Time the whole training step (forward, backward, optimizer)");
-  step->add_option("--config", a->config, "Config with a [model] table (e.g. configs/presets/kohaku-500m.toml)")
+  step->add_option("--config", a->config,
+                   "Config with a [model] table (e.g. configs/presets/kohaku-500m.toml); its [optimizer] and "
+                   "train.grad_clip (default 1.0; --set train.grad_clip=0 for none) shape the step as in training")
       ->required()
       ->check(CLI::ExistingFile);
   step->add_option("--set", a->overrides, "Override a config value (repeatable)");

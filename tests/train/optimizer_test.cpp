@@ -162,7 +162,7 @@ TEST(Optimizer, GateSkipsAndMultiplierScales) {
     c.name = name;
     auto opt = build_optimizer(c, {p}), reference = build_optimizer(c, {twin});
     const Tensor before = p->value.clone();
-    opt->step(Tensor::from_vector(std::vector<double>{0.0, 1.0}, {2}));
+    opt->step(Tensor::from_vector(std::vector<double>{0.0, 1.0, 1.0}, {3}));
     EXPECT_EQ(p->value.to_doubles(), before.to_doubles()) << name;
     EXPECT_EQ(opt->steps(), 0) << name;
     for (const StateTensor& s : opt->state())
@@ -208,7 +208,7 @@ TEST(Schedule, WarmupThenEachShape) {
 }
 
 // The device-side global norm: per-tensor squared norms into slots of one buffer,
-// their in-order root, and clipping by that norm, against float64 math.
+// their in-order root, and the clip factor from that norm, against float64 math.
 TEST(GradNorm, SlotsNormAndClipMatchFloat64) {
   const std::vector<Tensor> grads = {random_tensor({70, 33}, DType::f32, 21), random_tensor({9000}, DType::f32, 22),
                                      random_tensor({5}, DType::f32, 23, 3.0f)};
@@ -230,24 +230,25 @@ TEST(GradNorm, SlotsNormAndClipMatchFloat64) {
   want = std::sqrt(want);
   EXPECT_NEAR(norm.item(0), want, 1e-12 * want);
 
-  // Above the norm nothing changes, bit for bit; below it every entry scales by clip / norm.
-  Tensor kept = grads[0].clone();
-  clip_by_norm_(kept, norm, 2 * want);
-  EXPECT_EQ(kept.to_doubles(), grads[0].to_doubles());
+  // Above the norm the scale stays as it was; below it the scale becomes clip / norm.
+  Tensor kept = Tensor::full({1}, 1.0, DType::f64);
+  clip_scale(kept, norm, 2 * want);
+  EXPECT_EQ(kept.item(0), 1.0);
   const double clip = want / 4;
-  Tensor clipped = grads[0].clone();
-  clip_by_norm_(clipped, norm, clip);
-  const std::vector<double> a = grads[0].to_doubles(), b = clipped.to_doubles();
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], a[i] * clip / want, 1e-6 * std::abs(a[i])) << i;
-  // A NaN norm (a step that will be skipped) leaves the gradient alone.
-  Tensor nan_norm = Tensor::full({1}, NAN, DType::f64), untouched = grads[1].clone();
-  clip_by_norm_(untouched, nan_norm, clip);
-  EXPECT_EQ(untouched.to_doubles(), grads[1].to_doubles());
+  Tensor clipped = Tensor::full({1}, 1.0, DType::f64);
+  clip_scale(clipped, norm, clip);
+  EXPECT_EQ(clipped.item(0), clip / norm.item(0));
+  // A NaN norm (a step that will be skipped) leaves the scale alone.
+  Tensor nan_norm = Tensor::full({1}, NAN, DType::f64);
+  clip_scale(kept, nan_norm, clip);
+  EXPECT_EQ(kept.item(0), 1.0);
 
   Tensor wide = Tensor::zeros({2}, DType::f64);
   EXPECT_THROW(squared_norm_into(grads[0], wide), Error);
   EXPECT_THROW(squared_norms_into(grads, wide), Error);
-  EXPECT_THROW(clip_by_norm_(kept, norm, 0.0), Error);
+  EXPECT_THROW(clip_scale(kept, norm, 0.0), Error);
+  Tensor f32_scale = Tensor::full({1}, 1.0, DType::f32);
+  EXPECT_THROW(clip_scale(f32_scale, norm, clip), Error);
 
   // Newton-Schulz's start: x / (max(|x|, floor) * margin) from the f64 squared norm, with
   // the bits of the host formula; the floor holds for a zero matrix.

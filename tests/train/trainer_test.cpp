@@ -99,8 +99,8 @@ TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
 
 // The step's statistics on the model's device: the loss matches an evaluation of the
 // same batch, the norm is the float64 root of every squared gradient entry, clipping
-// brings it to the bound, and a NaN gradient gives a NaN norm (the trainer's signal
-// to skip the update).
+// sets the gradient scale that brings it to the bound, and a NaN gradient gives a NaN
+// norm (the trainer's signal to skip the update).
 TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   LanguageModel model(tiny_model());
   model.init_weights(4);
@@ -120,14 +120,62 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
     for (double g : p->grad.to_doubles()) want += g * g;
   want = std::sqrt(want);
   EXPECT_NEAR(a.grad_norm, want, 1e-12 * want);
-  clip_gradients(model, stats, a.grad_norm / 2);
-  global_grad_norm(model, stats);
-  EXPECT_NEAR(stats.read().grad_norm, a.grad_norm / 2, 1e-6 * a.grad_norm);
+  EXPECT_EQ(a.grad_scale, 1.0);  // no clipping asked
+  clip_gradients(stats, 2 * a.grad_norm);
+  EXPECT_EQ(stats.read().grad_scale, 1.0);  // within the bound
+  clip_gradients(stats, a.grad_norm / 2);
+  EXPECT_EQ(stats.read().grad_scale, 0.5);
   model.params()[0]->grad.data<float>()[0] = NAN;
   global_grad_norm(model, stats);
   const AccumulatedStep bad = stats.read();
   EXPECT_TRUE(std::isnan(bad.grad_norm));
   EXPECT_EQ(bad.loss_sum, a.loss_sum);
+}
+
+// Clipping scales the gradients as the update reads them: a clipped step gives the
+// weights and optimizer state of an unclipped step on gradients scaled by the clip
+// factor first (AdamW bit for bit; Muon's momentum may fuse the product into a
+// multiply-add), and leaves the gradients as computed.
+TEST(Trainer, ClippedStepEqualsStepOnScaledGradients) {
+  const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8))};
+  for (const char* name : {"adamw", "muon"}) {
+    LanguageModel clipped(tiny_model()), scaled(tiny_model());
+    clipped.init_weights(4);
+    scaled.init_weights(4);
+    OptimizerConfig oc;
+    oc.name = name;
+    auto clipped_opt = build_optimizer(oc, clipped.params()), scaled_opt = build_optimizer(oc, scaled.params());
+    TrainStep gradients_only(scaled, nullptr, {});
+    gradients_only.run(batch, 1.0);
+    const double norm = gradients_only.read().grad_norm;
+    TrainStep step(clipped, clipped_opt.get(), {.grad_clip = norm / 3});
+    step.run(batch, 1.0);
+    const AccumulatedStep a = step.read();
+    ASSERT_TRUE(a.applied);
+    EXPECT_EQ(a.grad_norm, norm);
+    EXPECT_EQ(a.grad_scale, (norm / 3) / norm);
+    std::vector<std::vector<double>> computed;
+    for (const auto& p : scaled.params()) {
+      computed.push_back(p->grad.to_doubles());
+      scale_(p->grad, a.grad_scale);
+    }
+    scaled_opt->step(always_apply(1.0, Device::cpu()));
+    for (size_t i = 0; i < clipped.params().size(); ++i) {
+      const Param &c = *clipped.params()[i], &s = *scaled.params()[i];
+      if (std::string(name) == "adamw")
+        EXPECT_EQ(c.value.to_doubles(), s.value.to_doubles()) << c.name;
+      else
+        EXPECT_LT(testing::relative_error(c.value, s.value), 1e-6) << name << " " << c.name;
+      EXPECT_EQ(c.grad.to_doubles(), computed[i]) << name << " " << c.name;
+    }
+    for (size_t i = 0; i < clipped_opt->state().size(); ++i)
+      EXPECT_LT(testing::relative_error(*clipped_opt->state()[i].tensor, *scaled_opt->state()[i].tensor), 1e-6)
+          << name << " " << clipped_opt->state()[i].name;
+    if (std::string(name) == "adamw")
+      for (size_t i = 0; i < clipped_opt->state().size(); ++i)
+        EXPECT_EQ(clipped_opt->state()[i].tensor->to_doubles(), scaled_opt->state()[i].tensor->to_doubles())
+            << clipped_opt->state()[i].name;
+  }
 }
 
 // A non-finite loss closes the gate on the device: no weight, optimizer state or step
@@ -229,8 +277,15 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   const std::vector<double> full = train_losses(straight);
   ASSERT_EQ(full.size(), 6u);
   EXPECT_LT(full.back(), full.front());  // it learns
-  for (const nlohmann::json& r : train_records(straight))
+  int clipped = 0;
+  for (const nlohmann::json& r : train_records(straight)) {
     EXPECT_FALSE(r.contains("device_peak_memory_mb") || r.contains("sm_mhz")) << "a CPU run has no card to report";
+    // The clip factor the update applied (train.grad_clip 1.0).
+    const double norm = r["grad_norm"].get<double>();
+    EXPECT_EQ(r["grad_scale"].get<double>(), norm > 1.0 ? 1.0 / norm : 1.0) << r.dump();
+    clipped += norm > 1.0;
+  }
+  EXPECT_GT(clipped, 0) << "no step was clipped, so the factor went untested";
   // Resume from the step-3 checkpoint of the first run into a fresh folder.
   Trainer(small_run(corpus, resumed), {false, straight + "/checkpoints/step-00000003", false}).run();
   const std::vector<double> tail = train_losses(resumed);

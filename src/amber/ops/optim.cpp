@@ -37,8 +37,9 @@ void require_gated_pair(const Tensor& target, const Tensor& source, const Tensor
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
   const char* op = "advance_schedule";
   require_schedule(schedule, op);
-  AMBER_CHECK(gate.dtype() == DType::f64 && gate.numel() == 2 && gate.is_contiguous(), op,
-              ": the gate must be 2 contiguous f64 elements (apply, lr multiplier), got ", gate.shape());
+  AMBER_CHECK(gate.dtype() == DType::f64 && gate.numel() == 3 && gate.is_contiguous(), op,
+              ": the gate must be 3 contiguous f64 elements (apply, lr multiplier, gradient scale), got ",
+              gate.shape());
   AMBER_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, op, ": betas must lie in [0, 1), got ", beta1,
               " and ", beta2);
   AMBER_ON_DEVICE(ops::common_device(op, {&schedule, &gate}), op, cuda::advance_schedule(schedule, gate, beta1, beta2),
@@ -195,13 +196,13 @@ void norm_from_squares(const Tensor& squares, Tensor& out) {
                   cpu::norm_from_squares(squares, out));
 }
 
-void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
-  const char* op = "clip_by_norm_";
+void clip_scale(Tensor& scale, const Tensor& norm, double max_norm) {
+  const char* op = "clip_scale";
   require_f64_scalar(norm, op, "the norm");
-  require_contiguous(t, op);
+  require_f64_scalar(scale, op, "the scale");
   AMBER_CHECK(max_norm > 0, op, ": max_norm must be positive, got ", max_norm);
-  AMBER_ON_DEVICE(ops::common_device(op, {&t, &norm}), op, cuda::clip_by_norm_(t, norm, max_norm),
-                  cpu::clip_by_norm_(t, norm, max_norm));
+  AMBER_ON_DEVICE(ops::common_device(op, {&scale, &norm}), op, cuda::clip_scale(scale, norm, max_norm),
+                  cpu::clip_scale(scale, norm, max_norm));
 }
 
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {

@@ -26,17 +26,23 @@ inline constexpr int kScheduleLrMultiplier = 1;  // the learning-rate schedule's
 inline constexpr int kScheduleBias1 = 2;         // 1 / (1 - beta1^t), t the applied steps so far
 inline constexpr int kScheduleBias2 = 3;         // 1 / (1 - beta2^t)
 inline constexpr int kScheduleSteps = 4;         // t
-inline constexpr int kScheduleSize = 5;
+// What every update multiplies each gradient by as it reads it: the step's clip factor,
+// 1 when it does not clip. Clipping this way costs no pass over the gradients, and the
+// update matches one on gradients scaled first up to that product's rounding (where
+// the compiler fuses it into a multiply-add).
+inline constexpr int kScheduleGradScale = 5;
+inline constexpr int kScheduleSize = 6;
 
-// From gate (f64 [2]: apply flag, lr multiplier; both on the device): copies them into
-// the schedule and, where the step applies, advances t and its bias corrections.
+// From gate (f64 [3] on the device: apply flag, lr multiplier, gradient scale): copies
+// them into the schedule and, where the step applies, advances t and its bias corrections.
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2);
 
 // flag (f64, one element) = 1 when every element of values (f64) is finite, else 0.
 void finite_flag(const Tensor& values, Tensor& flag);
 
-// value -= lr (wd value + mhat / (sqrt(vhat) + eps)) after updating m and v from grad,
-// with lr = h.lr times the schedule's multiplier and its bias corrections. All tensors
+// value -= lr (wd value + mhat / (sqrt(vhat) + eps)) after updating m and v from grad
+// times the schedule's gradient scale, with lr = h.lr times the schedule's multiplier
+// and its bias corrections. All tensors
 // f32 (or f64), same shape, contiguous. `work` is the parameter's working copy: value
 // itself, or a copy in its own dtype that receives the new value in the same pass.
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
@@ -57,7 +63,8 @@ struct AdamWOperands {
 // would otherwise take one launch each).
 void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule);
 
-// Where the schedule applies: momentum = mu momentum + grad.
+// Where the schedule applies: momentum = mu momentum + grad times the schedule's
+// gradient scale.
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
 
 // Where the schedule applies, with k its lr multiplier:
@@ -86,10 +93,11 @@ double squared_norm(const Tensor& t);
 // out (f64, one element) = sqrt of the sum of `squares` (f64 [n]) taken in index order:
 // the global norm from per-tensor squared norms, the same bits on every run.
 void norm_from_squares(const Tensor& squares, Tensor& out);
-// t *= max_norm / norm when norm > max_norm, else t is left alone (also for a NaN norm).
-// `norm` (f64, one element) stays on t's device and the factor is computed there, so
-// clipping never waits for the host to read the norm.
-void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);
+// scale = max_norm / norm when norm > max_norm, else scale is left alone (also for a NaN
+// norm): the gradient scale the updates read (kScheduleGradScale). Both are f64 with one
+// element on one device, and the factor is computed there, so clipping never waits for
+// the host to read the norm.
+void clip_scale(Tensor& scale, const Tensor& norm, double max_norm);
 // t *= 1 / (max(sqrt(squares), floor) * margin), with `squares` (f64, one element, on
 // t's device, as squared_norm_into wrote it) read on the device: Newton-Schulz scales
 // its start this way without waiting for the host.

@@ -124,7 +124,7 @@ class GroupedOptimizer final : public Optimizer {
 }  // namespace
 
 Tensor always_apply(double lr_multiplier, Device device) {
-  return Tensor::from_vector(std::vector<double>{1.0, lr_multiplier}, {2}).to(device);
+  return Tensor::from_vector(std::vector<double>{1.0, lr_multiplier, 1.0}, {3}).to(device);
 }
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,

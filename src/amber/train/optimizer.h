@@ -70,7 +70,8 @@ class Optimizer {
   virtual void set_steps(int64_t steps) = 0;
 };
 
-// A gate for Optimizer::step on `device` that always applies, with the given multiplier.
+// A gate for Optimizer::step on `device` that always applies, with the given multiplier,
+// to the gradients as they are (gradient scale 1).
 Tensor always_apply(double lr_multiplier, Device device);
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,

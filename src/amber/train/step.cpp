@@ -14,7 +14,7 @@
 namespace amber {
 
 namespace {
-constexpr int kValues = 7;
+constexpr int kValues = 8;
 }  // namespace
 
 StepStats::StepStats(const LanguageModel& model)
@@ -25,7 +25,7 @@ void StepStats::zero() { values_.slice(0, 0, 5).zero(); }
 
 AccumulatedStep StepStats::read() const {
   const std::vector<double> v = values_.to_doubles();
-  return {v[0], v[1], static_cast<int64_t>(v[2]), v[3], v[4] != 0.0};
+  return {v[0], v[1], static_cast<int64_t>(v[2]), v[3], v[6], v[4] != 0.0};
 }
 
 void global_grad_norm(const LanguageModel& model, StepStats& stats) {
@@ -36,9 +36,9 @@ void global_grad_norm(const LanguageModel& model, StepStats& stats) {
   norm_from_squares(squares, norm);
 }
 
-void clip_gradients(const LanguageModel& model, const StepStats& stats, double max_norm) {
-  const Tensor norm = stats.grad_norm();
-  for (const auto& p : model.params()) clip_by_norm_(p->grad, norm, max_norm);
+void clip_gradients(const StepStats& stats, double max_norm) {
+  Tensor scale = stats.grad_scale();
+  clip_scale(scale, stats.grad_norm(), max_norm);
 }
 
 // Each micro-batch has device buffers of a fixed token and document capacity, refilled
@@ -77,7 +77,8 @@ struct TrainStep::Slots {
       b.seq.max_seqlen = static_cast<int32_t>(tokens);
       batches.push_back(std::move(b));
     }
-    staging = static_cast<int32_t*>(cuda::pinned_allocate(batches.size() * batch_ints() * 4 + 2 * sizeof(double)));
+    staging = static_cast<int32_t*>(
+        cuda::pinned_allocate(batches.size() * batch_ints() * 4 + kStepInputs * sizeof(double)));
   }
   ~Slots() {
     if (graph) cuda::destroy_graph(graph);
@@ -95,7 +96,7 @@ struct TrainStep::Slots {
   }
 
   // Host side only: the batches and the inputs into the pinned buffer.
-  void stage(std::span<const data::Batch> micro, const double (&values)[2]) {
+  void stage(std::span<const data::Batch> micro, const double (&values)[kStepInputs]) {
     for (size_t i = 0; i < micro.size(); ++i) {
       const data::Batch& b = micro[i];
       const Tensor tok = b.tokens.to(Device::cpu()), tgt = b.targets.to(Device::cpu());
@@ -113,7 +114,7 @@ struct TrainStep::Slots {
       batches[i].seq.cu_seqlens_host.assign(cu, cu + docs + 1);
       batches[i].trained_tokens = b.trained_tokens;
     }
-    std::copy(values, values + 2, inputs());
+    std::copy(values, values + kStepInputs, inputs());
   }
 
   // Device side: the staged copies, queued on the stream (recorded when capturing).
@@ -126,7 +127,7 @@ struct TrainStep::Slots {
       cuda::copy_from_pinned(b.seq.positions.raw(), in + 2 * tokens, tokens * 4);
       cuda::copy_from_pinned(b.seq.cu_seqlens.raw(), in + 3 * tokens, (docs + 1) * 4);
     }
-    cuda::copy_from_pinned(device_inputs.raw(), inputs(), 2 * sizeof(double));
+    cuda::copy_from_pinned(device_inputs.raw(), inputs(), kStepInputs * sizeof(double));
   }
 };
 
@@ -143,7 +144,7 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
   model_.settle_grads();
   global_grad_norm(model_, stats_);
-  if (options_.grad_clip > 0) clip_gradients(model_, stats_, options_.grad_clip);
+  if (options_.grad_clip > 0) clip_gradients(stats_, options_.grad_clip);
   if (!optimizer_) return;
   Tensor apply = stats_.apply();
   finite_flag(stats_.checked(), apply);
@@ -160,10 +161,10 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   }
   // The token count comes from the batches' host metadata, so the scale is known
   // before any kernel runs.
-  const double inputs[2] = {lr_multiplier, 1.0 / static_cast<double>(trained_tokens)};
+  const double inputs[kStepInputs] = {lr_multiplier, 1.0, 1.0 / static_cast<double>(trained_tokens)};
   if (!model_.device().is_cuda()) {
     Tensor device_inputs = stats_.inputs();
-    std::copy(inputs, inputs + 2, device_inputs.data<double>());
+    std::copy(inputs, inputs + kStepInputs, device_inputs.data<double>());
     issue(micro_batches);
     return;
   }

@@ -23,12 +23,17 @@ struct AccumulatedStep {
   double z_loss_sum = 0;
   int64_t trained_tokens = 0;
   double grad_norm = NAN;  // global gradient norm before clipping; NaN until measured
+  double grad_scale = 1;   // what the update multiplied the gradients by (the clip factor)
   bool applied = false;    // whether the update ran (finite loss and norm, an optimizer set)
 };
 
+// The values the host hands each step, in this order: the lr multiplier, the gradient
+// scale (1; clipping lowers it on the device) and the loss scale (1 / trained tokens).
+inline constexpr int kStepInputs = 3;
+
 // Device buffers of one step, allocated once per model: f64 {loss sum, z-loss sum,
-// trained tokens, global gradient norm, apply, lr multiplier, loss scale} and one
-// squared-norm slot per parameter.
+// trained tokens, global gradient norm, apply, lr multiplier, gradient scale, loss
+// scale} and one squared-norm slot per parameter.
 class StepStats {
  public:
   explicit StepStats(const LanguageModel& model);
@@ -36,9 +41,11 @@ class StepStats {
   Tensor grad_norm() const { return values_.slice(0, 3, 4); }
   Tensor checked() const { return values_.slice(0, 0, 4); }  // what must be finite to apply
   Tensor apply() const { return values_.slice(0, 4, 5); }
-  Tensor gate() const { return values_.slice(0, 4, 6); }  // apply, lr multiplier: the optimizer's input
-  Tensor inputs() const { return values_.slice(0, 5, 7); }  // lr multiplier, loss scale: from the host
-  Tensor loss_scale() const { return values_.slice(0, 6, 7); }
+  // apply, lr multiplier, gradient scale: the optimizer's input
+  Tensor gate() const { return values_.slice(0, 4, 7); }
+  Tensor grad_scale() const { return values_.slice(0, 6, 7); }
+  Tensor inputs() const { return values_.slice(0, 5, 8); }  // kStepInputs, from the host
+  Tensor loss_scale() const { return values_.slice(0, 7, 8); }
   Tensor squares() const { return squares_; }  // [params], one squared gradient norm each
   // Zeroes the sums, the norm and the apply flag (not the inputs).
   void zero();
@@ -53,9 +60,10 @@ class StepStats {
 // in double: each parameter's sum goes to its own slot, then one in-order sum.
 void global_grad_norm(const LanguageModel& model, StepStats& stats);
 
-// Scales every gradient by max_norm / norm when the measured norm exceeds max_norm;
-// the factor is computed on the device from stats' grad norm.
-void clip_gradients(const LanguageModel& model, const StepStats& stats, double max_norm);
+// Sets stats' gradient scale to max_norm / norm when the measured norm exceeds max_norm
+// (on the device, from stats' grad norm), so the update reads every gradient scaled by
+// it; the gradients themselves stay as computed.
+void clip_gradients(const StepStats& stats, double max_norm);
 
 struct StepOptions {
   double grad_clip = 0.0;  // 0: no clipping
@@ -67,7 +75,7 @@ struct StepOptions {
 
 class TrainStep {
  public:
-  // Without an optimizer the step stops after the norm and clipping (gradients only).
+  // Without an optimizer the step stops after the norm and the clip factor (gradients only).
   TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions options);
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;

@@ -77,7 +77,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   r.lengths = batch.seq.lengths();
   // The loss stays on the device until the timed steps are done: reading it per step
   // would add a host synchronisation the trainer does not have per micro-batch.
-  TrainStep step(model, optimizer.get(), {.grad_clip = 0.0, .cuda_graph = o.cuda_graph && !o.profile});
+  TrainStep step(model, optimizer.get(), {.grad_clip = o.grad_clip, .cuda_graph = o.cuda_graph && !o.profile});
   // The counted steps (GEMM tuning, the graph's capture), then steps of steady load.
   for (; r.warmup_steps < o.warmup; ++r.warmup_steps) step.run(micro, 1.0);
   wait_for(device);

@@ -10,12 +10,14 @@
 #include "amber/core/cuda_runtime.h"
 #include "amber/model/config.h"
 #include "amber/train/optimizer.h"
+#include "amber/train/run_config.h"
 
 namespace amber {
 
 struct StepBenchOptions {
   ModelConfig model;
   OptimizerConfig optimizer;
+  double grad_clip = TrainConfig{}.grad_clip;  // global-norm clip, as train.grad_clip (0: off)
   std::string device = "cuda";
   std::string compute_dtype = "bf16";
   int64_t tokens = 16384;

@@ -328,6 +328,7 @@ double Trainer::run() {
                              {"z_loss", acc.trained_tokens ? acc.z_loss_sum / static_cast<double>(acc.trained_tokens) : 0.0},
                              {"lr", c.optimizer.lr * multiplier},
                              {"grad_norm", norm},
+                             {"grad_scale", acc.grad_scale},
                              {"tokens_per_s", tokens_per_s},
                              {"tokens_seen", s.tokens_seen},
                              {"step_time_s", seconds},

@@ -17,6 +17,7 @@ void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double
   const double* g = gate.data<double>();
   s[kScheduleApply] = g[0];
   s[kScheduleLrMultiplier] = g[1];
+  s[kScheduleGradScale] = g[2];
   if (g[0] == 0.0) return;
   const double t = s[kScheduleSteps] + 1.0;
   s[kScheduleSteps] = t;
@@ -42,12 +43,13 @@ void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const A
     const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
     const T c1 = static_cast<T>(s[kScheduleBias1]), c2 = static_cast<T>(s[kScheduleBias2]);
     const T lr = static_cast<T>(lr_now), decay = static_cast<T>(lr_now * h.weight_decay);
-    const T eps = static_cast<T>(h.eps);
+    const T eps = static_cast<T>(h.eps), scale = static_cast<T>(s[kScheduleGradScale]);
     const int64_t n = value.numel();
 #pragma omp parallel for if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
-      pm[i] = b1 * pm[i] + (T(1) - b1) * g[i];
-      pv[i] = b2 * pv[i] + (T(1) - b2) * g[i] * g[i];
+      const T gi = scale * g[i];
+      pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
+      pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
       const T update = (pm[i] * c1) / (std::sqrt(pv[i] * c2) + eps);
       p[i] = p[i] - decay * p[i] - lr * update;
     }
@@ -56,16 +58,17 @@ void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const A
 }
 
 void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {
-  if (schedule.data<double>()[kScheduleApply] == 0.0) return;
+  const double* s = schedule.data<double>();
+  if (s[kScheduleApply] == 0.0) return;
   with_compute_type(momentum.dtype(), [&]<class T>() {
     const Tensor gw = widened<T>(grad);
     Output<T> o(momentum, true);
     T* pm = o.data();
     const T* g = gw.data<T>();
-    const T a = static_cast<T>(mu);
+    const T a = static_cast<T>(mu), scale = static_cast<T>(s[kScheduleGradScale]);
     const int64_t n = momentum.numel();
 #pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) pm[i] = a * pm[i] + g[i];
+    for (int64_t i = 0; i < n; ++i) pm[i] = a * pm[i] + scale * g[i];
     o.store();
   });
 }
@@ -118,9 +121,9 @@ void norm_from_squares(const Tensor& squares, Tensor& out) {
   out.data<double>()[0] = std::sqrt(total);
 }
 
-void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
+void clip_scale(Tensor& scale, const Tensor& norm, double max_norm) {
   const double n = norm.data<double>()[0];
-  if (n > max_norm) scale_into(t, t, max_norm / n);
+  if (n > max_norm) scale.data<double>()[0] = max_norm / n;
 }
 
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {

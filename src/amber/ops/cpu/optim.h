@@ -14,7 +14,7 @@ void apply_update(Tensor& value, const Tensor& update, double decay_rate, double
                   const Tensor& schedule);
 double squared_norm(const Tensor& t);
 void norm_from_squares(const Tensor& squares, Tensor& out);
-void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm);
+void clip_scale(Tensor& scale, const Tensor& norm, double max_norm);
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin);
 bool all_finite(const Tensor& t);
 

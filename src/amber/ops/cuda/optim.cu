@@ -1,7 +1,7 @@
 // CUDA optimizer math: the AdamW update (fp32 master weights and state),
 // deterministic reductions (every block owns a fixed chunk of elements, and the chunk
-// sums are added in chunk order, so results never depend on scheduling) and gradient
-// clipping by a norm that stays in device memory.
+// sums are added in chunk order, so results never depend on scheduling) and the clip
+// factor from a norm that stays in device memory.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@ constexpr int64_t kChunk = 8192;  // elements per reduction block
 __global__ void advance_schedule_kernel(double* s, const double* gate, double beta1, double beta2) {
   s[kScheduleApply] = gate[0];
   s[kScheduleLrMultiplier] = gate[1];
+  s[kScheduleGradScale] = gate[2];
   if (gate[0] == 0.0) return;
   const double t = s[kScheduleSteps] + 1.0;
   s[kScheduleSteps] = t;
@@ -35,8 +36,9 @@ __global__ void finite_flag_kernel(const double* values, int64_t n, double* flag
 
 // One element of the AdamW update: m and v move in place, the new value is returned.
 struct AdamWElement {
-  float b1, b2, eps, step, decay, c1, c2;
-  __device__ __forceinline__ float operator()(float p, float g, float& m, float& v) const {
+  float b1, b2, eps, step, decay, c1, c2, grad_scale;
+  __device__ __forceinline__ float operator()(float p, float raw_g, float& m, float& v) const {
+    const float g = grad_scale * raw_g;
     m = b1 * m + (1.0f - b1) * g;
     v = b2 * v + (1.0f - b2) * g * g;
     const float update = (m * c1) / (sqrtf(v * c2) + eps);
@@ -91,7 +93,8 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
                            static_cast<float>(lr_now),
                            static_cast<float>(lr_now * t.weight_decay),
                            static_cast<float>(schedule[kScheduleBias1]),
-                           static_cast<float>(schedule[kScheduleBias2])};
+                           static_cast<float>(schedule[kScheduleBias2]),
+                           static_cast<float>(schedule[kScheduleGradScale])};
   const int64_t begin = (chunk - table.first_chunk[i]) * kAdamWChunk;
   const int64_t end = begin + kAdamWChunk < t.n ? begin + kAdamWChunk : t.n;
   float *p = t.p, *m = t.m, *v = t.v;
@@ -120,9 +123,10 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
 template <class T>
 __global__ void momentum_kernel(T* momentum, const T* g, int64_t n, float mu, const double* schedule) {
   if (schedule[kScheduleApply] == 0.0) return;
+  const float scale = static_cast<float>(schedule[kScheduleGradScale]);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    momentum[i] = from_f32<T>(mu * to_f32(momentum[i]) + to_f32(g[i]));
+    momentum[i] = from_f32<T>(mu * to_f32(momentum[i]) + scale * to_f32(g[i]));
 }
 
 template <class T>
@@ -210,16 +214,10 @@ __global__ void __launch_bounds__(kThreads) root_of_sum(const double* squares, i
   if (threadIdx.x == 0) *out = sqrt(s);
 }
 
-// x *= max_norm / norm when norm > max_norm. Every thread reads the norm from device
-// memory, so the host never needs it; the factor rounds to f32 as scale_into's does.
-template <class T>
-__global__ void clip_kernel(T* x, int64_t n, const double* norm, double max_norm) {
+// The host's formula, in double: the bits the CPU's clip_scale writes.
+__global__ void clip_scale_kernel(double* scale, const double* norm, double max_norm) {
   const double total = *norm;
-  if (!(total > max_norm)) return;  // within bounds, or NaN (a step that is skipped)
-  const float scale = static_cast<float>(max_norm / total);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    x[i] = from_f32<T>(scale * to_f32(x[i]));
+  if (total > max_norm) *scale = max_norm / total;  // not when within bounds, or NaN (a skipped step)
 }
 
 // The factor is formed in double from the f64 squared norm, as the host would.
@@ -382,16 +380,10 @@ void norm_from_squares(const Tensor& squares, Tensor& out) {
   check_launch("norm_from_squares", squares.shape());
 }
 
-void clip_by_norm_(Tensor& t, const Tensor& norm, double max_norm) {
-  const char* op = "clip_by_norm_";
-  const int64_t n = t.numel();
-  if (n == 0) return;
-  with_element_type(t.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    clip_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<T*>(t.raw()), n, static_cast<const double*>(norm.raw()), max_norm);
-  });
-  check_launch(op, t.shape());
+void clip_scale(Tensor& scale, const Tensor& norm, double max_norm) {
+  clip_scale_kernel<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<double*>(scale.raw()),
+                                                      static_cast<const double*>(norm.raw()), max_norm);
+  check_launch("clip_scale", scale.shape());
 }
 
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {
