@@ -3,6 +3,7 @@
 // CPU run, over document edges, GQA/MQA, windows, sinks, NaN-poisoned outputs and repeats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -336,6 +337,88 @@ TEST(AttentionGpu, EachStepPlansItsOwnDocuments) {
   slot.positions.copy_from(b.seq.positions);
   const SeqInfo step2 = slot;
   expect_same_results("the refilled layout", run_on(step2, b, Device::cuda()), run(b, Device::cuda()));
+}
+
+// The packing rule of attention.cu's pack_documents, on the host: a document of `rows`
+// tokens or more is a segment of its own; consecutive shorter ones share a segment
+// while their lengths sum to less than rows, next fit within runs of 16 documents (more
+// when there are over 16 x 1024), so a run's end also ends a segment. Segment starts,
+// then the token count for every entry up to num_docs.
+std::vector<int32_t> packed_segments(const std::vector<int32_t>& cu, int rows) {
+  const int docs = static_cast<int>(cu.size()) - 1;
+  const int run = std::max(16, (docs + 1023) / 1024);
+  std::vector<int32_t> segments;
+  for (int lo = 0; lo < docs; lo += run)
+    for (int d = lo, fill = rows; d < std::min(docs, lo + run); ++d) {
+      const int length = cu[d + 1] - cu[d];
+      if (fill + length < rows) {
+        fill += length;
+      } else {
+        segments.push_back(cu[d]);
+        fill = std::min(length, rows);
+      }
+    }
+  segments.resize(docs + 1, cu.back());
+  return segments;
+}
+
+// The plan the Hopper forward (192-row tiles at head_dim 64) keeps in the layout's
+// derived tensors, checked against packed_segments: the tile slots ((segment, tile) in
+// order, then (-1, 0)), each short document's start for each of its tokens, and the
+// segments. False when the forward was not the Hopper one (other GPUs run unpacked
+// kernels), which plans no 192-row tiles.
+constexpr int kHopperForwardRows = 192;
+const std::string kPlanKey = "attention tile plan: rows " + std::to_string(kHopperForwardRows);
+
+bool expect_packed_by_rule(const std::vector<int32_t>& lengths, uint64_t seed) {
+  constexpr int kRows = kHopperForwardRows;
+  const Inputs in = cast(make_inputs({"packed plan", lengths, 12, 2, 64, 0, false}, seed), DType::bf16);
+  const SeqInfo seq = in.seq.to(Device::cuda());
+  run_on(seq, in, Device::cuda());
+  const Tensor* packed = seq.derived.find(kPlanKey + ", packed");
+  EXPECT_EQ(seq.derived.find(kPlanKey), nullptr) << "the Hopper forward left short documents unpacked";
+  if (!packed) return false;
+  const std::vector<int32_t>& cu = in.seq.cu_seqlens_host;
+  const int docs = in.seq.num_docs;
+  const int64_t tokens = in.seq.total_tokens, slots = (tokens + kRows - 1) / kRows + docs;
+  EXPECT_LT(tokens, int64_t{kRows} * docs);
+  const std::vector<double> words = packed->to(Device::cpu()).to_doubles();
+  EXPECT_EQ(static_cast<int64_t>(words.size()), 2 * slots + tokens + docs + 1);
+  if (static_cast<int64_t>(words.size()) != 2 * slots + tokens + docs + 1) return true;
+  const std::vector<int32_t> want = packed_segments(cu, kRows);
+  EXPECT_EQ(std::vector<int32_t>(words.end() - (docs + 1), words.end()), want);
+  const auto segments = std::count_if(want.begin(), want.end() - 1, [&](int32_t s) { return s < tokens; });
+  std::printf("%d documents, %lld tokens: %lld segments of at most %d rows\n", docs, static_cast<long long>(tokens),
+              static_cast<long long>(segments), kRows);
+  EXPECT_LT(segments, docs / 2);  // short documents share tiles
+  int64_t slot = 0;
+  for (int s = 0; s < docs; ++s)
+    for (int k = 0; k < (want[s + 1] - want[s] + kRows - 1) / kRows; ++k, ++slot) {
+      EXPECT_EQ(words[2 * slot], s) << "slot " << slot;
+      EXPECT_EQ(words[2 * slot + 1], k) << "slot " << slot;
+    }
+  for (; slot < slots; ++slot) EXPECT_EQ(words[2 * slot], -1) << "slot " << slot;
+  for (int d = 0; d < docs; ++d) {
+    if (cu[d + 1] - cu[d] >= kRows) continue;
+    for (int t = cu[d]; t < cu[d + 1]; ++t) EXPECT_EQ(words[2 * slots + t], cu[d]) << "token " << t;
+  }
+  return true;
+}
+
+// Short documents are packed into shared forward tiles where the layout averages under
+// a tile per document, by the rule, and only there.
+TEST(AttentionGpu, ShortDocumentsPackByTheRule) {
+  REQUIRE_GPU();
+  const bool hopper = expect_packed_by_rule(packable_lengths(), 1940);
+  if (!hopper) GTEST_SKIP() << "not the Hopper forward (sm_90 only): nothing is packed";
+  expect_packed_by_rule(many_documents(300), 1941);
+  // 50-600-token documents average more than a tile each: planned unpacked.
+  const Inputs in = cast(make_inputs({"50-600", {300, 40, 600, 84, 512, 577, 350, 230}, 12, 2, 64, 0, false}, 1942),
+                         DType::bf16);
+  const SeqInfo seq = in.seq.to(Device::cuda());
+  run_on(seq, in, Device::cuda());
+  EXPECT_NE(seq.derived.find(kPlanKey), nullptr);
+  EXPECT_EQ(seq.derived.find(kPlanKey + ", packed"), nullptr);
 }
 
 TEST(AttentionGpu, BackwardRepeatsAtTrainingShapes) {
