@@ -132,13 +132,14 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   EXPECT_EQ(bad.loss_sum, a.loss_sum);
 }
 
-// Clipping scales the gradients as the update reads them: a clipped step gives the
-// weights and optimizer state of an unclipped step on gradients scaled by the clip
-// factor first (AdamW bit for bit; Muon's momentum may fuse the product into a
-// multiply-add), and leaves the gradients as computed.
-TEST(Trainer, ClippedStepEqualsStepOnScaledGradients) {
-  const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8))};
+// Clipping scales the gradients as the update reads them: clipped steps give the
+// weights and optimizer state of unclipped steps on gradients scaled by the clip factor
+// first (AdamW bit for bit; Muon's momentum may fuse the product into a multiply-add),
+// over three steps, so momentum and Nesterov's look-ahead see scaled gradients too; the
+// gradients themselves stay as computed.
+TEST(Trainer, ClippedStepsEqualStepsOnScaledGradients) {
   for (const char* name : {"adamw", "muon"}) {
+    const bool exact = std::string(name) == "adamw";
     LanguageModel clipped(tiny_model()), scaled(tiny_model());
     clipped.init_weights(4);
     scaled.init_weights(4);
@@ -146,35 +147,43 @@ TEST(Trainer, ClippedStepEqualsStepOnScaledGradients) {
     oc.name = name;
     auto clipped_opt = build_optimizer(oc, clipped.params()), scaled_opt = build_optimizer(oc, scaled.params());
     TrainStep gradients_only(scaled, nullptr, {});
-    gradients_only.run(batch, 1.0);
-    const double norm = gradients_only.read().grad_norm;
-    TrainStep step(clipped, clipped_opt.get(), {.grad_clip = norm / 3});
-    step.run(batch, 1.0);
-    const AccumulatedStep a = step.read();
-    ASSERT_TRUE(a.applied);
-    EXPECT_EQ(a.grad_norm, norm);
-    EXPECT_EQ(a.grad_scale, (norm / 3) / norm);
-    std::vector<std::vector<double>> computed;
-    for (const auto& p : scaled.params()) {
-      computed.push_back(p->grad.to_doubles());
-      scale_(p->grad, a.grad_scale);
+    std::unique_ptr<TrainStep> step;
+    for (int s = 0; s < 3; ++s) {
+      SCOPED_TRACE(std::string(name) + " step " + std::to_string(s + 1));
+      const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8 + s))};
+      gradients_only.run(batch, 1.0);
+      const double norm = gradients_only.read().grad_norm;
+      if (!step) step = std::make_unique<TrainStep>(clipped, clipped_opt.get(), StepOptions{.grad_clip = norm / 3});
+      step->run(batch, 1.0);
+      const AccumulatedStep a = step->read();
+      ASSERT_TRUE(a.applied);
+      ASSERT_LT(a.grad_scale, 1.0);  // every step clips
+      if (exact) EXPECT_EQ(a.grad_norm, norm);
+      std::vector<std::vector<double>> computed;
+      for (const auto& p : scaled.params()) {
+        computed.push_back(p->grad.to_doubles());
+        scale_(p->grad, a.grad_scale);
+      }
+      scaled_opt->step(always_apply(1.0, Device::cpu()));
+      for (size_t i = 0; i < clipped.params().size(); ++i) {
+        const Param &c = *clipped.params()[i], &d = *scaled.params()[i];
+        if (exact) {
+          EXPECT_EQ(c.value.to_doubles(), d.value.to_doubles()) << c.name;
+          EXPECT_EQ(c.grad.to_doubles(), computed[i]) << c.name;
+        } else {
+          EXPECT_LT(testing::relative_error(c.value, d.value), 1e-5) << c.name;
+          EXPECT_LT(testing::relative_error(c.grad, Tensor::from_vector(computed[i], c.grad.shape())), 1e-4) << c.name;
+        }
+      }
+      const std::vector<StateTensor> clipped_state = clipped_opt->state(), scaled_state = scaled_opt->state();
+      for (size_t i = 0; i < clipped_state.size(); ++i) {
+        const StateTensor &c = clipped_state[i], &d = scaled_state[i];
+        if (exact)
+          EXPECT_EQ(c.tensor->to_doubles(), d.tensor->to_doubles()) << c.name;
+        else
+          EXPECT_LT(testing::relative_error(*c.tensor, *d.tensor), 1e-5) << c.name;
+      }
     }
-    scaled_opt->step(always_apply(1.0, Device::cpu()));
-    for (size_t i = 0; i < clipped.params().size(); ++i) {
-      const Param &c = *clipped.params()[i], &s = *scaled.params()[i];
-      if (std::string(name) == "adamw")
-        EXPECT_EQ(c.value.to_doubles(), s.value.to_doubles()) << c.name;
-      else
-        EXPECT_LT(testing::relative_error(c.value, s.value), 1e-6) << name << " " << c.name;
-      EXPECT_EQ(c.grad.to_doubles(), computed[i]) << name << " " << c.name;
-    }
-    for (size_t i = 0; i < clipped_opt->state().size(); ++i)
-      EXPECT_LT(testing::relative_error(*clipped_opt->state()[i].tensor, *scaled_opt->state()[i].tensor), 1e-6)
-          << name << " " << clipped_opt->state()[i].name;
-    if (std::string(name) == "adamw")
-      for (size_t i = 0; i < clipped_opt->state().size(); ++i)
-        EXPECT_EQ(clipped_opt->state()[i].tensor->to_doubles(), scaled_opt->state()[i].tensor->to_doubles())
-            << clipped_opt->state()[i].name;
   }
 }
 

@@ -65,10 +65,12 @@ class GroupedOptimizer final : public Optimizer {
     // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
     const double decay = config_.weight_decay * config_.lr / config_.muon_lr;
     for (MuonSlot& s : muon_) {
-      // momentum = mu * momentum + g; Nesterov looks ahead: g + mu * momentum.
+      // momentum = mu * momentum + g; Nesterov looks ahead: g + mu * momentum, one more
+      // momentum step from the new momentum. g is the gradient times the step's clip
+      // factor, which only the momentum steps apply.
       momentum_step(s.momentum, s.param->grad, config_.muon_momentum, schedule_);
-      s.update.copy_from(config_.nesterov ? s.param->grad : s.momentum);
-      if (config_.nesterov) add_scaled(s.update, s.momentum, config_.muon_momentum);
+      s.update.copy_from(s.momentum);
+      if (config_.nesterov) momentum_step(s.update, s.param->grad, config_.muon_momentum, schedule_);
       newton_schulz_orthogonalize(s.update, variant_, s.update.dtype());
       apply_update(s.param->value, s.update, config_.muon_lr * decay, config_.muon_lr * s.scale, schedule_);
       s.param->refresh_work();
