@@ -42,9 +42,9 @@ void finite_flag(const Tensor& values, Tensor& flag);
 
 // value -= lr (wd value + mhat / (sqrt(vhat) + eps)) after updating m and v from grad
 // times the schedule's gradient scale, with lr = h.lr times the schedule's multiplier
-// and its bias corrections. All tensors
-// f32 (or f64), same shape, contiguous. `work` is the parameter's working copy: value
-// itself, or a copy in its own dtype that receives the new value in the same pass.
+// and its bias corrections. All tensors f32 (or f64), same shape, contiguous. `work` is
+// the parameter's working copy: value itself, or a copy in its own dtype that receives
+// the new value in the same pass.
 void adamw_step(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
                 const Tensor& schedule, Tensor& work);
 
