@@ -60,5 +60,24 @@ TEST(StepBench, WarmUpLastsItsStepsAndItsTime) {
   }
 }
 
+// The step clips as grad_clip asks (train.grad_clip's default unless set). A bound far
+// above the norm changes nothing; one far below it leaves the first update almost
+// nothing (the gradients scaled to ~1e-9 sit under AdamW's eps), so the second step's
+// loss stays near the first's, where unclipped it moves.
+TEST(StepBench, ClipsAsAsked) {
+  StepBenchOptions o = tiny_cpu_bench();
+  EXPECT_EQ(o.grad_clip, TrainConfig{}.grad_clip);
+  const double first = run_step_bench(o).loss;  // one step: the loss before any update
+  o.steps = 2;
+  o.grad_clip = 0;
+  const double unclipped = run_step_bench(o).loss;
+  o.grad_clip = 1e6;
+  EXPECT_EQ(run_step_bench(o).loss, unclipped);
+  o.grad_clip = 1e-9;
+  const double clipped = run_step_bench(o).loss;
+  EXPECT_LT(std::fabs(clipped - first), std::fabs(unclipped - first) / 10) << first << " " << unclipped << " "
+                                                                             << clipped;
+}
+
 }  // namespace
 }  // namespace amber
