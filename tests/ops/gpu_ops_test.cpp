@@ -15,6 +15,7 @@
 #include "amber/ops/elementwise.h"
 #include "amber/ops/embedding.h"
 #include "amber/ops/gemm.h"
+#include "amber/ops/glu_linear.h"
 #include "amber/ops/loss.h"
 #include "amber/ops/norm.h"
 #include "amber/ops/rope.h"
@@ -113,6 +114,39 @@ TEST(ActivationGpu, GatedAndPlainMatchCpu) {
     gelu_backward(dy, x, cdx);
     gelu_backward(gpu(dy), gpu(x), gdx);
     expect_close("gelu backward", gdx, cdx, dt);
+  }
+}
+
+// The MLP's products with the GLU beside them (ops/glu_linear.h): bf16 on an sm_90 card
+// runs the GLU in the products' epilogues, which must agree with the CPU's product and
+// pass to bf16 rounding; rows and widths off the kernels' 128-tiles check their edges,
+// and a width that is no multiple of 16 bytes takes the product and the pass.
+TEST(GluLinearGpu, EpiloguesMatchCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t rows, in, hidden, out;
+  };
+  for (const Case& c : {Case{1000, 136, 200, 72}, Case{256, 64, 128, 96}, Case{33, 40, 44, 24}}) {
+    for (DType dt : {DType::bf16, DType::f32}) {
+      for (Glu glu : {Glu::swiglu, Glu::geglu}) {
+        const std::string name = std::string(glu == Glu::swiglu ? "swiglu" : "geglu") + " " +
+                                 std::to_string(c.rows) + "x" + std::to_string(c.hidden) + "x" + std::to_string(c.in);
+        const bool epilogue = glu_epilogues(Device::cuda()) && dt == DType::bf16 && c.hidden % 8 == 0;
+        const Tensor x = random_tensor({c.rows, c.in}, dt, 20), w = random_tensor({2 * c.hidden, c.in}, dt, 21, 0.2f);
+        const Tensor w_down = random_tensor({c.out, c.hidden}, dt, 22, 0.2f), dy = random_tensor({c.rows, c.out}, dt, 23);
+        Tensor cgu = Tensor::empty({c.rows, 2 * c.hidden}, dt), ch = Tensor::empty({c.rows, c.hidden}, dt);
+        Tensor cdgu = Tensor::empty(cgu.shape(), dt), cdh = Tensor::empty(ch.shape(), dt);
+        EXPECT_FALSE(glu_linear_forward(glu, x, w, Tensor(), cgu, ch));
+        EXPECT_FALSE(glu_linear_backward_input(glu, dy, w_down, cgu, cdgu, cdh));
+        Tensor ggu = nan_tensor(cgu.shape(), dt), gh = nan_tensor(ch.shape(), dt);
+        Tensor gdgu = nan_tensor(cgu.shape(), dt), gdh = nan_tensor(ch.shape(), dt);
+        EXPECT_EQ(glu_linear_forward(glu, gpu(x), gpu(w), Tensor(), ggu, gh), epilogue) << name;
+        expect_close(name + " gate_up", ggu, cgu, dt);
+        expect_close(name + " h", gh, ch, dt);
+        EXPECT_EQ(glu_linear_backward_input(glu, gpu(dy), gpu(w_down), gpu(cgu), gdgu, gdh), epilogue) << name;
+        expect_close(name + " dgate_up", gdgu, cdgu, dt);
+      }
+    }
   }
 }
 
@@ -487,6 +521,27 @@ TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
   expect_close("tuned gemm, choices in memory", in_memory, cc, DType::bf16);
   EXPECT_FALSE(std::filesystem::exists(file));
   set_gemm_tuning({});
+}
+
+// A product into a column slice of a wider tensor (how the GLU's forward writes the
+// gate half): the slice's rows are written and the other columns keep their values.
+TEST(GemmGpu, WritesIntoAColumnSlice) {
+  REQUIRE_GPU();
+  const int64_t m = 70, n = 48, k = 40;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor a = random_tensor({m, k}, dt, 30), b = random_tensor({n, k}, dt, 31);
+    Tensor expected = Tensor::empty({m, n}, dt);
+    gemm(a, false, b, true, expected);
+    Tensor wide = gpu(random_tensor({m, 3 * n}, dt, 32));
+    const std::vector<double> before = wide.to(Device::cpu()).to_doubles();
+    Tensor middle = wide.slice(1, n, 2 * n);
+    gemm(gpu(a), false, gpu(b), true, middle);
+    expect_close("gemm into a column slice", middle.contiguous(), expected, dt);
+    const std::vector<double> after = wide.to(Device::cpu()).to_doubles();
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t col = 0; col < 3 * n; ++col)
+        if (col < n || col >= 2 * n) ASSERT_EQ(after[r * 3 * n + col], before[r * 3 * n + col]) << r << ", " << col;
+  }
 }
 
 TEST(GemmGpu, LinearForwardAndBackwardMatchCpu) {

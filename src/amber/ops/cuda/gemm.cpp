@@ -24,9 +24,9 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-// Everything a heuristic answer depends on: types, transposes, sizes, leading
-// dimensions and the pointers' alignments.
-using AlgoKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int, int, int>;
+// Everything a heuristic answer depends on: types, transposes, sizes, c's row pitch
+// (a and b are contiguous) and the pointers' alignments.
+using AlgoKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int, int, int>;
 
 // One handle, workspace and heuristic cache per host thread and device: each host
 // thread launches on its own cudaStreamPerThread, so sharing a workspace would race.
@@ -121,8 +121,8 @@ struct Product {
     check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)), "TRANSB");
     check(cublasLtMatrixLayoutCreate(&d.a, ab_type, b_.size(1), b_.size(0), b_.size(1)), "layout of b");
     check(cublasLtMatrixLayoutCreate(&d.b, ab_type, a_.size(1), a_.size(0), a_.size(1)), "layout of a");
-    check(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, n), "layout of c");
-    key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k,
+    check(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, c_.stride(0)), "layout of c");
+    key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k, c_.stride(0),
                   alignment(a_.raw()), alignment(b_.raw()), std::min(alignment(c_.raw()), alignment(addend->raw()))};
   }
 
@@ -130,7 +130,7 @@ struct Product {
   std::vector<cublasLtMatmulHeuristicResult_t> heuristics(LtState& s, int count) {
     check(cublasLtMatmulPreferenceCreate(&d.pref), "preference");
     const uint64_t ws = kWorkspaceBytes;
-    const uint32_t al_a = std::get<8>(key), al_b = std::get<7>(key), al_c = std::get<9>(key);  // Lt's a is our b
+    const uint32_t al_a = std::get<9>(key), al_b = std::get<8>(key), al_c = std::get<10>(key);  // Lt's a is our b
     check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
           "workspace preference");
     check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
@@ -146,8 +146,8 @@ struct Product {
     check(cublasLtMatmulAlgoGetHeuristic(s.handle, d.op, d.a, d.b, d.c, d.c, d.pref, count, results.data(), &found),
           "heuristic");
     AMBER_CHECK(found > 0, "gemm: cuBLASLt has no algorithm for op(a) ", m, "x", k, ", op(b) ", k, "x", n, ", ",
-                dtype_name(a->dtype()), " -> ", dtype_name(c->dtype()), " (pointer alignments ", std::get<7>(key),
-                "/", std::get<8>(key), "/", std::get<9>(key), " bytes)");
+                dtype_name(a->dtype()), " -> ", dtype_name(c->dtype()), " (pointer alignments ", std::get<8>(key),
+                "/", std::get<9>(key), "/", std::get<10>(key), " bytes)");
     results.resize(static_cast<size_t>(found));
     return results;
   }
@@ -166,7 +166,12 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
   const char* op = "gemm";
   require_contiguous(a, op);
   require_contiguous(b, op);
-  require_contiguous(c, op);
+  if (addend.defined() || c.size(0) < 2) {
+    require_contiguous(c, op);
+  } else {
+    AMBER_CHECK(c.stride(1) == 1 && c.stride(0) >= c.size(1), op, ": c ", c.shape(), " must be rows of contiguous "
+                "elements (a column slice of a wider tensor at most)");
+  }
   if (addend.defined()) require_contiguous(addend, op);
   AMBER_CHECK(a.dtype() == b.dtype(), op, ": on the GPU both operands need one dtype, got ",
               dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
@@ -175,6 +180,7 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
   const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1), n = tb ? b.size(0) : b.size(1);
   if (m == 0 || n == 0) return false;
   if (k > 0) return true;
+  AMBER_CHECK(c.is_contiguous(), op, ": an empty sum into a column slice is not supported; pass a contiguous c");
   if (beta == 0.0)  // an empty sum: c = beta * addend
     c.zero();
   else
@@ -226,7 +232,7 @@ std::string tuning_header() {
   cudaGetDeviceProperties(&prop, device);
   std::string name = prop.name;
   std::replace(name.begin(), name.end(), ' ', '_');
-  return "amber-gemm-algorithms cublasLt=" + std::to_string(cublasLtGetVersion()) + " device=" + name;
+  return "amber-gemm-algorithms-2 cublasLt=" + std::to_string(cublasLtGetVersion()) + " device=" + name;
 }
 
 // The measured choices of set_gemm_tuning: read once from the file, appended to as
@@ -269,13 +275,13 @@ struct Tuning {
     for (int number = 2; std::getline(in, line); ++number) {
       std::istringstream fields(line);
       int ab = 0, c = 0, ta = 0, tb = 0, al_a = 0, al_b = 0, al_c = 0;
-      int64_t m = 0, n = 0, k = 0;
+      int64_t m = 0, n = 0, k = 0, ldc = 0;
       cublasLtMatmulAlgo_t algo{};
-      fields >> ab >> c >> ta >> tb >> m >> n >> k >> al_a >> al_b >> al_c >> std::hex;
+      fields >> ab >> c >> ta >> tb >> m >> n >> k >> ldc >> al_a >> al_b >> al_c >> std::hex;
       for (uint64_t& word : algo.data) fields >> word;
       AMBER_CHECK(!fields.fail(), "gemm tuning: ", file, " line ", number, " is not a product and its algorithm (",
                   line, "); remove the file to measure afresh");
-      read[AlgoKey{ab, c, ta != 0, tb != 0, m, n, k, al_a, al_b, al_c}] = algo;
+      read[AlgoKey{ab, c, ta != 0, tb != 0, m, n, k, ldc, al_a, al_b, al_c}] = algo;
     }
     table = std::move(read);
   }
@@ -284,9 +290,9 @@ struct Tuning {
     table[key] = algo;
     if (path.empty()) return;
     std::ofstream out(path, std::ios::app);
-    const auto& [ab, c, ta, tb, m, n, k, al_a, al_b, al_c] = key;
-    out << ab << " " << c << " " << ta << " " << tb << " " << m << " " << n << " " << k << " " << al_a << " " << al_b
-        << " " << al_c << std::hex;
+    const auto& [ab, c, ta, tb, m, n, k, ldc, al_a, al_b, al_c] = key;
+    out << ab << " " << c << " " << ta << " " << tb << " " << m << " " << n << " " << k << " " << ldc << " " << al_a
+        << " " << al_b << " " << al_c << std::hex;
     for (uint64_t word : algo.data) out << " " << word;
     out << "\n";
     AMBER_CHECK(out.good(), "gemm tuning: cannot append to ", path);
@@ -313,7 +319,8 @@ std::pair<cublasLtMatmulAlgo_t, bool> choose(LtState& s, Product& p, double beta
   cudaStreamIsCapturing(cudaStreamPerThread, &capture);
   if (capture != cudaStreamCaptureStatusNone) return {p.heuristics(s, 1)[0].algo, false};
   const std::vector<cublasLtMatmulHeuristicResult_t> candidates = p.heuristics(s, kTuningCandidates);
-  Tensor scratch = Tensor::empty(p.c->shape(), p.c->dtype(), p.c->device());
+  // Rows as far apart as c's, so the candidates are timed on c's layout.
+  Tensor scratch = Tensor::empty({p.m, p.c->stride(0)}, p.c->dtype(), p.c->device()).slice(1, 0, p.n);
   const Product on_scratch(*p.a, p.ta, *p.b, p.tb, scratch);
   const std::vector<double> ms = time_candidates(s, on_scratch, candidates, beta, kTuningRepeats);
   size_t best = 0;

@@ -1,0 +1,60 @@
+// Entry points of ops/glu_linear.h: the fused products where the GPU has them, else
+// the product and the activation op.
+#include "amber/ops/glu_linear.h"
+
+#include "amber/ops/activation.h"
+#include "amber/ops/cuda/glu_gemm.h"
+#include "amber/ops/device_switch.h"
+#include "amber/ops/gemm.h"
+
+namespace amber {
+
+bool glu_linear_forward(Glu glu, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& gate_up, Tensor& h) {
+  const char* op = "glu_linear_forward";
+  AMBER_CHECK(w.ndim() == 2 && w.size(0) % 2 == 0, op, ": weight ", w.shape(), " must be [2H, in]");
+  AMBER_CHECK(x.ndim() == 2 && x.size(1) == w.size(1), op, ": input ", x.shape(), " does not match weight ", w.shape(),
+              " ([2H, in])");
+  AMBER_CHECK(gate_up.shape() == Shape({x.size(0), w.size(0)}) && h.shape() == Shape({x.size(0), w.size(0) / 2}), op,
+              ": gate_up ", gate_up.shape(), " and h ", h.shape(), " must be [N, 2H] and [N, H] for input ", x.shape(),
+              " and weight ", w.shape());
+  bool fused = false;
+  if (!bias.defined())
+    AMBER_ON_DEVICE(ops::common_device(op, {&x, &w, &gate_up, &h}), op,
+                    fused = cuda::glu_linear_forward(glu, x, w, gate_up, h), fused = false);
+  if (fused) return true;
+  linear_forward(x, w, bias, gate_up);
+  if (glu == Glu::swiglu)
+    swiglu_forward(gate_up, h);
+  else
+    geglu_forward(gate_up, h);
+  return false;
+}
+
+bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, const Tensor& gate_up,
+                               Tensor& dgate_up, Tensor& dh) {
+  const char* op = "glu_linear_backward_input";
+  AMBER_CHECK(w_down.ndim() == 2 && dy.ndim() == 2 && dy.size(1) == w_down.size(0), op, ": grad ", dy.shape(),
+              " does not match the down weight ", w_down.shape(), " ([out, H])");
+  AMBER_CHECK(gate_up.ndim() == 2 && gate_up.size(1) == 2 * w_down.size(1), op, ": gate_up ", gate_up.shape(),
+              " does not match the down weight ", w_down.shape());
+  AMBER_CHECK(gate_up.size(0) == dy.size(0) && dgate_up.shape() == gate_up.shape(), op, ": dgate_up ",
+              dgate_up.shape(), " must match gate_up ", gate_up.shape(), ", with grad ", dy.shape(), "'s rows");
+  bool fused = false;
+  AMBER_ON_DEVICE(ops::common_device(op, {&dy, &w_down, &gate_up, &dgate_up}), op,
+                  fused = cuda::glu_linear_backward_input(glu, dy, w_down, gate_up, dgate_up), fused = false);
+  if (fused) return true;
+  gemm(dy, false, w_down, false, dh);
+  if (glu == Glu::swiglu)
+    swiglu_backward(dh, gate_up, dgate_up);
+  else
+    geglu_backward(dh, gate_up, dgate_up);
+  return false;
+}
+
+bool glu_epilogues(Device device) {
+  bool available = false;
+  AMBER_ON_DEVICE(device, "glu_epilogues", available = cuda::glu_epilogues(device.index), available = false);
+  return available;
+}
+
+}  // namespace amber
