@@ -191,14 +191,15 @@ void add_bench_command(CLI::App& app) {
   auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits");
   kernel->add_option("name", k->name,
                      "rmsnorm, swiglu, rope, all (the memory-bound ones), attention, lmhead (chunked "
-                     "linear cross-entropy against materialised logits), or gemm (a model's products against "
-                     "cuBLASLt's other algorithms)")
+                     "linear cross-entropy against materialised logits), gemm (a model's products against "
+                     "cuBLASLt's other algorithms) or glu (the MLP's products with SwiGLU in their epilogues "
+                     "against the product and the pass)")
       ->capture_default_str();
   kernel->add_option("--shape", k->shape,
                      "attention only: issue 6's shape A, B, C, D or E, F (20-100-token documents), or all")
       ->capture_default_str();
   kernel->add_option("--device", k->device, "cuda, cuda:N or cpu")->capture_default_str();
-  kernel->add_option("--tokens", k->tokens, "Rows of the activation (0: 65536; 16384 for lmhead)")->capture_default_str();
+  kernel->add_option("--tokens", k->tokens, "Rows of the activation (0: 65536; 16384 for lmhead, gemm and glu)")->capture_default_str();
   kernel->add_option("--width", k->width, "Columns of the activation")->capture_default_str();
   kernel->add_option("--repeats", k->repeats, "Timed calls (best is kept)")->capture_default_str();
   kernel->add_option("--inputs-dir", k->inputs_dir,
@@ -209,7 +210,9 @@ void add_bench_command(CLI::App& app) {
   kernel->add_option("--vocab", k->vocab, "lmhead only: vocabulary size")->capture_default_str();
   kernel->add_option("--dim", k->dim, "lmhead only: model width")->capture_default_str();
   kernel->add_option("--chunk", k->chunk, "lmhead and gemm: tokens per logits chunk")->capture_default_str();
-  kernel->add_option("--config", k->config, "gemm only: config whose [model] gives the products (one block and the head)")
+  kernel->add_option("--config", k->config,
+                     "gemm and glu: config whose [model] gives the products (gemm: one block and the head; glu: "
+                     "the MLP's dim and hidden width)")
       ->check(CLI::ExistingFile);
   kernel->add_option("--candidates", k->candidates, "gemm only: cuBLASLt heuristic answers timed per product")
       ->capture_default_str();
@@ -220,6 +223,17 @@ void add_bench_command(CLI::App& app) {
       AMBER_CHECK(!k->config.empty(), "bench kernel gemm needs --config (e.g. configs/presets/kohaku-500m.toml)");
       return print_gemm_bench(load_run_config(k->config, {}).model, k->tokens > 0 ? k->tokens : 16384, k->chunk,
                               device_from_name(k->device), k->candidates, k->repeats);
+    }
+    if (k->name == "glu") {
+      AMBER_CHECK(!k->config.empty(), "bench kernel glu needs --config (e.g. configs/presets/kohaku-200m.toml)");
+      const ModelConfig m = load_run_config(k->config, {}).model;
+      const int64_t tokens = k->tokens > 0 ? k->tokens : 16384;
+      const auto rows = run_glu_bench(device_from_name(k->device), tokens, m.dim, m.resolved_mlp_hidden(), k->repeats);
+      std::cout << "MLP products beside SwiGLU, " << tokens << " tokens, dim " << m.dim << ", hidden "
+                << m.resolved_mlp_hidden() << ", bf16, measured GEMM algorithms\n| arm | ms |\n|---|---|\n"
+                << std::fixed << std::setprecision(4);
+      for (const GluBenchRow& r : rows) std::cout << "| " << r.arm << " | " << r.ms << " |\n";
+      return;
     }
     if (k->name == "lmhead") {
       const int64_t tokens = k->tokens > 0 ? k->tokens : 16384;

@@ -158,7 +158,9 @@ TEST(Trainer, ClippedStepsEqualStepsOnScaledGradients) {
       const AccumulatedStep a = step->read();
       ASSERT_TRUE(a.applied);
       ASSERT_LT(a.grad_scale, 1.0);  // every step clips
-      if (exact) EXPECT_EQ(a.grad_norm, norm);
+      if (exact) {
+        EXPECT_EQ(a.grad_norm, norm);
+      }
       std::vector<std::vector<double>> computed;
       for (const auto& p : scaled.params()) {
         computed.push_back(p->grad.to_doubles());

@@ -10,6 +10,7 @@
 #include "amber/core/seq_info.h"
 #include "amber/ops/activation.h"
 #include "amber/ops/gemm.h"
+#include "amber/ops/glu_linear.h"
 #include "amber/ops/loss.h"
 #include "amber/ops/norm.h"
 #include "amber/ops/rope.h"
@@ -173,6 +174,36 @@ std::vector<LmHeadBenchRow> run_lm_head_bench(Device device, int64_t tokens, int
   measure("chunked (" + std::to_string(chunk_tokens) + " tokens)", chunk_tokens, false);
   measure("naive (all " + std::to_string(tokens) + " tokens' logits)", tokens, false);
   measure("chunked, one pass (training)", chunk_tokens, true);
+  return rows;
+}
+
+std::vector<GluBenchRow> run_glu_bench(Device device, int64_t tokens, int64_t dim, int64_t hidden, int repeats) {
+  AMBER_CHECK(tokens > 0 && dim > 0 && hidden > 0, "bench kernel glu: sizes must be positive");
+  set_gemm_tuning({.measured = true, .file = ""});
+  const Tensor x = random({tokens, dim}, device, 11), w = random({2 * hidden, dim}, device, 12);
+  const Tensor w_down = random({dim, hidden}, device, 13), dy = random({tokens, dim}, device, 14);
+  Tensor gate_up = Tensor::empty({tokens, 2 * hidden}, DType::bf16, device);
+  Tensor h = Tensor::empty({tokens, hidden}, DType::bf16, device), dh = Tensor::empty(h.shape(), DType::bf16, device);
+  Tensor dgate_up = Tensor::empty(gate_up.shape(), DType::bf16, device);
+  const bool epilogues = glu_epilogues(device);
+  constexpr int kCalls = 10;  // back to back, as a step issues them: the host's setup hides behind the GPU
+  const std::string fused = epilogues ? "one call (SwiGLU in the product's epilogue)" : "one call (no epilogue form here)";
+  std::vector<GluBenchRow> rows;
+  rows.push_back({"forward: gate/up product + SwiGLU pass", best_ms(device, repeats, kCalls, [&] {
+                    gemm(x, false, w, true, gate_up);
+                    swiglu_forward(gate_up, h);
+                  })});
+  rows.push_back({"forward: " + fused, best_ms(device, repeats, kCalls, [&] {
+                    glu_linear_forward(Glu::swiglu, x, w, Tensor(), gate_up, h);
+                  })});
+  rows.push_back({"backward: dh product + SwiGLU backward pass", best_ms(device, repeats, kCalls, [&] {
+                    gemm(dy, false, w_down, false, dh);
+                    swiglu_backward(dh, gate_up, dgate_up);
+                  })});
+  rows.push_back({"backward: " + fused, best_ms(device, repeats, kCalls, [&] {
+                    glu_linear_backward_input(Glu::swiglu, dy, w_down, gate_up, dgate_up, dh);
+                  })});
+  set_gemm_tuning({});
   return rows;
 }
 

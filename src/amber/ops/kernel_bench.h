@@ -48,6 +48,16 @@ struct LmHeadBenchRow {
 std::vector<LmHeadBenchRow> run_lm_head_bench(Device device, int64_t tokens, int64_t vocab, int64_t dim,
                                               int64_t chunk_tokens, int repeats);
 
+// `amber bench kernel glu`: a gated MLP's two products that meet its activation, each
+// timed as the product plus the activation's pass and as the one call of
+// ops/glu_linear.h (the GLU in the product's epilogue where the device has it), at
+// tokens x dim in and hidden out, bf16, GEMM algorithms measured.
+struct GluBenchRow {
+  std::string arm;  // e.g. "forward: product + pass"
+  double ms = 0;
+};
+std::vector<GluBenchRow> run_glu_bench(Device device, int64_t tokens, int64_t dim, int64_t hidden, int repeats);
+
 // One product of `amber bench kernel gemm`: c [m, n] = op(a) op(b) + beta c with
 // a [m, k] (or [k, m] when ta), b [k, n] (or [n, k] when tb), bf16 operands.
 struct GemmBenchShape {
