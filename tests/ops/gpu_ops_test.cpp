@@ -540,7 +540,9 @@ TEST(GemmGpu, WritesIntoAColumnSlice) {
     const std::vector<double> after = wide.to(Device::cpu()).to_doubles();
     for (int64_t r = 0; r < m; ++r)
       for (int64_t col = 0; col < 3 * n; ++col)
-        if (col < n || col >= 2 * n) ASSERT_EQ(after[r * 3 * n + col], before[r * 3 * n + col]) << r << ", " << col;
+        if (col < n || col >= 2 * n) {
+          ASSERT_EQ(after[r * 3 * n + col], before[r * 3 * n + col]) << r << ", " << col;
+        }
   }
 }
 

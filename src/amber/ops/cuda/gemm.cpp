@@ -90,6 +90,9 @@ struct Descriptors {
   }
 };
 
+// How far apart c's rows lie: a column slice of a wider tensor keeps its parent's pitch.
+int64_t row_pitch(const Tensor& c) { return c.size(0) > 1 ? c.stride(0) : c.size(1); }
+
 // One product c = alpha op(a) op(b) + beta addend (addend: c itself, or a tensor shaped
 // like it, cuBLASLt's C beside its D) in cuBLASLt's terms: its descriptors and the key
 // of its heuristic answers.
@@ -121,8 +124,8 @@ struct Product {
     check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)), "TRANSB");
     check(cublasLtMatrixLayoutCreate(&d.a, ab_type, b_.size(1), b_.size(0), b_.size(1)), "layout of b");
     check(cublasLtMatrixLayoutCreate(&d.b, ab_type, a_.size(1), a_.size(0), a_.size(1)), "layout of a");
-    check(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, c_.stride(0)), "layout of c");
-    key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k, c_.stride(0),
+    check(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, row_pitch(c_)), "layout of c");
+    key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k, row_pitch(c_),
                   alignment(a_.raw()), alignment(b_.raw()), std::min(alignment(c_.raw()), alignment(addend->raw()))};
   }
 
@@ -166,13 +169,13 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
   const char* op = "gemm";
   require_contiguous(a, op);
   require_contiguous(b, op);
-  if (addend.defined() || c.size(0) < 2) {
+  if (addend.defined()) {
     require_contiguous(c, op);
+    require_contiguous(addend, op);
   } else {
-    AMBER_CHECK(c.stride(1) == 1 && c.stride(0) >= c.size(1), op, ": c ", c.shape(), " must be rows of contiguous "
-                "elements (a column slice of a wider tensor at most)");
+    AMBER_CHECK((c.size(1) < 2 || c.stride(1) == 1) && row_pitch(c) >= c.size(1), op, ": c ", c.shape(),
+                " must be rows of contiguous elements (a column slice of a wider tensor at most)");
   }
-  if (addend.defined()) require_contiguous(addend, op);
   AMBER_CHECK(a.dtype() == b.dtype(), op, ": on the GPU both operands need one dtype, got ",
               dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
   AMBER_CHECK(c.dtype() == a.dtype() || c.dtype() == DType::f32, op, ": output dtype ",
@@ -320,7 +323,7 @@ std::pair<cublasLtMatmulAlgo_t, bool> choose(LtState& s, Product& p, double beta
   if (capture != cudaStreamCaptureStatusNone) return {p.heuristics(s, 1)[0].algo, false};
   const std::vector<cublasLtMatmulHeuristicResult_t> candidates = p.heuristics(s, kTuningCandidates);
   // Rows as far apart as c's, so the candidates are timed on c's layout.
-  Tensor scratch = Tensor::empty({p.m, p.c->stride(0)}, p.c->dtype(), p.c->device()).slice(1, 0, p.n);
+  Tensor scratch = Tensor::empty({p.m, row_pitch(*p.c)}, p.c->dtype(), p.c->device()).slice(1, 0, p.n);
   const Product on_scratch(*p.a, p.ta, *p.b, p.tb, scratch);
   const std::vector<double> ms = time_candidates(s, on_scratch, candidates, beta, kTuningRepeats);
   size_t best = 0;
