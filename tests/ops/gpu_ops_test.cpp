@@ -524,11 +524,13 @@ TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
 }
 
 // A product into a column slice of a wider tensor (how the GLU's forward writes the
-// gate half): the slice's rows are written and the other columns keep their values.
+// gate half): the slice's rows are written and the other columns keep their values;
+// one row too, whose pitch no stride states.
 TEST(GemmGpu, WritesIntoAColumnSlice) {
   REQUIRE_GPU();
-  const int64_t m = 70, n = 48, k = 40;
-  for (DType dt : {DType::f32, DType::bf16}) {
+  const int64_t n = 48, k = 40;
+  for (const auto& [m, dt] : {std::pair{int64_t{70}, DType::f32}, std::pair{int64_t{70}, DType::bf16},
+                              std::pair{int64_t{1}, DType::bf16}}) {
     const Tensor a = random_tensor({m, k}, dt, 30), b = random_tensor({n, k}, dt, 31);
     Tensor expected = Tensor::empty({m, n}, dt);
     gemm(a, false, b, true, expected);
