@@ -126,7 +126,7 @@ TEST(GluLinearGpu, EpiloguesMatchCpu) {
   struct Case {
     int64_t rows, in, hidden, out;
   };
-  for (const Case& c : {Case{1000, 136, 200, 72}, Case{256, 64, 128, 96}, Case{33, 40, 44, 24}}) {
+  for (const Case& c : {Case{1000, 136, 200, 72}, Case{256, 64, 128, 96}, Case{1, 64, 128, 32}, Case{33, 40, 44, 24}}) {
     for (DType dt : {DType::bf16, DType::f32}) {
       for (Glu glu : {Glu::swiglu, Glu::geglu}) {
         const std::string name = std::string(glu == Glu::swiglu ? "swiglu" : "geglu") + " " +
