@@ -187,7 +187,8 @@ std::vector<GluBenchRow> run_glu_bench(Device device, int64_t tokens, int64_t di
   Tensor dgate_up = Tensor::empty(gate_up.shape(), DType::bf16, device);
   const bool epilogues = glu_epilogues(device);
   constexpr int kCalls = 10;  // back to back, as a step issues them: the host's setup hides behind the GPU
-  const std::string fused = epilogues ? "one call (SwiGLU in the product's epilogue)" : "one call (no epilogue form here)";
+  const std::string fused =
+      epilogues ? "one call (SwiGLU in the product's epilogue)" : "one call (no epilogue form here)";
   std::vector<GluBenchRow> rows;
   rows.push_back({"forward: gate/up product + SwiGLU pass", best_ms(device, repeats, kCalls, [&] {
                     gemm(x, false, w, true, gate_up);
