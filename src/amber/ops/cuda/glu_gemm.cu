@@ -4,10 +4,9 @@
 // Forward: the value half of x w^T reads the gate (the epilogue's C, written just
 // before by cuBLASLt) and stores the value and h = act(gate) value. Backward: dh =
 // dy w_down reads gate and value and stores dgate and dvalue; dh itself is never
-// stored. Against cuBLASLt's product plus the GLU pass this saved 36 us (backward) and
-// 13 us (forward) a layer at Kohaku-200M's shapes (docs/perf/kernels.md, session 23).
-// The 64x64 epilogue tile was the fastest of those timed there: the default 64x32 keeps
-// too few bytes in flight for the loads.
+// stored. Against cuBLASLt's product plus the GLU pass this saved 39 us (backward) and
+// 10 us (forward) a layer at Kohaku-200M's shapes (docs/perf/kernels.md, session 23).
+// The 64x64 epilogue tile was the fastest of the tiles timed there at 200M and 500M.
 #include "amber/ops/cuda/glu_gemm.h"
 
 #include <cuda_runtime.h>
