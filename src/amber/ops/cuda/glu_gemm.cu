@@ -135,7 +135,7 @@ struct Product {
 };
 
 const Bf16* in(const Tensor& t) { return static_cast<const Bf16*>(t.raw()); }
-Bf16* out(const Tensor& t) { return static_cast<Bf16*>(const_cast<void*>(t.raw())); }
+Bf16* out(const Tensor& t) { return static_cast<Bf16*>(t.raw()); }
 RowStride rows_apart(int64_t pitch) { return cute::make_stride(pitch, cute::Int<1>{}, int64_t{0}); }
 
 // Whether the fused kernels take these tensors: bf16, contiguous, 16-byte rows and
@@ -155,13 +155,12 @@ bool implementable(const typename Gemm::Arguments& args) {
 }
 
 template <class Gemm>
-void launch(const typename Gemm::Arguments& args, const char* op) {
+void launch(const typename Gemm::Arguments& args, const char* op, const Shape& shape) {
   Gemm gemm;
   AMBER_CHECK(gemm.initialize(args, nullptr, cudaStreamPerThread) == cutlass::Status::kSuccess, op,
-              ": CUTLASS could not set up its product");
+              ": CUTLASS could not set up its product for shape ", shape);
   AMBER_CHECK(gemm.run(cudaStreamPerThread) == cutlass::Status::kSuccess, op, ": CUTLASS's product did not launch");
-  const cudaError_t error = cudaGetLastError();
-  AMBER_CHECK(error == cudaSuccess, op, ": ", cudaGetErrorString(error));
+  check_launch(op, shape);
 }
 
 template <class Act>
@@ -179,7 +178,7 @@ bool forward(const Tensor& x, const Tensor& w, Tensor& gate_up, Tensor& h) {
   if (!implementable<typename P::Gemm>(args)) return false;
   Tensor gate_half = gate_up.slice(1, 0, n);
   gemm(x, false, w.slice(0, 0, n), true, gate_half, 1.0, 0.0);
-  launch<typename P::Gemm>(args, "glu_linear_forward");
+  launch<typename P::Gemm>(args, "glu_linear_forward", gate_up.shape());
   return true;
 }
 
@@ -199,7 +198,7 @@ bool backward(const Tensor& dy, const Tensor& w_down, const Tensor& gate_up, Ten
        out(dgate_up),
        pair_rows}};
   if (!implementable<typename P::Gemm>(args)) return false;
-  launch<typename P::Gemm>(args, "glu_linear_backward_input");
+  launch<typename P::Gemm>(args, "glu_linear_backward_input", dgate_up.shape());
   return true;
 }
 
