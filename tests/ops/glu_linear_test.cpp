@@ -8,6 +8,7 @@
 #include "amber/ops/activation.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/glu_linear.h"
+#include "amber/ops/kernel_bench.h"
 #include "testing.h"
 
 namespace amber {
@@ -60,6 +61,20 @@ TEST(GluLinear, RefusesMismatchedShapes) {
   EXPECT_THROW(glu_linear_backward_input(Glu::swiglu, dy, w_down, gate_up, wrong_dgate_up, dh), Error);
   EXPECT_THROW(glu_linear_backward_input(Glu::swiglu, dy, w_down, short_gate_up, dgate_up, dh), Error);
   EXPECT_THROW(glu_linear_backward_input(Glu::swiglu, dy.slice(1, 0, 3), w_down, gate_up, dgate_up, dh), Error);
+}
+
+// `amber bench kernel glu`: both arms of both directions, each timed; on the CPU the
+// one call says it has no epilogue form.
+TEST(GluLinear, BenchTimesBothArmsOfBothDirections) {
+  const std::vector<GluBenchRow> rows = run_glu_bench(Device::cpu(), 16, 32, 24, 1);
+  ASSERT_EQ(rows.size(), 4u);
+  const char* arms[] = {"forward: gate/up product + SwiGLU pass", "forward: one call (no epilogue form here)",
+                        "backward: dh product + SwiGLU backward pass", "backward: one call (no epilogue form here)"};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].arm, arms[i]);
+    EXPECT_GT(rows[i].ms, 0.0) << rows[i].arm;
+  }
+  EXPECT_THROW(run_glu_bench(Device::cpu(), 0, 32, 24, 1), Error);
 }
 
 }  // namespace
