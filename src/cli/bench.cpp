@@ -3,6 +3,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "amber/core/op_repeat.h"
 #include "amber/ops/attention_bench.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/kernel_bench.h"
@@ -37,7 +38,10 @@ void run(BenchArgs& a) {
             << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name;
   if (a.options.grad_clip > 0) std::cout << ", gradient norm clipped at " << a.options.grad_clip;
   std::cout << (r.replayed ? " | CUDA graph" : " | eager") << " | " << a.options.steps << " steps timed after "
-            << r.warmup_steps << "\n"
+            << r.warmup_steps;
+  if (!a.options.twice.empty())
+    std::cout << " | " << a.options.twice << " run twice (" << r.twice_calls << " calls a step)";
+  std::cout << "\n"
             << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | MFU "
             << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of " << std::setprecision(0)
             << a.options.peak_tflops << " TFLOP/s";
@@ -164,6 +168,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   step->add_flag("--profile", a->options.profile,
                  "Also print GPU time per op (CUDA events around every op entry point; runs eagerly)");
+  step->add_option("--twice", a->options.twice,
+                   "Run this op's entry point twice in every call, so the step's time shows what the op costs inside "
+                   "it (on a GPU at its power cap that is its energy, not its eager time; docs/perf/step.md). "
+                   "One of: " + profile::repeatable_op_list());
   step->add_flag("!--no-graph", a->options.cuda_graph,
                  "Issue every step's kernels from the host instead of replaying a captured CUDA graph");
   step->add_flag("--heuristic-gemm", a->heuristic_gemm,

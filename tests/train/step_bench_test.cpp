@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <string_view>
 
+#include "amber/core/op_repeat.h"
 #include "amber/ops/attention_bench.h"
 #include "amber/train/step_bench.h"
 
@@ -77,6 +79,31 @@ TEST(StepBench, ClipsAsAsked) {
   const double clipped = run_step_bench(o).loss;
   EXPECT_LT(std::fabs(clipped - first), std::fabs(unclipped - first) / 10) << first << " " << unclipped << " "
                                                                              << clipped;
+}
+
+// --twice runs one op's entry point twice in every call: each op it may name is called
+// in the step, and its second run writes the first's bits, so the loss after an update
+// is the plain step's. It holds for that benchmark only, and other names are refused.
+TEST(StepBench, TwiceRepeatsAnOpWithoutChangingTheStep) {
+  StepBenchOptions o = tiny_cpu_bench();
+  o.steps = 2;
+  const double plain = run_step_bench(o).loss;
+  for (const std::string_view op : profile::repeatable_ops()) {
+    o.twice = op;
+    const StepBenchResult r = run_step_bench(o);
+    EXPECT_EQ(r.loss, plain) << op;
+    EXPECT_GT(r.twice_calls, 0) << op << " is never called in the step";
+    EXPECT_EQ(profile::runs(op), 1) << op << " still runs twice after the benchmark";
+  }
+  o.twice = "adamw_step";
+  try {
+    run_step_bench(o);
+    FAIL() << "an op whose second run would change the step was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'adamw_step' cannot run twice"), std::string::npos) << message;
+    EXPECT_NE(message.find("glu_linear_backward_input"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // the product and the activation op.
 #include "amber/ops/glu_linear.h"
 
+#include "amber/core/op_repeat.h"
 #include "amber/ops/activation.h"
 #include "amber/ops/cuda/glu_gemm.h"
 #include "amber/ops/device_switch.h"
@@ -17,17 +18,22 @@ bool glu_linear_forward(Glu glu, const Tensor& x, const Tensor& w, const Tensor&
   AMBER_CHECK(gate_up.shape() == Shape({x.size(0), w.size(0)}) && h.shape() == Shape({x.size(0), w.size(0) / 2}), op,
               ": gate_up ", gate_up.shape(), " and h ", h.shape(), " must be [N, 2H] and [N, H] for input ", x.shape(),
               " and weight ", w.shape());
-  bool fused = false;
-  if (!bias.defined())
-    AMBER_ON_DEVICE(ops::common_device(op, {&x, &w, &gate_up, &h}), op,
-                    fused = cuda::glu_linear_forward(glu, x, w, gate_up, h), fused = false);
-  if (fused) return true;
-  linear_forward(x, w, bias, gate_up);
-  if (glu == Glu::swiglu)
-    swiglu_forward(gate_up, h);
-  else
-    geglu_forward(gate_up, h);
-  return false;
+  const auto once = [&] {
+    bool fused = false;
+    if (!bias.defined())
+      AMBER_ON_DEVICE(ops::common_device(op, {&x, &w, &gate_up, &h}), op,
+                      fused = cuda::glu_linear_forward(glu, x, w, gate_up, h), fused = false);
+    if (fused) return true;
+    linear_forward(x, w, bias, gate_up);
+    if (glu == Glu::swiglu)
+      swiglu_forward(gate_up, h);
+    else
+      geglu_forward(gate_up, h);
+    return false;
+  };
+  const bool fused = once();
+  for (int run = profile::runs(op); run > 1; --run) once();
+  return fused;
 }
 
 bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, const Tensor& gate_up,
@@ -39,16 +45,21 @@ bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, 
               " does not match the down weight ", w_down.shape());
   AMBER_CHECK(gate_up.size(0) == dy.size(0) && dgate_up.shape() == gate_up.shape(), op, ": dgate_up ",
               dgate_up.shape(), " must match gate_up ", gate_up.shape(), ", with grad ", dy.shape(), "'s rows");
-  bool fused = false;
-  AMBER_ON_DEVICE(ops::common_device(op, {&dy, &w_down, &gate_up, &dgate_up}), op,
-                  fused = cuda::glu_linear_backward_input(glu, dy, w_down, gate_up, dgate_up), fused = false);
-  if (fused) return true;
-  gemm(dy, false, w_down, false, dh);
-  if (glu == Glu::swiglu)
-    swiglu_backward(dh, gate_up, dgate_up);
-  else
-    geglu_backward(dh, gate_up, dgate_up);
-  return false;
+  const auto once = [&] {
+    bool fused = false;
+    AMBER_ON_DEVICE(ops::common_device(op, {&dy, &w_down, &gate_up, &dgate_up}), op,
+                    fused = cuda::glu_linear_backward_input(glu, dy, w_down, gate_up, dgate_up), fused = false);
+    if (fused) return true;
+    gemm(dy, false, w_down, false, dh);
+    if (glu == Glu::swiglu)
+      swiglu_backward(dh, gate_up, dgate_up);
+    else
+      geglu_backward(dh, gate_up, dgate_up);
+    return false;
+  };
+  const bool fused = once();
+  for (int run = profile::runs(op); run > 1; --run) once();
+  return fused;
 }
 
 bool glu_epilogues(Device device) {

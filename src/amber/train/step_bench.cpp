@@ -5,6 +5,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/op_profile.h"
+#include "amber/core/op_repeat.h"
 #include "amber/core/random.h"
 #include "amber/model/flops.h"
 #include "amber/model/language_model.h"
@@ -66,6 +67,12 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
               "bench step: tokens, document lengths (min <= max) and steps must be positive");
   AMBER_CHECK(o.warmup_seconds >= 0 && std::isfinite(o.warmup_seconds),
               "bench step: the warm-up time must be a finite number of seconds >= 0, got ", o.warmup_seconds);
+  // --twice holds for this benchmark only, and is counted over its first step (which
+  // runs eagerly: a graph, once captured, repeats what its capture recorded).
+  struct TwiceScope {
+    explicit TwiceScope(const std::string& op) { profile::set_twice(op); }
+    ~TwiceScope() { profile::set_twice(""); }
+  } twice_scope(o.twice);
   const Device device = device_from_name(o.device);
   LanguageModel model(o.model, DType::f32, device, dtype_from_name(o.compute_dtype));
   model.init_weights(o.seed);
@@ -78,18 +85,23 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   // The loss stays on the device until the timed steps are done: reading it per step
   // would add a host synchronisation the trainer does not have per micro-batch.
   TrainStep step(model, optimizer.get(), {.grad_clip = o.grad_clip, .cuda_graph = o.cuda_graph && !o.profile});
+  int64_t steps_run = 0;
+  const auto run_step = [&] {
+    step.run(micro, 1.0);
+    if (++steps_run == 1) r.twice_calls = profile::doubled_calls();
+  };
   // The counted steps (GEMM tuning, the graph's capture), then steps of steady load.
-  for (; r.warmup_steps < o.warmup; ++r.warmup_steps) step.run(micro, 1.0);
+  for (; r.warmup_steps < o.warmup; ++r.warmup_steps) run_step();
   wait_for(device);
   for (const auto warm = std::chrono::steady_clock::now(); seconds_since(warm) < o.warmup_seconds; ++r.warmup_steps) {
-    step.run(micro, 1.0);
+    run_step();
     wait_for(device);  // the clock measures work done, not work queued
   }
   if (device.is_cuda()) cuda::reset_pool_peak(device.index);
   if (o.profile) profile::start();
   if (device.is_cuda()) cuda::start_card_sampling(device.index);
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.steps; ++i) step.run(micro, 1.0);
+  for (int i = 0; i < o.steps; ++i) run_step();
   wait_for(device);
   if (device.is_cuda()) r.card = cuda::stop_card_sampling();
   const double seconds = seconds_since(start) / o.steps;

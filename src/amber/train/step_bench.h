@@ -32,6 +32,8 @@ struct StepBenchOptions {
   uint64_t seed = 1;
   bool profile = false;    // GPU milliseconds per op over the timed steps (runs eagerly)
   bool cuda_graph = true;  // replay the step from a captured CUDA graph (GPU, unprofiled)
+  // An op whose entry point runs twice in every call (core/op_repeat.h), or "".
+  std::string twice;
 };
 
 struct StepBenchResult {
@@ -43,6 +45,7 @@ struct StepBenchResult {
   std::vector<int32_t> lengths;
   std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
   bool replayed = false;  // the timed steps replayed a captured CUDA graph
+  int64_t twice_calls = 0;  // calls of options.twice that ran twice in the first step
   int warmup_steps = 0;   // untimed steps run (warmup, or more to fill warmup_seconds)
   cuda::CardState card;   // the GPU's SM clock and power over the timed steps
 };
