@@ -39,7 +39,7 @@ TEST(OpProfile, CpuOpsAreNotRecordedAndReportStops) {
   EXPECT_TRUE(profile::active());
   Tensor x = Tensor::full({8}, 1.0, DType::f32);
   add_scaled(x, x, 2.0);
-  EXPECT_TRUE(profile::report().empty());
+  EXPECT_TRUE(profile::report(1).empty());
   EXPECT_FALSE(profile::active());
 }
 
@@ -51,13 +51,39 @@ TEST(OpProfileGpu, GpuOpsAreRecordedByName) {
   profile::start();
   for (int i = 0; i < 3; ++i) add_scaled(x, x, 0.5);
   scale_into(x, x, 2.0);
-  const auto rows = profile::report();
+  const auto rows = profile::report(1);
   ASSERT_EQ(rows.size(), 2u);
   for (const auto& [op, ms] : rows) {
     EXPECT_TRUE(op == "add_scaled" || op == "scale_into") << op;
     EXPECT_GT(ms, 0.0) << op;
   }
   EXPECT_FALSE(profile::active());
+}
+
+// Ops captured into a CUDA graph are timed at its replays: the report gives the last
+// replay's time (not divided by the steps) and drops the ops run eagerly before, and the
+// graph still replays after the report.
+TEST(OpProfileGpu, CapturedOpsGiveTheLastReplay) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor x = Tensor::full({1 << 24}, 1.0, DType::f32).to(Device::cuda());
+  profile::start();
+  scale_into(x, x, 1.0);
+  const auto eager = profile::report(1);
+  ASSERT_EQ(eager.size(), 1u);
+  profile::start();
+  add_scaled(x, x, 0.5);
+  cuda::begin_capture();
+  scale_into(x, x, 2.0);
+  void* graph = cuda::end_capture();
+  for (int i = 0; i < 3; ++i) cuda::launch_graph(graph);
+  const auto rows = profile::report(1000);
+  ASSERT_EQ(rows.size(), 1u) << "the eager add_scaled was reported beside the graph's op";
+  EXPECT_EQ(rows[0].first, "scale_into");
+  EXPECT_GT(rows[0].second, eager[0].second / 10) << "a replay's time was divided by the steps";
+  cuda::launch_graph(graph);
+  cuda::synchronize();
+  cuda::destroy_graph(graph);
+  EXPECT_EQ(x.to(Device::cpu()).item(0), 24.0) << "x = 1.5, doubled by 4 replays";
 }
 
 // Without a GPU (or a build without CUDA) card sampling reports nothing, and says so.

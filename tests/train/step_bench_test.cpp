@@ -1,13 +1,16 @@
-// `amber bench step` on the CPU: the batch it times has the document lengths
+// `amber bench step`: the batch it times has the document lengths
 // bench/compare/step_torch.py uses (spread_lengths), so the two arms of the step
-// comparison see the same document boundaries.
+// comparison see the same document boundaries; its options act as they say (on the CPU,
+// and on a GPU where only a GPU shows it).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <string>
 #include <string_view>
 
+#include "amber/core/device.h"
 #include "amber/core/op_repeat.h"
 #include "amber/ops/attention_bench.h"
 #include "amber/train/step_bench.h"
@@ -104,6 +107,45 @@ TEST(StepBench, TwiceRepeatsAnOpWithoutChangingTheStep) {
     EXPECT_NE(message.find("'adamw_step' cannot run twice"), std::string::npos) << message;
     EXPECT_NE(message.find("glu_linear_backward_input"), std::string::npos) << message;
   }
+}
+
+// --profile on a GPU: with the step's CUDA graph, the ops are timed at its last replay;
+// with --no-graph, summed over the eager steps. Both see the same ops, and the graph's
+// per-op times add up to no more than its step.
+TEST(StepBenchGpu, ProfilesTheGraphStepAndTheEagerOne) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  StepBenchOptions o = tiny_cpu_bench();
+  o.model.dim = 128;  // heads of 64, which the Hopper attention takes
+  o.model.heads = 2;
+  o.model.kv_heads = 1;
+  o.model.mlp_hidden = 256;
+  o.device = "cuda";
+  o.compute_dtype = "bf16";
+  o.tokens = 1024;
+  o.warmup = 3;
+  o.steps = 4;
+  o.profile = true;
+  const auto ops = [](const StepBenchResult& r) {
+    std::set<std::string> names;
+    double total = 0;
+    for (const auto& [op, ms] : r.op_ms) {
+      EXPECT_GT(ms, 0.0) << op;
+      names.insert(op);
+      total += ms;
+    }
+    return std::make_pair(names, total);
+  };
+  const StepBenchResult graph = run_step_bench(o);
+  ASSERT_TRUE(graph.replayed);
+  const auto [graph_ops, graph_total] = ops(graph);
+  EXPECT_TRUE(graph_ops.contains("attention_forward"));
+  EXPECT_LT(graph_total, graph.step_ms) << "the graph's op times are more than one step";
+  o.cuda_graph = false;
+  const StepBenchResult eager = run_step_bench(o);
+  ASSERT_FALSE(eager.replayed);
+  const auto [eager_ops, eager_total] = ops(eager);
+  EXPECT_EQ(graph_ops, eager_ops);
+  EXPECT_LT(eager_total, eager.step_ms) << "the eager op times are more than one step";
 }
 
 }  // namespace

@@ -2,8 +2,13 @@
 // op entry point brackets its launches with a pair of CUDA events (no host wait); the
 // report waits once and sums the elapsed times per op name. Nested entry points count
 // only in the outermost op. Off, the cost is one branch per op call.
+// Ops issued while a CUDA graph is captured become event nodes of the graph, so every
+// replay records them again: the report then gives the last replay's times, the step as
+// the graph runs it (at a card's power cap, with no launch gaps), and drops the ops run
+// eagerly before the capture.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,8 +17,9 @@ namespace amber::profile {
 
 void start();    // clears earlier records and turns profiling on
 bool active();
-// Milliseconds per op since start(), largest first; turns profiling off.
-std::vector<std::pair<std::string, double>> report();
+// Milliseconds per op and step, largest first; turns profiling off. Eager calls since
+// start() are summed and divided by `steps`; a captured graph's ops are its last replay.
+std::vector<std::pair<std::string, double>> report(int64_t steps);
 
 // Brackets one op's launches on the current stream.
 class Scope {

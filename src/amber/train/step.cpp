@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "amber/core/cuda_runtime.h"
-#include "amber/core/op_profile.h"
 #include "amber/ops/optim.h"
 
 namespace amber {
@@ -183,7 +182,7 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
     replayed_ = true;
     return;
   }
-  const bool capture = options_.cuda_graph && slots_->eager_runs >= 2 && !profile::active();
+  const bool capture = options_.cuda_graph && slots_->eager_runs >= 2;
   Tensor device_inputs = stats_.inputs();
   if (capture) cuda::begin_capture();
   try {

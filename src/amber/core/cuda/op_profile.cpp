@@ -11,6 +11,7 @@ namespace {
 struct Record {
   const char* op;
   cudaEvent_t begin, end;
+  bool in_graph;  // event nodes of a captured graph: its last replay's times
 };
 
 struct State {
@@ -18,6 +19,9 @@ struct State {
   int depth = 0;
   std::vector<Record> records;
   std::vector<cudaEvent_t> spare;  // events of earlier reports, reused
+  // Events that are nodes of a captured graph stay the graph's: it may replay after the
+  // report, so they are never reused (a few hundred a capture).
+  std::vector<cudaEvent_t> held;
 };
 
 State& state() {
@@ -37,26 +41,39 @@ cudaEvent_t take_event() {
   return e;
 }
 
+// While a graph is captured, a plain record only orders streams; an external one
+// becomes a node that records the event at every replay.
+void record(cudaEvent_t e, bool in_graph) {
+  if (in_graph)
+    cudaEventRecordWithFlags(e, cudaStreamPerThread, cudaEventRecordExternal);
+  else
+    cudaEventRecord(e, cudaStreamPerThread);
+}
+
 }  // namespace
 
 void start() {
-  report();
+  report(1);
   state().on = true;
 }
 
 bool active() { return state().on; }
 
-std::vector<std::pair<std::string, double>> report() {
+std::vector<std::pair<std::string, double>> report(int64_t steps) {
   State& s = state();
   s.on = false;
   cudaDeviceSynchronize();
+  const bool graph = std::any_of(s.records.begin(), s.records.end(), [](const Record& r) { return r.in_graph; });
   std::map<std::string, double> total;
   for (const Record& r : s.records) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, r.begin, r.end);
-    total[r.op] += ms;
-    s.spare.push_back(r.begin);
-    s.spare.push_back(r.end);
+    if (r.in_graph == graph) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, r.begin, r.end);
+      total[r.op] += graph ? ms : ms / static_cast<double>(steps);
+    }
+    auto& pool = r.in_graph ? s.held : s.spare;
+    pool.push_back(r.begin);
+    pool.push_back(r.end);
   }
   s.records.clear();
   std::vector<std::pair<std::string, double>> out(total.begin(), total.end());
@@ -68,15 +85,17 @@ Scope::Scope(const char* op) {
   State& s = state();
   if (!s.on || s.depth++ > 0) return;
   recording_ = true;
-  s.records.push_back({op, take_event(), take_event()});
-  cudaEventRecord(s.records.back().begin, cudaStreamPerThread);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(cudaStreamPerThread, &capture);
+  s.records.push_back({op, take_event(), take_event(), capture == cudaStreamCaptureStatusActive});
+  record(s.records.back().begin, s.records.back().in_graph);
 }
 
 Scope::~Scope() {
   State& s = state();
   if (!s.on) return;
   --s.depth;
-  if (recording_) cudaEventRecord(s.records.back().end, cudaStreamPerThread);
+  if (recording_) record(s.records.back().end, s.records.back().in_graph);
 }
 
 }  // namespace amber::profile
