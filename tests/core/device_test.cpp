@@ -82,8 +82,37 @@ TEST(OpProfileGpu, CapturedOpsGiveTheLastReplay) {
   EXPECT_GT(rows[0].second, eager[0].second / 10) << "a replay's time was divided by the steps";
   cuda::launch_graph(graph);
   cuda::synchronize();
-  cuda::destroy_graph(graph);
   EXPECT_EQ(x.to(Device::cpu()).item(0), 24.0) << "x = 1.5, doubled by 4 replays";
+  cuda::destroy_graph(graph);
+}
+
+// Sampled replays are averaged: a graph whose op runs twice as long as an eager call
+// reports about twice that call's time, not its sum over the samples. Without a graph,
+// sampling changes nothing.
+TEST(OpProfileGpu, SampledReplaysAreAveraged) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor x = Tensor::full({1 << 24}, 1.0, DType::f32).to(Device::cuda());
+  profile::start();
+  for (int i = 0; i < 8; ++i) {
+    scale_into(x, x, 1.0);
+    profile::sample_replay();
+  }
+  const auto eager = profile::report(8);
+  ASSERT_EQ(eager.size(), 1u);
+  profile::start();
+  cuda::begin_capture();
+  scale_into(x, x, 1.0);
+  scale_into(x, x, 1.0);
+  void* graph = cuda::end_capture();
+  for (int i = 0; i < 8; ++i) {
+    cuda::launch_graph(graph);
+    profile::sample_replay();
+  }
+  const auto rows = profile::report(8);
+  cuda::destroy_graph(graph);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(rows[0].second, 1.2 * eager[0].second) << "eager " << eager[0].second;
+  EXPECT_LT(rows[0].second, 4.0 * eager[0].second) << "eager " << eager[0].second;
 }
 
 // Without a GPU (or a build without CUDA) card sampling reports nothing, and says so.

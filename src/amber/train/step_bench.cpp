@@ -104,7 +104,10 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   if (o.profile && !profile_graph) profile::start();
   if (device.is_cuda()) cuda::start_card_sampling(device.index);
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.steps; ++i) run_step();
+  for (int i = 0; i < o.steps; ++i) {
+    run_step();
+    if (profile_graph) profile::sample_replay();
+  }
   wait_for(device);
   if (device.is_cuda()) r.card = cuda::stop_card_sampling();
   const double seconds = seconds_since(start) / o.steps;

@@ -22,6 +22,9 @@ struct State {
   // Events that are nodes of a captured graph stay the graph's: it may replay after the
   // report, so they are never reused (a few hundred a capture).
   std::vector<cudaEvent_t> held;
+  // Per-op sums over the replays sampled since start(), and their count.
+  std::map<std::string, double> sampled;
+  int64_t samples = 0;
 };
 
 State& state() {
@@ -50,11 +53,31 @@ void record(cudaEvent_t e, bool in_graph) {
     cudaEventRecord(e, cudaStreamPerThread);
 }
 
+// Milliseconds per op of the last replay of the captured records.
+std::map<std::string, double> last_replay(const std::vector<Record>& records) {
+  std::map<std::string, double> ms;
+  for (const Record& r : records) {
+    if (!r.in_graph) continue;
+    float elapsed = 0;
+    cudaEventElapsedTime(&elapsed, r.begin, r.end);
+    ms[r.op] += elapsed;
+  }
+  return ms;
+}
+
 }  // namespace
 
 void start() {
   report(1);
   state().on = true;
+}
+
+void sample_replay() {
+  State& s = state();
+  if (std::none_of(s.records.begin(), s.records.end(), [](const Record& r) { return r.in_graph; })) return;
+  cudaStreamSynchronize(cudaStreamPerThread);
+  for (const auto& [op, ms] : last_replay(s.records)) s.sampled[op] += ms;
+  ++s.samples;
 }
 
 bool active() { return state().on; }
@@ -65,17 +88,24 @@ std::vector<std::pair<std::string, double>> report(int64_t steps) {
   cudaDeviceSynchronize();
   const bool graph = std::any_of(s.records.begin(), s.records.end(), [](const Record& r) { return r.in_graph; });
   std::map<std::string, double> total;
+  if (graph && s.samples > 0) {
+    for (const auto& [op, ms] : s.sampled) total[op] = ms / static_cast<double>(s.samples);
+  } else if (graph) {
+    total = last_replay(s.records);
+  }
   for (const Record& r : s.records) {
-    if (r.in_graph == graph) {
+    if (!r.in_graph) {
       float ms = 0;
       cudaEventElapsedTime(&ms, r.begin, r.end);
-      total[r.op] += graph ? ms : ms / static_cast<double>(steps);
+      if (!graph) total[r.op] += ms / static_cast<double>(steps);
     }
     auto& pool = r.in_graph ? s.held : s.spare;
     pool.push_back(r.begin);
     pool.push_back(r.end);
   }
   s.records.clear();
+  s.sampled.clear();
+  s.samples = 0;
   std::vector<std::pair<std::string, double>> out(total.begin(), total.end());
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
