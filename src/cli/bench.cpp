@@ -56,11 +56,12 @@ void run(BenchArgs& a) {
               << r.card.limit_watts << " W";
   std::cout << "\n";
   if (r.op_ms.empty()) return;
-  // With events around every op the step runs a little slower than unprofiled.
+  // With events around every op (and, replaying a graph, a host wait after each step to
+  // read them) the step runs a little slower than unprofiled.
   double total = 0;
   for (const auto& [op, ms] : r.op_ms) total += ms;
-  std::cout << "GPU time per step by op (" << std::setprecision(2) << total << " ms of " << r.step_ms
-            << " ms):\n| op | ms | share |\n|---|---|---|\n";
+  std::cout << "GPU time per step by op, " << (r.replayed ? "mean of the timed graph replays" : "eager steps") << " ("
+            << std::setprecision(2) << total << " ms of " << r.step_ms << " ms):\n| op | ms | share |\n|---|---|---|\n";
   for (const auto& [op, ms] : r.op_ms)
     std::cout << "| " << op << " | " << std::setprecision(3) << ms << " | " << std::setprecision(1)
               << 100 * ms / r.step_ms << "% |\n";
