@@ -48,7 +48,11 @@ energy() {
   if [ -n "$watts" ] && [ -n "$ms" ]; then awk -v w="$watts" -v m="$ms" 'BEGIN { printf "%.1f J", w * m / 1000 }'
   else echo "-"; fi
 }
-echo "| $(nvidia-smi --query-gpu=name --format=csv,noheader) | $(date -u +%F) | $steps steps timed after $warmup |"
+# The serial tells runs on different cards apart: the ratio differs by a few percent
+# from card to card (docs/perf/step.md, sessions 23-25).
+card=$(nvidia-smi --query-gpu=name,serial,driver_version --format=csv,noheader | head -1 |
+       awk -F', ' '{ print $1 " (serial " $2 ", driver " $3 ")" }')
+echo "| $card | $(date -u +%F) | $steps steps timed after $warmup |"
 echo "| rung | documents | arm | result |"
 echo "|---|---|---|---|"
 for rung in "${rungs[@]}"; do
