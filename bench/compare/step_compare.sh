@@ -22,6 +22,11 @@ warmup=${WARMUP:-30}
 # 1.0; PyTorch's torch.nn.utils.clip_grad_norm_ before its fused AdamW). Up to session
 # 21 neither arm clipped (GRAD_CLIP=0 gives that comparison again).
 clip=${GRAD_CLIP:-1.0}
+# Each arm's figure is the median of REPEATS processes, the arms alternating (amber,
+# PyTorch, amber, ...): a process's step time varies by up to about 1% on one card
+# (docs/perf/step.md, sessions 24-25). Up to session 25 every figure was one process
+# (REPEATS=1, the default). An odd count gives a true median.
+repeats=${REPEATS:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 #        preset       dim  depth heads kv hidden  documents
@@ -30,6 +35,19 @@ rungs=("kohaku-500m  1280 22    20    4  3456    2048"
        "kohaku-200m  768  17    12    2  2048    50-600")
 # The step time in ms from a result line ("... step 36.25 ms | ..."), or nothing.
 step_ms() { sed -n 's/.*step \([0-9.]*\) ms.*/\1/p' <<<"$1"; }
+# Of the result lines given, the one with the median step time (the lower middle for
+# an even count).
+median_line() {
+  local line
+  for line in "$@"; do printf '%s\t%s\n' "$(step_ms "$line")" "$line"; done |
+    sort -g | awk -v n=$# 'NR == int((n + 1) / 2) { sub(/^[^\t]*\t/, ""); print }'
+}
+# The step times of the result lines given, in run order ("36.27 / 36.66 / 36.30 ms").
+step_list() {
+  local line out=""
+  for line in "$@"; do out+="${out:+ / }$(step_ms "$line")"; done
+  echo "$out ms"
+}
 # torch's step over amber's, to three decimals ("-" when either arm printed no step).
 speedup() {
   local torch amber
@@ -59,24 +77,35 @@ for rung in "${rungs[@]}"; do
   read -r name dim depth heads kv hidden docs <<<"$rung"
   picked "$name:$docs" || continue
   # Measured GEMM algorithms, as training runs by default (train.gemm_tuning): the
-  # first run times cuBLASLt's answers and writes the file, the second reads it back,
-  # as a resumed training run does; the second is amber's figure.
+  # first run times cuBLASLt's answers and writes the file; amber's figure is from runs
+  # that read it back, as a resumed training run does. Its informational arms run next,
+  # then the two measured arms back to back (from session 25; before, the PyTorch arm
+  # ran after amber's heuristic and eager arms).
   run=("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs"
        --steps "$steps" --warmup "$warmup" --dtype bf16 --set "train.grad_clip=$clip")
   tuning=$(mktemp -u)
-  for _ in write read; do
-    a=$("${run[@]}" --gemm-tuning "$tuning" 2>&1 | tail -1)
-  done
-  rm -f "$tuning"
+  "${run[@]}" --gemm-tuning "$tuning" >/dev/null 2>&1
   h=$("${run[@]}" --heuristic-gemm 2>&1 | tail -1)
   e=$("${run[@]}" --no-graph 2>&1 | tail -1)
-  t=$(python3 "$here/step_torch.py" --dim "$dim" --depth "$depth" --heads "$heads" --kv-heads "$kv" \
-      --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps "$steps" --warmup "$warmup" \
-      --grad-clip "$clip" 2>&1 | tail -1)
+  amber_runs=()
+  torch_runs=()
+  for ((r = 0; r < repeats; ++r)); do
+    amber_runs+=("$("${run[@]}" --gemm-tuning "$tuning" 2>&1 | tail -1)")
+    torch_runs+=("$(python3 "$here/step_torch.py" --dim "$dim" --depth "$depth" --heads "$heads" --kv-heads "$kv" \
+                    --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps "$steps" --warmup "$warmup" \
+                    --grad-clip "$clip" 2>&1 | tail -1)")
+  done
+  rm -f "$tuning"
+  a=$(median_line "${amber_runs[@]}")
+  t=$(median_line "${torch_runs[@]}")
   echo "| $name | $docs | amber (CUDA graph) | $a |"
   echo "| $name | $docs | amber (CUDA graph, cuBLASLt's heuristic GEMM algorithms) | $h |"
   echo "| $name | $docs | amber (eager) | $e |"
   echo "| $name | $docs | torch.compile | $t |"
+  if ((repeats > 1)); then
+    echo "| $name | $docs | each arm's $repeats processes, in run order: amber / torch.compile |" \
+         "$(step_list "${amber_runs[@]}"); $(step_list "${torch_runs[@]}") |"
+  fi
   echo "| $name | $docs | amber's speed-up (torch.compile's step / amber's CUDA-graph step) | $(speedup "$t" "$a") |"
   echo "| $name | $docs | energy a step (mean board power x step): torch.compile / amber's CUDA graph |" \
        "$(energy "$t") / $(energy "$a") |"
