@@ -5,7 +5,8 @@
 // Ops issued while a CUDA graph is captured become event nodes of the graph, so every
 // replay records them again: the report then gives the mean of the replays sampled (or
 // else the last replay), the step as the graph runs it (at a card's power cap, without
-// the host's launch gaps), and drops the ops run eagerly before the capture.
+// the host's launch gaps), and drops the ops run eagerly before the capture. One
+// capture per start(): the ops of every graph captured since are summed as one.
 #pragma once
 
 #include <cstdint>

@@ -94,10 +94,10 @@ std::vector<std::pair<std::string, double>> report(int64_t steps) {
     total = last_replay(s.records);
   }
   for (const Record& r : s.records) {
-    if (!r.in_graph) {
+    if (!graph) {
       float ms = 0;
       cudaEventElapsedTime(&ms, r.begin, r.end);
-      if (!graph) total[r.op] += ms / static_cast<double>(steps);
+      total[r.op] += ms / static_cast<double>(steps);
     }
     auto& pool = r.in_graph ? s.held : s.spare;
     pool.push_back(r.begin);
