@@ -109,8 +109,8 @@ TEST(StepBench, TwiceRepeatsAnOpWithoutChangingTheStep) {
   }
 }
 
-// --profile on a GPU: with the step's CUDA graph, the ops are timed at its last replay;
-// with --no-graph, summed over the eager steps. Both see the same ops, and the graph's
+// --profile on a GPU: with the step's CUDA graph, the ops are timed at its replays (their
+// mean); with --no-graph, summed over the eager steps. Both see the same ops, and the graph's
 // per-op times add up to no more than its step.
 TEST(StepBenchGpu, ProfilesTheGraphStepAndTheEagerOne) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

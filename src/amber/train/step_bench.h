@@ -30,7 +30,7 @@ struct StepBenchOptions {
   double warmup_seconds = 2.0;
   double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
   uint64_t seed = 1;
-  bool profile = false;    // GPU milliseconds per op and step (with a graph: its last replay)
+  bool profile = false;    // GPU milliseconds per op and step (with a graph: mean of the timed replays)
   bool cuda_graph = true;  // replay the step from a captured CUDA graph (GPU)
   // An op whose entry point runs twice in every call (core/op_repeat.h), or "".
   std::string twice;

@@ -53,6 +53,10 @@ void record(cudaEvent_t e, bool in_graph) {
     cudaEventRecord(e, cudaStreamPerThread);
 }
 
+bool captured(const std::vector<Record>& records) {
+  return std::any_of(records.begin(), records.end(), [](const Record& r) { return r.in_graph; });
+}
+
 // Milliseconds per op of the last replay of the captured records.
 std::map<std::string, double> last_replay(const std::vector<Record>& records) {
   std::map<std::string, double> ms;
@@ -74,7 +78,7 @@ void start() {
 
 void sample_replay() {
   State& s = state();
-  if (std::none_of(s.records.begin(), s.records.end(), [](const Record& r) { return r.in_graph; })) return;
+  if (!captured(s.records)) return;
   cudaStreamSynchronize(cudaStreamPerThread);
   for (const auto& [op, ms] : last_replay(s.records)) s.sampled[op] += ms;
   ++s.samples;
@@ -86,7 +90,7 @@ std::vector<std::pair<std::string, double>> report(int64_t steps) {
   State& s = state();
   s.on = false;
   cudaDeviceSynchronize();
-  const bool graph = std::any_of(s.records.begin(), s.records.end(), [](const Record& r) { return r.in_graph; });
+  const bool graph = captured(s.records);
   std::map<std::string, double> total;
   if (graph && s.samples > 0) {
     for (const auto& [op, ms] : s.sampled) total[op] = ms / static_cast<double>(s.samples);
