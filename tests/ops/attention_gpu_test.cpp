@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "amber/ops/attention.h"
+#include "amber/ops/rope.h"
 #include "ops/testing.h"
 
 namespace amber {
@@ -427,6 +428,81 @@ TEST(AttentionGpu, BackwardRepeatsAtTrainingShapes) {
   expect_backward_repeats({"4 x 2048 16/4 d64", std::vector<int32_t>(4, 2048), 16, 4, 64, 0, false}, 1701);
   expect_backward_repeats({"2 x 4096 8/8 d64 window 700", std::vector<int32_t>(2, 4096), 8, 8, 64, 700, false}, 1702);
   expect_backward_repeats({"mixed 12/4 d64", mixed_lengths(8000), 12, 4, 64, 0, false}, 1703);
+}
+
+// What a layer with QK-norm and RoPE runs: q and k normalised and rotated from a stacked
+// projection, the attention, then its backward with the QK-norm + RoPE backward inside
+// (QkNormRopeGrad). Returns the stacked gradient (q's and k's heads; v's left as they
+// were) and the two gains' gradients (+= onto random starts).
+struct QkResults {
+  Tensor stack, dwq, dwk;
+};
+
+QkResults run_with_qk_norm_rope(const Case& c, DType dt, bool portable, Device device, uint64_t seed) {
+  const auto on = [&](const Tensor& t) { return t.to(device); };
+  const SeqInfo cpu_seq = SeqInfo::from_lengths(c.lengths);
+  const SeqInfo seq = cpu_seq.to(device);
+  const int64_t t = cpu_seq.total_tokens, stacked = c.heads + 2 * c.kv_heads;
+  RopeConfig config;
+  config.head_dim = static_cast<int>(c.dim);
+  const RopeTable table(config);
+  const Tensor x = on(testing::random_tensor({t, stacked, c.dim}, DType::f64, seed, 2.0f).to(dt));
+  const Tensor q_raw = x.slice(1, 0, c.heads), k_raw = x.slice(1, c.heads, c.heads + c.kv_heads);
+  const Tensor v = on(testing::random_tensor({t, c.kv_heads, c.dim}, DType::f64, seed + 1).to(dt));
+  const Tensor dout = on(testing::random_tensor({t, c.heads, c.dim}, DType::f64, seed + 2).to(dt));
+  const Tensor wq = on(testing::random_tensor({c.dim}, DType::f64, seed + 3, 0.2f, 1.0f).to(dt));
+  const Tensor wk = on(testing::random_tensor({c.dim}, DType::f64, seed + 4, 0.2f, 1.0f).to(dt));
+  const DType stat = dt == DType::f64 ? DType::f64 : DType::f32;
+  const auto output = [&](const Shape& shape, DType dtype) {
+    return device.is_cuda() ? Tensor::full(shape, NAN, dtype).to(device) : Tensor::empty(shape, dtype);
+  };
+  QkNormRopeForward qf{q_raw, wq, 1e-6, output(q_raw.shape(), dt), output({t * c.heads}, stat)};
+  QkNormRopeForward kf{k_raw, wk, 1e-6, output(k_raw.shape(), dt), output({t * c.kv_heads}, stat)};
+  qk_norm_rope_forward(qf, kf, seq.positions, table);
+  AttentionOptions options;
+  options.window = c.window;
+  options.portable_kernels = portable;
+  Tensor out = output(qf.y.shape(), dt), lse = output({t, c.heads}, stat), none;
+  attention_forward(qf.y, kf.y, v, seq, options, none, out, lse);
+  QkResults r{on(testing::random_tensor({t, stacked, c.dim}, DType::f64, seed + 5).to(dt)),
+              on(testing::random_tensor({c.dim}, DType::f64, seed + 6).to(stat)),
+              on(testing::random_tensor({c.dim}, DType::f64, seed + 7).to(stat))};
+  const QkNormRopeGrad then{{Tensor(), q_raw, wq, qf.rstd, r.stack.slice(1, 0, c.heads), r.dwq},
+                            {Tensor(), k_raw, wk, kf.rstd, r.stack.slice(1, c.heads, c.heads + c.kv_heads), r.dwk},
+                            seq.positions,
+                            &table};
+  Tensor dq = output(qf.y.shape(), dt), dk = output(kf.y.shape(), dt), dv = output(v.shape(), dt);
+  attention_backward(dout, qf.y, kf.y, v, out, lse, seq, options, none, dq, dk, dv, none, &then);
+  return {r.stack.to(Device::cpu()), r.dwq.to(Device::cpu()), r.dwk.to(Device::cpu())};
+}
+
+// The QK-norm + RoPE backward inside the attention's: on the Hopper path at head_dim 64
+// it reads dQ's f32 sum (dq itself is never written), elsewhere it runs after the
+// attention on the bf16 dq. Against the same layer on the CPU in float64 and in the
+// narrow dtype; two GPU runs give the same bits.
+TEST(AttentionGpu, QkNormRopeBackwardInsideTheAttentions) {
+  REQUIRE_GPU();
+  std::vector<int32_t> lengths = mixed_lengths(8100);
+  lengths.insert(lengths.end(), kEdges.begin(), kEdges.end());
+  for (const Case& c : {Case{"qk-norm gqa 6/2 d64", lengths, 6, 2, 64, 0, false},
+                        Case{"qk-norm mha 4/4 d64 window 100", lengths, 4, 4, 64, 100, false},
+                        Case{"qk-norm gqa 4/2 d128", lengths, 4, 2, 128, 0, false}}) {
+    for (const auto& [dt, portable] : {std::pair{DType::bf16, false}, {DType::bf16, true}, {DType::f16, false},
+                                       {DType::f32, false}}) {
+      const std::string what = std::string(c.name) + (portable ? " portable" : "");
+      SCOPED_TRACE(what + " " + std::string(dtype_name(dt)));
+      const QkResults ref = run_with_qk_norm_rope(c, DType::f64, false, Device::cpu(), 8200);
+      const QkResults cpu = run_with_qk_norm_rope(c, dt, false, Device::cpu(), 8200);
+      const QkResults gpu = run_with_qk_norm_rope(c, dt, portable, Device::cuda(), 8200);
+      judge(what + " d(qkv stack)", dt, dt != DType::f32, gpu.stack, cpu.stack, ref.stack);
+      judge(what + " q gain grad", dt, false, gpu.dwq, cpu.dwq, ref.dwq);
+      judge(what + " k gain grad", dt, false, gpu.dwk, cpu.dwk, ref.dwk);
+      const QkResults again = run_with_qk_norm_rope(c, dt, portable, Device::cuda(), 8200);
+      expect_identical(what + " d(qkv stack)", gpu.stack, again.stack);
+      expect_identical(what + " q gain grad", gpu.dwq, again.dwq);
+      expect_identical(what + " k gain grad", gpu.dwk, again.dwk);
+    }
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "amber/ops/attention.h"
+#include "amber/ops/rope.h"
 #include "ops/testing.h"
 
 namespace amber {
@@ -410,6 +411,51 @@ TEST(Attention, BadShapesNameTheShape) {
                            dv, dsinks);
       },
       {"dsinks", "[4]", "[2]"});
+}
+
+// With a QkNormRopeGrad the CPU runs the attention's backward, then the QK-norm + RoPE
+// backward on its dq and dk: the same bits as the two ops called one after the other.
+// (The GPU's fused form is checked against this in attention_gpu_test.cpp.)
+TEST(Attention, QkNormRopeGradRunsOnTheAttentionsGradients) {
+  const Problem p = make_problem({"qk", {3, 9, 1}, 4, 2, 8, 0, false}, 950);
+  const Forward f = forward(p);
+  const Tensor dout = testing::random_tensor(p.q.shape(), DType::f64, 951);
+  RopeConfig config;
+  config.head_dim = 8;
+  const RopeTable table(config);
+  const int64_t t = p.seq.total_tokens;
+  const Tensor wq = testing::random_tensor({8}, DType::f64, 952), wk = testing::random_tensor({8}, DType::f64, 953);
+  QkNormRopeForward qf{p.q, wq, 1e-6, Tensor::empty(p.q.shape(), DType::f64), Tensor::empty({t * 4}, DType::f64)};
+  QkNormRopeForward kf{p.k, wk, 1e-6, Tensor::empty(p.k.shape(), DType::f64), Tensor::empty({t * 2}, DType::f64)};
+  qk_norm_rope_forward(qf, kf, p.seq.positions, table);
+  const auto side = [](const QkNormRopeForward& fw, const Tensor& dy) {
+    return QkNormRopeBackward{dy, fw.x, fw.weight, fw.rstd, Tensor::empty(fw.x.shape(), DType::f64),
+                              Tensor::zeros({8}, DType::f64)};
+  };
+  const Grads separate = backward(p, f, dout);
+  const QkNormRopeBackward q_sep = side(qf, separate.dq), k_sep = side(kf, separate.dk);
+  qk_norm_rope_backward(q_sep, k_sep, p.seq.positions, table);
+
+  Tensor dq = Tensor::empty(p.q.shape(), DType::f64), dk = Tensor::empty(p.k.shape(), DType::f64);
+  Tensor dv = Tensor::empty(p.v.shape(), DType::f64), none;
+  const QkNormRopeGrad then{side(qf, Tensor()), side(kf, Tensor()), p.seq.positions, &table};
+  attention_backward(dout, p.q, p.k, p.v, f.out, f.lse, p.seq, p.options, none, dq, dk, dv, none, &then);
+  for (const auto& [what, a, b] : {std::tuple{"q's dx", then.q.dx, q_sep.dx}, {"k's dx", then.k.dx, k_sep.dx},
+                                   {"q's dweight", then.q.dweight, q_sep.dweight},
+                                   {"k's dweight", then.k.dweight, k_sep.dweight}, {"dv", dv, separate.dv}}) {
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0) << what;
+  }
+
+  QkNormRopeGrad no_table = then;
+  no_table.table = nullptr;
+  expect_error([&] { attention_backward(dout, p.q, p.k, p.v, f.out, f.lse, p.seq, p.options, none, dq, dk, dv,
+                                        none, &no_table); },
+               {"QK-norm + RoPE", "RopeTable"});
+  QkNormRopeGrad short_dx = then;
+  short_dx.q.dx = Tensor::empty({t, 3, 8}, DType::f64);
+  expect_error([&] { attention_backward(dout, p.q, p.k, p.v, f.out, f.lse, p.seq, p.options, none, dq, dk, dv,
+                                        none, &short_dx); },
+               {"[" + std::to_string(t) + ", 3, 8]"});
 }
 
 }  // namespace

@@ -107,13 +107,23 @@ class CausalAttention final : public AttentionLayer {
     Tensor dq = arena.alloc(s.q.shape(), dt), dk = arena.alloc(s.k.shape(), dt);
     Tensor dv = arena.alloc(s.v.shape(), dt);
     Tensor dsinks = grad_of(sinks_);
-    attention_backward(d_o.view(s.o.shape()), s.q, s.k, s.v, s.o, s.lse, seq, options_, sinks(), dq, dk,
-                       dv, dsinks);
     // The three input gradients side by side, as the stacked projection wrote them, so
     // one product gives dh = [dq dk dv] [Wq; Wk; Wv] and the weights' gradients.
     Tensor dqkv = arena.alloc({tokens, heads_ + 2 * int64_t{kv_heads_}, head_dim_}, dt);
     Tensor dq_raw = dqkv.slice(1, 0, heads_), dk_raw = dqkv.slice(1, heads_, heads_ + kv_heads_);
-    unrotate_and_unnormalise(dq, dk, seq.positions, s, dq_raw, dk_raw);
+    if (fused_qk_) {
+      // The fused QK-norm + RoPE backward runs inside the attention's (on Hopper it
+      // reads dq in f32, before any rounding to bf16).
+      const QkNormRopeGrad then{norm_and_rope_grad(*q_norm_, s.q_norm, dq_raw),
+                                norm_and_rope_grad(*k_norm_, s.k_norm, dk_raw), seq.positions,
+                                position_->rope_table()};
+      attention_backward(d_o.view(s.o.shape()), s.q, s.k, s.v, s.o, s.lse, seq, options_, sinks(), dq, dk, dv,
+                         dsinks, &then);
+    } else {
+      attention_backward(d_o.view(s.o.shape()), s.q, s.k, s.v, s.o, s.lse, seq, options_, sinks(), dq, dk, dv,
+                         dsinks);
+      unrotate_and_unnormalise(dq, dk, seq.positions, s, dq_raw, dk_raw);
+    }
     dqkv.slice(1, heads_ + kv_heads_, heads_ + 2 * kv_heads_).copy_from(dv);
     Tensor dh = arena.alloc(s.h.shape(), dt);
     linear_backward(dqkv.view({tokens, dqkv.numel() / tokens}), s.h, qkv_.whole->work, dh, qkv_.whole->grad,
@@ -153,26 +163,21 @@ class CausalAttention final : public AttentionLayer {
     return {raw, rms.weight ? rms.weight->work : Tensor(), rms.eps, arena.alloc(raw.shape(), raw.dtype()),
             saved.rstd};
   }
-  // The transpose: the attention's dq and dk (rotated in place when not fused) into the
-  // raw projections' gradients dq_raw and dk_raw (views into the stacked gradient).
+  // The transpose when QK-norm and the position encoding are not fused: the attention's
+  // dq and dk (rotated in place) into the raw projections' gradients dq_raw and dk_raw
+  // (views into the stacked gradient).
   void unrotate_and_unnormalise(Tensor& dq, Tensor& dk, const Tensor& positions, const Saved& s, Tensor& dq_raw,
                                 Tensor& dk_raw) const {
-    if (fused_qk_) {
-      qk_norm_rope_backward(norm_and_rope_grad(*q_norm_, dq, s.q_norm, dq_raw),
-                            norm_and_rope_grad(*k_norm_, dk, s.k_norm, dk_raw), positions,
-                            *position_->rope_table());
-      return;
-    }
     position_->backward(dq, dk, positions);
     if (q_norm_) q_norm_->backward_to(dq, s.q_norm, dq_raw);
     else dq_raw.copy_from(dq);
     if (k_norm_) k_norm_->backward_to(dk, s.k_norm, dk_raw);
     else dk_raw.copy_from(dk);
   }
-  static QkNormRopeBackward norm_and_rope_grad(const Norm& norm, const Tensor& dy, const Norm::Saved& saved,
-                                               const Tensor& dx) {
+  // One side of the fused backward; its dy is the attention's (attention_backward sets it).
+  static QkNormRopeBackward norm_and_rope_grad(const Norm& norm, const Norm::Saved& saved, const Tensor& dx) {
     const Norm::RmsParts rms = *norm.rms_parts();
-    return {dy, saved.x, rms.weight ? rms.weight->work : Tensor(), saved.rstd, dx,
+    return {Tensor(), saved.x, rms.weight ? rms.weight->work : Tensor(), saved.rstd, dx,
             rms.weight ? rms.weight->grad : Tensor()};
   }
   // The stacked projection [T, H + 2 Hkv, Dh] and its q, k and v heads, as views

@@ -86,7 +86,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const SeqInfo& seq,
                         const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
-                        Tensor& dk, Tensor& dv, Tensor& dsinks) {
+                        Tensor& dk, Tensor& dv, Tensor& dsinks, const QkNormRopeGrad* then) {
   const char* op = "attention_backward";
   const AttentionOptions resolved = check_inputs(op, q, k, v, seq, options, sinks);
   check_output(op, "dout", dout, q.shape(), q.dtype());
@@ -101,10 +101,23 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                 ", got ", dsinks.defined() ? dsinks.shape() : Shape{});
     AMBER_CHECK(dsinks.is_contiguous(), op, ": dsinks must be contiguous");
   }
+  QkNormRopeGrad qk;  // `then` with this call's dq and dk as its sides' dy
+  if (then) {
+    AMBER_CHECK(then->table, op, ": the QK-norm + RoPE backward that follows needs its RopeTable");
+    qk = *then;
+    qk.q.dy = dq;
+    qk.k.dy = dk;
+    const Device device = check_qk_norm_rope_backward(qk.q, qk.k, qk.positions, *qk.table, op);
+    AMBER_CHECK(device == q.device(), op, ": the QK-norm + RoPE backward's tensors are on ", device,
+                " but q is on ", q.device());
+  }
+  const QkNormRopeGrad* fused = then ? &qk : nullptr;
   AMBER_ON_DEVICE(
       ops::common_device(op, {&dout, &q, &k, &v, &out, &lse, &sinks, &dq, &dk, &dv, &dsinks}), op,
-      cuda::attention_backward(dout, q, k, v, out, lse, seq, resolved, sinks, dq, dk, dv, dsinks),
-      cpu::attention_backward(dout, q, k, v, out, lse, seq, resolved, sinks, dq, dk, dv, dsinks));
+      cuda::attention_backward(dout, q, k, v, out, lse, seq, resolved, sinks, dq, dk, dv, dsinks, fused), ([&] {
+        cpu::attention_backward(dout, q, k, v, out, lse, seq, resolved, sinks, dq, dk, dv, dsinks);
+        if (fused) qk_norm_rope_backward(fused->q, fused->k, fused->positions, *fused->table);
+      }()));
 }
 
 }  // namespace amber

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "amber/core/tensor.h"
+#include "amber/ops/rope.h"
 
 namespace amber {
 
@@ -34,11 +35,24 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const AttentionOptions& options, const Tensor& sinks, Tensor& out,
                        Tensor& lse);
 
+// The QK-norm + RoPE backward (rope.h) that follows the attention's in a layer whose q
+// and k went through qk_norm_rope_forward. Given to attention_backward, its sides take
+// the call's dq and dk as their dy (their own dy is ignored) and the two backward passes
+// run as one op. On the Hopper path dq is then never written: the norm's backward reads
+// the attention's f32 sum of it, so no bf16 dq goes through memory.
+struct QkNormRopeGrad {
+  QkNormRopeBackward q, k;
+  Tensor positions;
+  const RopeTable* table = nullptr;
+};
+
 // Writes dq, dk, dv (overwritten) and accumulates dsinks (+=) when sinks are given.
+// With `then`, its dx and dweight are written as qk_norm_rope_backward writes them, and
+// dq and dk hold unspecified values afterwards.
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const SeqInfo& seq,
                         const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
-                        Tensor& dk, Tensor& dv, Tensor& dsinks);
+                        Tensor& dk, Tensor& dv, Tensor& dsinks, const QkNormRopeGrad* then = nullptr);
 
 }  // namespace amber
 

@@ -103,18 +103,22 @@ void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k
                   }()));
 }
 
-void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
-                           const RopeTable& table) {
-  const char* op = "qk_norm_rope_backward";
+Device check_qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k,
+                                   const Tensor& positions, const RopeTable& table, const char* op) {
   for (const QkNormRopeBackward* s : {&q, &k}) {
     check_rope(s->x, positions, table, s->dy, op);
     require_same_shape(s->x, s->dx, op);
     AMBER_CHECK(s->rstd.numel() == s->x.size(0) * s->x.size(1), op, ": rstd needs ", s->x.size(0) * s->x.size(1),
                 " elements, has ", s->rstd.numel());
   }
-  const Device device = ops::common_device(
-      op, {&q.dy, &q.x, &q.weight, &q.rstd, &q.dx, &q.dweight, &k.dy, &k.x, &k.weight, &k.rstd, &k.dx, &k.dweight,
-           &positions});
+  return ops::common_device(op, {&q.dy, &q.x, &q.weight, &q.rstd, &q.dx, &q.dweight, &k.dy, &k.x, &k.weight, &k.rstd,
+                                 &k.dx, &k.dweight, &positions});
+}
+
+void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
+                           const RopeTable& table) {
+  const char* op = "qk_norm_rope_backward";
+  const Device device = check_qk_norm_rope_backward(q, k, positions, table, op);
   AMBER_ON_DEVICE(device, op, cuda::qk_norm_rope_backward(q, k, positions, table), ([&] {
                     for (const QkNormRopeBackward* s : {&q, &k}) {
                       Tensor unrotated = Tensor::empty(s->dy.shape(), s->dy.dtype());

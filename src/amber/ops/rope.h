@@ -61,5 +61,9 @@ struct QkNormRopeBackward {
 };
 void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
                            const RopeTable& table);
+// The checks qk_norm_rope_backward makes, for an op that runs it inside its own
+// (attention_backward's QkNormRopeGrad); returns the tensors' common device.
+Device check_qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k,
+                                   const Tensor& positions, const RopeTable& table, const char* op);
 
 }  // namespace amber

@@ -8,6 +8,7 @@
 #include "amber/ops/cuda/attention.h"
 #include "amber/ops/cuda/attention_tiles.cuh"
 #include "amber/ops/cuda/common.cuh"
+#include "amber/ops/cuda/rope.h"
 
 namespace amber::cuda {
 
@@ -353,7 +354,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const SeqInfo& seq,
                         const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
-                        Tensor& dk, Tensor& dv, Tensor& dsinks) {
+                        Tensor& dk, Tensor& dv, Tensor& dsinks, const QkNormRopeGrad* then) {
   const char* op = "attention_backward";
   if (seq.total_tokens == 0) return;
   const Layout g = layout_of(q, k, seq, options);
@@ -365,12 +366,14 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                   static_cast<int>(q.size(2)), static_cast<float*>(delta.raw()));
   });
   check_launch(op, q.shape());
+  bool then_done = false;
   if (!options.portable_kernels && hopper::supports(q))
-    hopper::backward(dout, q, k, v, lse, delta, g, seq.derived, dq, dk, dv);
+    then_done = hopper::backward(dout, q, k, v, lse, delta, g, seq.derived, dq, dk, dv, then);
   else if (tensor_core::supports(q.dtype(), q.size(2)))
     tensor_core::backward(dout, q, k, v, lse, delta, g, seq.derived, dq, dk, dv);
   else
     simt::backward(dout, q, k, v, lse, delta, g, seq.derived, dq, dk, dv);
+  if (then && !then_done) cuda::qk_norm_rope_backward(then->q, then->k, then->positions, *then->table);
   if (!sinks.defined()) return;
   const Tensor sinks32 = sinks_f32(sinks, op);
   Tensor partial = Tensor::empty({1, g.heads}, DType::f32, q.device());

@@ -15,6 +15,6 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const SeqInfo& seq,
                         const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
-                        Tensor& dk, Tensor& dv, Tensor& dsinks);
+                        Tensor& dk, Tensor& dv, Tensor& dsinks, const QkNormRopeGrad* then);
 
 }  // namespace amber::cuda

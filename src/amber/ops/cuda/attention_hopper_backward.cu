@@ -13,6 +13,8 @@
 #include <algorithm>
 
 #include "amber/ops/cuda/attention_hopper.cuh"
+#include "amber/ops/cuda/ordered_sum.cuh"
+#include "amber/ops/cuda/rope.h"
 
 namespace amber::cuda::hopper {
 namespace {
@@ -209,16 +211,6 @@ struct DqTiles {
     }
   }
 };
-
-// Where column `col` of token `row` sits in a row of an ordered sum (64 or 128 floats):
-// the row's 16-byte chunks are permuted by the token (XOR with 2 (row % 4)), so the
-// fragment stores of eight consecutive rows into an fp32 tile spread over the banks
-// (rows 256 or 512 bytes apart otherwise share them: 8-way conflicts). Rows stay whole,
-// so the bulk copies of any number of rows are unchanged; from_sums_kernel undoes the
-// permutation.
-__device__ __forceinline__ int sum_column(int64_t row, int col) {
-  return ((col / 4) ^ (2 * static_cast<int>(row % 4))) * 4 + col % 4;
-}
 
 // A warpgroup's accumulators (fragment f, rows relative to the tile) times `scale` into
 // an fp32 tile of D-float rows laid out as the ordered sum's rows from token
@@ -602,10 +594,11 @@ void from_sums(const SumParts<T>& parts, int64_t tokens, const Shape& shape, con
 
 }  // namespace
 
-void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+bool backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
               const Tensor& delta, const Layout& unplanned, DerivedTensors& plans, Tensor& dq, Tensor& dk,
-              Tensor& dv) {
+              Tensor& dv, const QkNormRopeGrad* then) {
   const char* op = "attention_backward";
+  bool then_done = false;
   tensor_core::with_types(q, op, [&]<class T, int D>() {
     // The dQ kernel takes plan slots; the dK/dV kernel, work items.
     const Layout g = D == 64 ? unplanned : with_tile_plan(unplanned, kOwnRows, false, q.device(), plans, op);
@@ -648,14 +641,22 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     const auto add_part = [&](const Tensor& sum, T* out, int heads, float scale, const int* skip) {
       parts.part[parts.count++] = {static_cast<const float*>(sum.raw()), out, static_cast<uint32_t>(heads), scale, skip};
     };
-    if (kFoldDq) add_part(dq_sum, args.dq, g.heads, g.scale, nullptr);
+    // With `then` on shapes its fused kernel holds, dQ stays in its f32 sum, which the
+    // QK-norm + RoPE backward reads after dK is converted.
+    then_done = kFoldDq && then && qk_norm_rope_backward_fuses(then->q, then->k, *then->table);
+    if (kFoldDq && !then_done) add_part(dq_sum, args.dq, g.heads, g.scale, nullptr);
     if (grouped) {
       const int* final_kv = sums.counters + OrderedSums::final_kv_offset(g);
       add_part(dk_sum, args.dk, g.kv_heads, 1.0f, final_kv);
       add_part(dv_sum, args.dv, g.kv_heads, 1.0f, final_kv);
     }
     from_sums<T, D>(parts, tokens, q.shape(), op);
+    if (then_done) {
+      const OrderedSum dq_source{static_cast<const float*>(dq_sum.raw()), g.scale};
+      cuda::qk_norm_rope_backward(then->q, then->k, then->positions, *then->table, &dq_source);
+    }
   });
+  return then_done;
 }
 
 }  // namespace amber::cuda::hopper

@@ -10,6 +10,7 @@
 
 #include "amber/core/seq_info.h"
 #include "amber/core/tensor.h"
+#include "amber/ops/attention.h"
 
 namespace amber::cuda {
 
@@ -166,9 +167,11 @@ namespace hopper {
 bool supports(const Tensor& q);
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
              DerivedTensors& plans, const float* sinks, Tensor& out, Tensor& lse);
-void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+// Runs `then` (if given) too where its q side can read dQ's f32 sum, leaving dq
+// unwritten; returns whether it did.
+bool backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
               const Tensor& lse, const Tensor& delta, const Layout& g, DerivedTensors& plans,
-              Tensor& dq, Tensor& dk, Tensor& dv);
+              Tensor& dq, Tensor& dk, Tensor& dv, const QkNormRopeGrad* then);
 }  // namespace hopper
 
 }  // namespace amber::cuda

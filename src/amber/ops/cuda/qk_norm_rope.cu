@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "amber/ops/cuda/async_copy.cuh"
+#include "amber/ops/cuda/ordered_sum.cuh"
 #include "amber/ops/cuda/norm.h"
 #include "amber/ops/cuda/rope.h"
 #include "amber/ops/cuda/rope_table.cuh"
@@ -104,6 +105,7 @@ struct ForwardSide {
 template <class T>
 struct BackwardSide {
   const T *dy, *x;
+  OrderedSum dy_sum;  // when its sum is set, dy's source instead of dy
   int64_t x_stride;
   const T* w;
   const float* rstd;
@@ -217,11 +219,14 @@ struct WarpUnits {
 // The backward's units arrive by cp.async kAhead units before they are worked on, into
 // the warp's ring of kStages in shared memory: per stage the lane's two pieces of dy's
 // and of x's row, its row's rstd and its token's position. A lane copies and reads back
-// only its own slots, so no barrier guards them.
+// only its own slots, so no barrier guards them. With kSums a row's dy may come from an
+// ordered f32 sum: a piece of 8 columns is then 32 bytes, its second 16 in slot 2.
 constexpr int kAhead = 2, kStages = kAhead + 1;
+constexpr int kDy = 0, kX = 1, kDySumTail = 2;
 
+template <bool kSums>
 struct alignas(16) WarpRing {
-  uint4 pieces[kStages][2][2][32];  // [stage][dy, x][piece][lane]
+  uint4 pieces[kStages][kSums ? 3 : 2][2][32];  // [stage][kDy, kX (, kDySumTail)][piece][lane]
   float stat[kStages][32];
   int32_t position[kStages][32];
 };
@@ -232,26 +237,56 @@ struct alignas(16) WarpAngles {
 };
 
 // The backward block's shared memory: the warps' rings, angle rows and weight sums.
+template <bool kSums>
 struct alignas(16) BackwardShared {
-  WarpRing ring[kWarps];
+  WarpRing<kSums> ring[kWarps];
   WarpAngles angles[kWarps];
   float warp_dw[kWarps][kMaxHeadDim];
 };
 
-template <class T, int L>
-__device__ __forceinline__ void copy_pieces(WarpRing& ring, int stage, int tensor, const T* row,
+template <class T, int L, bool kSums>
+__device__ __forceinline__ void copy_pieces(WarpRing<kSums>& ring, int stage, int tensor, const T* row,
                                             const LaneRole<T, L>& role, bool live) {
   const int lane = threadIdx.x % 32;
   cp_async_16(&ring.pieces[stage][tensor][0][lane], row + role.first, live);
   cp_async_16(&ring.pieces[stage][tensor][1][lane], row + role.second, live);
 }
 
-template <class T>
-__device__ __forceinline__ void read_pieces(const WarpRing& ring, int stage, int tensor,
+template <class T, bool kSums>
+__device__ __forceinline__ void read_pieces(const WarpRing<kSums>& ring, int stage, int tensor,
                                             float (&a)[Pack<T>::n], float (&b)[Pack<T>::n]) {
   const int lane = threadIdx.x % 32;
   unpack<T>(ring.pieces[stage][tensor][0][lane], a);
   unpack<T>(ring.pieces[stage][tensor][1][lane], b);
+}
+
+// dy's row of token `token` from an ordered sum: a piece's 8 columns start on a multiple
+// of 8, so after sum_column's permutation (whole even/odd chunk pairs) they are still 32
+// contiguous bytes.
+template <class T, int L>
+__device__ __forceinline__ void copy_sum_pieces(WarpRing<true>& ring, int stage, const float* row, int64_t token,
+                                                const LaneRole<T, L>& role, bool live) {
+  const int lane = threadIdx.x % 32;
+  const float* a = row + sum_column(token, role.first);
+  const float* b = row + sum_column(token, role.second);
+  cp_async_16(&ring.pieces[stage][kDy][0][lane], a, live);
+  cp_async_16(&ring.pieces[stage][kDySumTail][0][lane], a + 4, live);
+  cp_async_16(&ring.pieces[stage][kDy][1][lane], b, live);
+  cp_async_16(&ring.pieces[stage][kDySumTail][1][lane], b + 4, live);
+}
+
+__device__ __forceinline__ void read_sum_pieces(const WarpRing<true>& ring, int stage, float scale, float (&a)[8],
+                                                float (&b)[8]) {
+  const int lane = threadIdx.x % 32;
+  const auto read = [&](int piece, float(&out)[8]) {
+    const float4 head = reinterpret_cast<const float4&>(ring.pieces[stage][kDy][piece][lane]);
+    const float4 tail = reinterpret_cast<const float4&>(ring.pieces[stage][kDySumTail][piece][lane]);
+    const float v[8] = {head.x, head.y, head.z, head.w, tail.x, tail.y, tail.z, tail.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = scale * v[e];
+  };
+  read(0, a);
+  read(1, b);
 }
 
 // The token's cos/sin row in the warp's shared memory: lanes take the angles lane,
@@ -269,8 +304,8 @@ __device__ __forceinline__ void form_angles(const RopeParams& p, int32_t pos, in
 
 // Runs a warp's units: copies unit u + kAhead while it works on unit u, which
 // work(unit, stage) reads from the ring.
-template <int L, class Copy, class Work>
-__device__ __forceinline__ void run_units(const WarpUnits<L>& units, WarpRing& ring, const int32_t* positions,
+template <int L, bool kSums, class Copy, class Work>
+__device__ __forceinline__ void run_units(const WarpUnits<L>& units, WarpRing<kSums>& ring, const int32_t* positions,
                                           const Copy& copy, const Work& work) {
   const auto issue = [&](int u) {
     if (u < units.count) {
@@ -362,16 +397,18 @@ __device__ void store_weight_partial(const LaneRole<T, L>& role, float (&acc_a)[
 }
 
 // The transpose rotation (p carries the negated sine), then the norm's backward, per
-// row; the weights' partial sums per side over all of the block's rows.
-template <class T, int L>
+// row; the weights' partial sums per side over all of the block's rows. kSums: a side
+// may read dy from an ordered f32 sum (2-byte T only: 8 columns a piece).
+template <class T, int L, bool kSums>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
     qk_norm_rope_backward_kernel(const __grid_constant__ BackwardSide<T> q, const __grid_constant__ BackwardSide<T> k,
                                  const int32_t* positions, const __grid_constant__ RopeParams p, int64_t tokens) {
   constexpr int n = Pack<T>::n, d = 2 * L * n;
+  static_assert(!kSums || n == 8, "an ordered sum's pieces are 8 columns");
   extern __shared__ uint4 shared_words[];
-  BackwardShared& shared = *reinterpret_cast<BackwardShared*>(shared_words);
+  BackwardShared<kSums>& shared = *reinterpret_cast<BackwardShared<kSums>*>(shared_words);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  WarpRing& ring = shared.ring[warp];
+  WarpRing<kSums>& ring = shared.ring[warp];
   WarpAngles& a = shared.angles[warp];
   const LaneRole<T, L> role(p);
   const WarpUnits<L> units(q.heads, k.heads, tokens);
@@ -379,15 +416,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<true>)
   const auto copy = [&](const Unit& u, int stage) {
     const BackwardSide<T>& side = u.row.q ? q : k;
     const int64_t row = u.token * side.heads + u.row.head;
-    copy_pieces(ring, stage, 0, side.dy + row * d, role, u.row.live);
-    copy_pieces(ring, stage, 1, side.x + u.token * side.x_stride + u.row.head * d, role, u.row.live);
+    bool from_sum = false;
+    if constexpr (kSums) {
+      from_sum = side.dy_sum.sum != nullptr;
+      if (from_sum)
+        copy_sum_pieces(ring, stage, side.dy_sum.sum + (u.row.head * tokens + u.token) * d, u.token, role,
+                        u.row.live);
+    }
+    if (!from_sum) copy_pieces(ring, stage, kDy, side.dy + row * d, role, u.row.live);
+    copy_pieces(ring, stage, kX, side.x + u.token * side.x_stride + u.row.head * d, role, u.row.live);
     cp_async_4(&ring.stat[stage][lane], side.rstd + row, u.row.live);
   };
   const auto work = [&](const Unit& u, int stage) {
     const BackwardSide<T>& side = u.row.q ? q : k;
     float ga[n], gb[n], xa[n], xb[n], wa[n], wb[n];
-    read_pieces<T>(ring, stage, 0, ga, gb);
-    read_pieces<T>(ring, stage, 1, xa, xb);
+    bool from_sum = false;
+    if constexpr (kSums) {
+      from_sum = side.dy_sum.sum != nullptr;
+      if (from_sum) read_sum_pieces(ring, stage, side.dy_sum.scale, ga, gb);
+    }
+    if (!from_sum) read_pieces<T>(ring, stage, kDy, ga, gb);
+    read_pieces<T>(ring, stage, kX, xa, xb);
     const float inv = ring.stat[stage][lane];
     if (u.first) form_angles(p, ring.position[stage][lane], u.token, a);
     rotate(role, a.cos_row, a.sin_row, ga, gb);
@@ -486,10 +535,12 @@ ForwardSide<T> forward_side(const QkNormRopeForward& s, const char* what, const 
 }
 
 template <class T>
-BackwardSide<T> backward_side(const QkNormRopeBackward& s, float* dw_partial, const char* what, const char* op) {
+BackwardSide<T> backward_side(const QkNormRopeBackward& s, const OrderedSum* dy_sum, float* dw_partial,
+                              const char* what, const char* op) {
   Tensor dx = s.dx;
-  return {static_cast<const T*>(s.dy.raw()),
+  return {data_or_null<T>(s.dy),
           static_cast<const T*>(s.x.raw()),
+          dy_sum ? *dy_sum : OrderedSum{},
           token_stride(s.x, what, op),
           data_or_null<T>(s.weight),
           static_cast<const float*>(s.rstd.raw()),
@@ -536,12 +587,17 @@ void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k
   check_launch(op, q.x.shape());
 }
 
-void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
-                           const RopeTable& table) {
-  const char* op = "qk_norm_rope_backward";
+bool qk_norm_rope_backward_fuses(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const RopeTable& table) {
   const int lanes = lanes_per_row(q.x, table, {&q.dy, &q.x, &q.weight, &q.dx});
-  if (lanes == 0 || lanes_per_row(k.x, table, {&k.dy, &k.x, &k.weight, &k.dx}) != lanes ||
-      k.x.dtype() != q.x.dtype()) {
+  return lanes != 0 && lanes_per_row(k.x, table, {&k.dy, &k.x, &k.weight, &k.dx}) == lanes &&
+         k.x.dtype() == q.x.dtype();
+}
+
+void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
+                           const RopeTable& table, const OrderedSum* q_dy_sum) {
+  const char* op = "qk_norm_rope_backward";
+  if (!qk_norm_rope_backward_fuses(q, k, table)) {
+    AMBER_CHECK(!q_dy_sum, op, ": q's gradient as an ordered sum needs the fused kernel's shapes");
     for (const QkNormRopeBackward* s : {&q, &k}) {
       Tensor unrotated = Tensor::empty(s->dy.shape(), s->dy.dtype(), s->dy.device());
       Tensor dx = s->dx, dweight = s->dweight;
@@ -550,9 +606,12 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
     }
     return;
   }
+  AMBER_CHECK(!q_dy_sum || dtype_size(q.x.dtype()) == 2, op,
+              ": q's gradient as an ordered sum needs bf16 or f16 tensors, got ", dtype_name(q.x.dtype()));
   for (const QkNormRopeBackward* s : {&q, &k}) {
     for (const Tensor* t : {&s->dy, &s->weight}) {
-      if (t->defined()) require_contiguous(*t, op);
+      if (!t->defined()) continue;
+      require_contiguous(*t, op);
       require_same_dtype(*t, q.x, "a gradient or weight", op);
     }
     require_same_dtype(s->dx, q.x, "an input gradient", op);
@@ -565,20 +624,28 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
   Tensor q_partial, k_partial;
   with_element_type(q.x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    with_lanes_per_row(lanes, [&](auto lanes_tag) {
-      const auto kernel = qk_norm_rope_backward_kernel<T, decltype(lanes_tag)::value>;
-      const size_t smem = sizeof(BackwardShared);
-      const unsigned blocks = wave_blocks(kernel, smem, tokens, op);
-      const auto partials = [&](const QkNormRopeBackward& s) {
-        return s.weight.defined() && s.dweight.defined() ? Tensor::empty({blocks, d}, DType::f32, s.x.device())
-                                                         : Tensor();
+    with_lanes_per_row(lanes_per_row(q.x, table, {&q.x}), [&](auto lanes_tag) {
+      const auto launch = [&](auto sums_tag) {
+        constexpr bool kSums = decltype(sums_tag)::value;
+        const auto kernel = qk_norm_rope_backward_kernel<T, decltype(lanes_tag)::value, kSums>;
+        const size_t smem = sizeof(BackwardShared<kSums>);
+        const unsigned blocks = wave_blocks(kernel, smem, tokens, op);
+        const auto partials = [&](const QkNormRopeBackward& s) {
+          return s.weight.defined() && s.dweight.defined() ? Tensor::empty({blocks, d}, DType::f32, s.x.device())
+                                                           : Tensor();
+        };
+        q_partial = partials(q);
+        k_partial = partials(k);
+        const auto partial_data = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
+        kernel<<<blocks, kThreads, smem, cudaStreamPerThread>>>(
+            backward_side<T>(q, q_dy_sum, partial_data(q_partial), "q", op),
+            backward_side<T>(k, nullptr, partial_data(k_partial), "k", op),
+            static_cast<const int32_t*>(positions.raw()), p, tokens);
       };
-      q_partial = partials(q);
-      k_partial = partials(k);
-      const auto partial_data = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
-      kernel<<<blocks, kThreads, smem, cudaStreamPerThread>>>(
-          backward_side<T>(q, partial_data(q_partial), "q", op), backward_side<T>(k, partial_data(k_partial), "k", op),
-          static_cast<const int32_t*>(positions.raw()), p, tokens);
+      if constexpr (sizeof(T) == 2) {
+        if (q_dy_sum) return launch(std::true_type{});
+      }
+      launch(std::false_type{});
     });
   });
   check_launch(op, q.x.shape());
