@@ -12,16 +12,18 @@
 // works on one; it applies the transpose rotation, then the norm's backward, writes dx
 // into a token-strided view when given one, and reduces dweight through per-block
 // partial sums (one a block of the wave) in a fixed order. No warp waits on another
-// (the backward's warps meet once, at the end, for the weight partials). Shapes the
-// lanes cannot hold run as the two ops per side, one after the other.
+// (the backward's warps meet once, at the end, for the weight partials). Inside the
+// Hopper attention's backward, q's dy is read from the attention's f32 sum of dQ
+// (ordered_sum.cuh) instead of a bf16 dq. Shapes the lanes cannot hold run as the two
+// ops per side, one after the other.
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
 
 #include "amber/ops/cuda/async_copy.cuh"
-#include "amber/ops/cuda/ordered_sum.cuh"
 #include "amber/ops/cuda/norm.h"
+#include "amber/ops/cuda/ordered_sum.cuh"
 #include "amber/ops/cuda/rope.h"
 #include "amber/ops/cuda/rope_table.cuh"
 #include "amber/ops/cuda/row_pitch.cuh"
