@@ -370,6 +370,41 @@ TEST(TrainStepGpu, GraphReplayEqualsEager) {
   }
 }
 
+// The host stages a step's batch while the step before it still runs (it waits only
+// until that step has copied its own batch in): steps issued back to back, each on a
+// different batch, end in the same weights and statistics as steps whose results are
+// read (a host synchronisation) after each one. Without that wait the host would
+// overwrite the pinned buffer before the queued copies read it.
+TEST(TrainStepGpu, BackToBackStepsEachReadTheirOwnBatch) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  LanguageModel waited(small_model(), DType::f32, Device::cuda(), DType::bf16);
+  LanguageModel queued(small_model(), DType::f32, Device::cuda(), DType::bf16);
+  waited.init_weights(6);
+  queued.init_weights(6);
+  OptimizerConfig oc;
+  auto opt_waited = build_optimizer(oc, waited.params()), opt_queued = build_optimizer(oc, queued.params());
+  TrainStep step_waited(waited, opt_waited.get(), {.grad_clip = 1.0, .cuda_graph = true});
+  TrainStep step_queued(queued, opt_queued.get(), {.grad_clip = 1.0, .cuda_graph = true});
+  // 564 tokens in three documents every step, so every batch fits the first step's
+  // slots: two eager runs, a capture, then replays.
+  constexpr int kSteps = 12;
+  std::vector<std::vector<data::Batch>> batches;
+  for (int s = 0; s < kSteps; ++s)
+    batches.push_back({random_batch({300 + 7 * s, 64, 200 - 7 * s}, 300, 40 + static_cast<uint64_t>(s))});
+  std::vector<double> losses;
+  for (int s = 0; s < kSteps; ++s) {
+    step_waited.run(batches[s], 1.0);
+    losses.push_back(step_waited.read().loss_sum);
+  }
+  for (int s = 0; s < kSteps; ++s) step_queued.run(batches[s], 1.0);
+  EXPECT_TRUE(step_queued.replayed());
+  const AccumulatedStep last = step_queued.read();
+  EXPECT_EQ(last.loss_sum, losses.back());
+  for (size_t i = 0; i < waited.params().size(); ++i)
+    ASSERT_EQ(waited.params()[i]->value.to_doubles(), queued.params()[i]->value.to_doubles())
+        << waited.params()[i]->name;
+}
+
 // A checkpoint written from the GPU resumes on the CPU, and the reverse.
 TEST(TrainStepGpu, CheckpointsMoveBetweenDevices) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

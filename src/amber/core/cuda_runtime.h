@@ -28,6 +28,15 @@ void* end_capture();
 void discard_capture();
 void launch_graph(void* graph);
 void destroy_graph(void* graph);
+// A marker in the calling thread's stream: place_marker records the point the work
+// queued so far has reached (while capturing, a node that records it at every replay);
+// wait_for_marker blocks the host until the stream has passed the marker's last placing
+// (at once if it was never placed). Lets the host reuse a buffer that queued work reads
+// without waiting for the rest of that work.
+void* create_marker();
+void destroy_marker(void* marker);
+void place_marker(void* marker);
+void wait_for_marker(void* marker);
 // Bytes allocated from the device's memory pool at most since the last reset (in use,
 // like PyTorch's max_memory_allocated; a reset starts again from the bytes in use now),
 // plus the peak of the graph memory pool (replayed graphs' temporaries): an upper

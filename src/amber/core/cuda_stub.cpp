@@ -26,6 +26,10 @@ void* end_capture() { no_cuda(); }
 void discard_capture() {}
 void launch_graph(void*) { no_cuda(); }
 void destroy_graph(void*) {}
+void* create_marker() { no_cuda(); }
+void destroy_marker(void*) {}
+void place_marker(void*) { no_cuda(); }
+void wait_for_marker(void*) {}
 size_t pool_peak_bytes(int) { return 0; }
 void reset_pool_peak(int) {}
 void start_card_sampling(int) {}

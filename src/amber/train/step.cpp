@@ -56,6 +56,9 @@ struct TrainStep::Slots {
   std::vector<data::Batch> batches;
   int32_t* staging = nullptr;  // per batch: tokens, targets, positions, cu_seqlens; then the f64 inputs
   void* graph = nullptr;
+  // Placed after the staged copies: once the stream passes it, the staging buffer may
+  // be refilled while the rest of the step still runs.
+  void* staging_read = cuda::create_marker();
   uint64_t arena_version = 0;  // the model's arenas when the graph was captured
   int eager_runs = 0;
 
@@ -81,6 +84,7 @@ struct TrainStep::Slots {
   }
   ~Slots() {
     if (graph) cuda::destroy_graph(graph);
+    cuda::destroy_marker(staging_read);
     cuda::pinned_free(staging);
   }
 
@@ -127,6 +131,7 @@ struct TrainStep::Slots {
       cuda::copy_from_pinned(b.seq.cu_seqlens.raw(), in + 3 * tokens, (docs + 1) * 4);
     }
     cuda::copy_from_pinned(device_inputs.raw(), inputs(), kStepInputs * sizeof(double));
+    cuda::place_marker(staging_read);
   }
 };
 
@@ -167,12 +172,20 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
     issue(micro_batches);
     return;
   }
-  cuda::synchronize();  // the previous step has read the staging buffer
-  if (!slots_ || !slots_->fit(micro_batches))
+  // The host stages this step while the previous one still runs: it waits only until
+  // that step has copied its batch in, not for its end (which left the GPU idle while
+  // the host staged and launched). New slots or a new graph wait for everything queued,
+  // which may still use the old ones.
+  if (!slots_ || !slots_->fit(micro_batches)) {
+    cuda::synchronize();
     slots_ = std::make_unique<Slots>(micro_batches, options_.micro_batch_tokens, model_.device());
+  } else {
+    cuda::wait_for_marker(slots_->staging_read);
+  }
   slots_->stage(micro_batches, inputs);
   if (slots_->graph && slots_->arena_version != model_.arena_version()) {
     // Something outside the step (an evaluation) moved the arenas the graph points into.
+    cuda::synchronize();
     cuda::destroy_graph(slots_->graph);
     slots_->graph = nullptr;
     slots_->eager_runs = 0;

@@ -125,4 +125,23 @@ void launch_graph(void* graph) {
 
 void destroy_graph(void* graph) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)); }
 
+void* create_marker() {
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  return event;
+}
+
+void destroy_marker(void* marker) { cudaEventDestroy(static_cast<cudaEvent_t>(marker)); }
+
+void place_marker(void* marker) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(cudaStreamPerThread, &capture), "cudaStreamIsCapturing");
+  // While capturing, a plain record only orders streams; an external one is a node.
+  const unsigned flags = capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : 0;
+  check(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(marker), cudaStreamPerThread, flags),
+        "cudaEventRecordWithFlags");
+}
+
+void wait_for_marker(void* marker) { check(cudaEventSynchronize(static_cast<cudaEvent_t>(marker)), "cudaEventSynchronize"); }
+
 }  // namespace amber::cuda
