@@ -142,6 +142,8 @@ void place_marker(void* marker) {
         "cudaEventRecordWithFlags");
 }
 
-void wait_for_marker(void* marker) { check(cudaEventSynchronize(static_cast<cudaEvent_t>(marker)), "cudaEventSynchronize"); }
+void wait_for_marker(void* marker) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(marker)), "cudaEventSynchronize");
+}
 
 }  // namespace amber::cuda
