@@ -6,14 +6,28 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "amber/core/cuda_runtime.h"
+#include "amber/core/op_profile.h"
 #include "amber/ops/optim.h"
 
 namespace amber {
 
 namespace {
 constexpr int kValues = 8;
+
+// The step's own GPU work outside any op (the batch's copies, the gradients' zeroing)
+// under names of its own in op profiles, so that a profile accounts for the whole step.
+class StepScope {
+ public:
+  StepScope(const LanguageModel& model, const char* name) {
+    if (model.device().is_cuda()) scope_.emplace(name);
+  }
+
+ private:
+  std::optional<profile::Scope> scope_;
+};
 }  // namespace
 
 StepStats::StepStats(const LanguageModel& model)
@@ -141,8 +155,11 @@ TrainStep::TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions opt
 TrainStep::~TrainStep() = default;
 
 void TrainStep::issue(std::span<const data::Batch> micro_batches) {
-  model_.restart_grads();
-  stats_.zero();
+  {
+    const StepScope scope(model_, "gradient_restart");
+    model_.restart_grads();
+    stats_.zero();
+  }
   Tensor sums = stats_.loss_sums();
   const Tensor scale = stats_.loss_scale();
   for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
@@ -199,7 +216,10 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   Tensor device_inputs = stats_.inputs();
   if (capture) cuda::begin_capture();
   try {
-    slots_->upload(device_inputs);
+    {
+      const StepScope scope(model_, "batch_upload");
+      slots_->upload(device_inputs);
+    }
     issue(slots_->batches);
   } catch (...) {
     if (capture) cuda::discard_capture();
