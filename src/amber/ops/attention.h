@@ -38,8 +38,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 // The QK-norm + RoPE backward (rope.h) that follows the attention's in a layer whose q
 // and k went through qk_norm_rope_forward. Given to attention_backward, its sides take
 // the call's dq and dk as their dy (their own dy is ignored) and the two backward passes
-// run as one op. On the Hopper path dq is then never written: the norm's backward reads
-// the attention's f32 sum of it, so no bf16 dq goes through memory.
+// run as one op. On the Hopper path at head_dim 64 (bf16 or f16, shapes the fused
+// QK-norm + RoPE kernel holds) dq is then never written: the norm's backward reads the
+// attention's f32 sum of it, so no bf16 dq goes through memory.
 struct QkNormRopeGrad {
   QkNormRopeBackward q, k;
   Tensor positions;
