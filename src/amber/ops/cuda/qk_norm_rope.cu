@@ -589,16 +589,27 @@ void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k
   check_launch(op, q.x.shape());
 }
 
-bool qk_norm_rope_backward_fuses(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const RopeTable& table) {
+namespace {
+
+// The fused backward's lanes per row for both sides, or 0 when it cannot hold them.
+int backward_lanes(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const RopeTable& table) {
   const int lanes = lanes_per_row(q.x, table, {&q.dy, &q.x, &q.weight, &q.dx});
-  return lanes != 0 && lanes_per_row(k.x, table, {&k.dy, &k.x, &k.weight, &k.dx}) == lanes &&
-         k.x.dtype() == q.x.dtype();
+  const bool both = lanes != 0 && lanes_per_row(k.x, table, {&k.dy, &k.x, &k.weight, &k.dx}) == lanes &&
+                    k.x.dtype() == q.x.dtype();
+  return both ? lanes : 0;
+}
+
+}  // namespace
+
+bool qk_norm_rope_backward_fuses(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const RopeTable& table) {
+  return backward_lanes(q, k, table) != 0;
 }
 
 void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k, const Tensor& positions,
                            const RopeTable& table, const OrderedSum* q_dy_sum) {
   const char* op = "qk_norm_rope_backward";
-  if (!qk_norm_rope_backward_fuses(q, k, table)) {
+  const int lanes = backward_lanes(q, k, table);
+  if (lanes == 0) {
     AMBER_CHECK(!q_dy_sum, op, ": q's gradient as an ordered sum needs the fused kernel's shapes");
     for (const QkNormRopeBackward* s : {&q, &k}) {
       Tensor unrotated = Tensor::empty(s->dy.shape(), s->dy.dtype(), s->dy.device());
@@ -626,7 +637,7 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
   Tensor q_partial, k_partial;
   with_element_type(q.x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    with_lanes_per_row(lanes_per_row(q.x, table, {&q.x}), [&](auto lanes_tag) {
+    with_lanes_per_row(lanes, [&](auto lanes_tag) {
       const auto launch = [&](auto sums_tag) {
         constexpr bool kSums = decltype(sums_tag)::value;
         const auto kernel = qk_norm_rope_backward_kernel<T, decltype(lanes_tag)::value, kSums>;
