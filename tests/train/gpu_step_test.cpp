@@ -374,7 +374,8 @@ TEST(TrainStepGpu, GraphReplayEqualsEager) {
 // until that step has copied its own batch in): steps issued back to back, each on a
 // different batch, end in the same weights and statistics as steps whose results are
 // read (a host synchronisation) after each one. Without that wait the host would
-// overwrite the pinned buffer before the queued copies read it.
+// overwrite the pinned buffer before the queued copies read it. Each step's previous()
+// there, read while the step runs, is the step before it.
 TEST(TrainStepGpu, BackToBackStepsEachReadTheirOwnBatch) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   LanguageModel waited(small_model(), DType::f32, Device::cuda(), DType::bf16);
@@ -391,15 +392,24 @@ TEST(TrainStepGpu, BackToBackStepsEachReadTheirOwnBatch) {
   std::vector<std::vector<data::Batch>> batches;
   for (int s = 0; s < kSteps; ++s)
     batches.push_back({random_batch({300 + 7 * s, 64, 200 - 7 * s}, 300, 40 + static_cast<uint64_t>(s))});
-  std::vector<double> losses;
+  std::vector<AccumulatedStep> waited_stats;
   for (int s = 0; s < kSteps; ++s) {
     step_waited.run(batches[s], 1.0);
-    losses.push_back(step_waited.read().loss_sum);
+    waited_stats.push_back(step_waited.read());
   }
-  for (int s = 0; s < kSteps; ++s) step_queued.run(batches[s], 1.0);
+  for (int s = 0; s < kSteps; ++s) {
+    step_queued.run(batches[s], 1.0);
+    if (s == 0) continue;
+    const AccumulatedStep previous = step_queued.previous(), want = waited_stats[s - 1];
+    EXPECT_EQ(previous.loss_sum, want.loss_sum) << "step " << s - 1;
+    EXPECT_EQ(previous.trained_tokens, want.trained_tokens) << "step " << s - 1;
+    EXPECT_EQ(previous.grad_norm, want.grad_norm) << "step " << s - 1;
+    EXPECT_EQ(previous.grad_scale, want.grad_scale) << "step " << s - 1;
+    EXPECT_TRUE(previous.applied) << "step " << s - 1;
+  }
   EXPECT_TRUE(step_queued.replayed());
   const AccumulatedStep last = step_queued.read();
-  EXPECT_EQ(last.loss_sum, losses.back());
+  EXPECT_EQ(last.loss_sum, waited_stats.back().loss_sum);
   for (size_t i = 0; i < waited.params().size(); ++i)
     ASSERT_EQ(waited.params()[i]->value.to_doubles(), queued.params()[i]->value.to_doubles())
         << waited.params()[i]->name;

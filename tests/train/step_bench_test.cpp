@@ -140,6 +140,7 @@ TEST(StepBenchGpu, ProfilesTheGraphStepAndTheEagerOne) {
   const auto [graph_ops, graph_total] = ops(graph);
   EXPECT_TRUE(graph_ops.contains("attention_forward"));
   // The step's work outside the ops has rows of its own.
+  EXPECT_TRUE(graph_ops.contains("statistics_keep"));
   EXPECT_TRUE(graph_ops.contains("batch_upload"));
   EXPECT_TRUE(graph_ops.contains("gradient_restart"));
   EXPECT_LT(graph_total, graph.step_ms) << "the graph's op times are more than one step";

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "amber/core/random.h"
 #include "amber/data/shard.h"
@@ -130,6 +132,39 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   const AccumulatedStep bad = stats.read();
   EXPECT_TRUE(std::isnan(bad.grad_norm));
   EXPECT_EQ(bad.loss_sum, a.loss_sum);
+}
+
+// A step first keeps the statistics of the step before it, so the host can read them
+// (previous()) while that step runs: each run's previous() is the last run's read(),
+// a step without trained tokens included.
+TEST(Trainer, PreviousIsTheStepBeforeTheLastRun) {
+  LanguageModel model(tiny_model());
+  model.init_weights(4);
+  OptimizerConfig oc;
+  auto optimizer = build_optimizer(oc, model.params());
+  TrainStep step(model, optimizer.get(), {.grad_clip = 1.0});
+  // One-token documents have no targets: the third step trains nothing.
+  const std::vector<data::Batch> batches[] = {{data::pack_documents(make_documents(6, 8))},
+                                              {data::pack_documents(make_documents(4, 9))},
+                                              {data::pack_documents({{5}, {7}})},
+                                              {data::pack_documents(make_documents(5, 10))}};
+  ASSERT_EQ(batches[2][0].trained_tokens, 0);
+  std::optional<AccumulatedStep> before;
+  for (const auto& batch : batches) {
+    step.run(batch, 1.0);
+    const AccumulatedStep previous = step.previous(), now = step.read();
+    if (before) {
+      EXPECT_EQ(previous.loss_sum, before->loss_sum);
+      EXPECT_EQ(previous.z_loss_sum, before->z_loss_sum);
+      EXPECT_EQ(previous.trained_tokens, before->trained_tokens);
+      EXPECT_TRUE(previous.grad_norm == before->grad_norm || (std::isnan(previous.grad_norm) && std::isnan(before->grad_norm)));
+      EXPECT_EQ(previous.grad_scale, before->grad_scale);
+      EXPECT_EQ(previous.applied, before->applied);
+    }
+    before = now;
+  }
+  EXPECT_EQ(step.previous().trained_tokens, 0) << "the step before the last trained nothing";
+  EXPECT_GT(step.read().trained_tokens, 0);
 }
 
 // Clipping scales the gradients as the update reads them: clipped steps give the
@@ -315,6 +350,55 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   fs::remove_all(straight);
   fs::remove_all(resumed);
   fs::remove_all(corpus);
+}
+
+// The trainer logs step k while step k + 1 runs, except where it acts on the model
+// after step k. A run that evaluates after every step, and so waits for each step's
+// end, logs the same statistics step for step as one that evaluates only at its end.
+void expect_logs_match_a_run_that_waits(RunConfig c, const std::string& name) {
+  const std::string corpus = write_corpus(name);
+  const std::string waits = corpus + "_waits", overlaps = corpus + "_overlaps";
+  fs::remove_all(waits);
+  fs::remove_all(overlaps);
+  c.data.dir = corpus;
+  c.train.steps = 7;
+  c.train.checkpoint_every = 0;
+  c.train.eval_every = 1;
+  c.train.out_dir = waits;
+  Trainer(c, {false, "", false}).run();
+  c.train.eval_every = 0;
+  c.train.out_dir = overlaps;
+  Trainer(c, {false, "", false}).run();
+  const std::vector<nlohmann::json> a = train_records(waits), b = train_records(overlaps);
+  ASSERT_EQ(a.size(), 7u);
+  ASSERT_EQ(b.size(), 7u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : {"step", "loss", "z_loss", "lr", "grad_norm", "grad_scale", "tokens_seen", "skipped"})
+      EXPECT_EQ(a[i][key], b[i][key]) << key << " at step " << i + 1;
+    const double tokens_per_s = b[i]["tokens_per_s"].get<double>();
+    EXPECT_TRUE(std::isfinite(tokens_per_s) && tokens_per_s > 0) << b[i].dump();
+  }
+  EXPECT_NE(a[0]["loss"], a[1]["loss"]) << "steps that log the same numbers could hide an off-by-one";
+  fs::remove_all(waits);
+  fs::remove_all(overlaps);
+  fs::remove_all(corpus);
+}
+
+TEST(Trainer, LogsEachStepWhileTheNextRuns) {
+  expect_logs_match_a_run_that_waits(small_run("", ""), "overlap");
+}
+
+TEST(TrainerGpu, LogsEachStepWhileTheNextRuns) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  RunConfig c = small_run("", "");
+  c.model.dim = 64;  // head_dim 32: the smallest the CUDA attention takes
+  c.model.heads = 2;
+  c.model.kv_heads = 1;
+  c.train.device = "cuda";
+  c.train.compute_dtype = "bf16";
+  c.train.gemm_tuning = false;  // both runs multiply with the same algorithms
+  c.validate();
+  expect_logs_match_a_run_that_waits(c, "overlap_gpu");
 }
 
 // On a GPU, training measures its GEMM algorithms by default (train.gemm_tuning) and

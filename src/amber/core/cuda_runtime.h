@@ -14,11 +14,12 @@ void pool_free(void* data, int device);
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);
 void zero(void* dst, size_t bytes);
 void synchronize();
-// Page-locked host memory: a copy from it to the device is queued without waiting,
-// and a captured graph reads it again at every replay.
+// Page-locked host memory: a copy between it and the device is queued without waiting,
+// and a captured graph copies again at every replay.
 void* pinned_allocate(size_t bytes);
 void pinned_free(void* data);
 void copy_from_pinned(void* device_dst, const void* pinned_src, size_t bytes);
+void copy_to_pinned(void* pinned_dst, const void* device_src, size_t bytes);
 // Capture of the calling thread's stream into a CUDA graph: the work issued between
 // begin_capture and end_capture is recorded, not run; end_capture returns the
 // instantiated graph, which launch_graph replays on that stream.

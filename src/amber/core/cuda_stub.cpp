@@ -21,6 +21,7 @@ void synchronize() {}
 void* pinned_allocate(size_t) { no_cuda(); }
 void pinned_free(void*) {}
 void copy_from_pinned(void*, const void*, size_t) { no_cuda(); }
+void copy_to_pinned(void*, const void*, size_t) { no_cuda(); }
 void begin_capture() { no_cuda(); }
 void* end_capture() { no_cuda(); }
 void discard_capture() {}

@@ -17,8 +17,13 @@ namespace amber {
 namespace {
 constexpr int kValues = 8;
 
-// The step's own GPU work outside any op (the batch's copies, the gradients' zeroing)
-// under names of its own in op profiles, so that a profile accounts for the whole step.
+AccumulatedStep accumulated_step(const double* v) {
+  return {v[0], v[1], static_cast<int64_t>(v[2]), v[3], v[6], v[4] != 0.0};
+}
+
+// The step's own GPU work outside any op (the kept statistics, the batch's copies, the
+// gradients' zeroing) under names of its own in op profiles, so that a profile accounts
+// for the whole step.
 class StepScope {
  public:
   StepScope(const LanguageModel& model, const char* name) {
@@ -32,13 +37,41 @@ class StepScope {
 
 StepStats::StepStats(const LanguageModel& model)
     : values_(Tensor::zeros({kValues}, DType::f64, model.device())),
-      squares_(Tensor::zeros({static_cast<int64_t>(model.params().size())}, DType::f64, model.device())) {}
+      squares_(Tensor::zeros({static_cast<int64_t>(model.params().size())}, DType::f64, model.device())) {
+  if (model.device().is_cuda()) {
+    kept_values_ = static_cast<double*>(cuda::pinned_allocate(kValues * sizeof(double)));
+    kept_copied_ = cuda::create_marker();
+  } else {
+    kept_values_ = new double[kValues];
+  }
+  std::fill(kept_values_, kept_values_ + kValues, 0.0);
+}
+
+StepStats::~StepStats() {
+  if (kept_copied_) {
+    cuda::destroy_marker(kept_copied_);
+    cuda::pinned_free(kept_values_);
+  } else {
+    delete[] kept_values_;
+  }
+}
 
 void StepStats::zero() { values_.slice(0, 0, 5).zero(); }
 
-AccumulatedStep StepStats::read() const {
-  const std::vector<double> v = values_.to_doubles();
-  return {v[0], v[1], static_cast<int64_t>(v[2]), v[3], v[6], v[4] != 0.0};
+AccumulatedStep StepStats::read() const { return accumulated_step(values_.to_doubles().data()); }
+
+void StepStats::keep() {
+  if (!kept_copied_) {
+    std::copy_n(values_.data<double>(), kValues, kept_values_);
+    return;
+  }
+  cuda::copy_to_pinned(kept_values_, values_.raw(), kValues * sizeof(double));
+  cuda::place_marker(kept_copied_);
+}
+
+AccumulatedStep StepStats::kept() const {
+  if (kept_copied_) cuda::wait_for_marker(kept_copied_);
+  return accumulated_step(kept_values_);
 }
 
 void global_grad_norm(const LanguageModel& model, StepStats& stats) {
@@ -177,13 +210,17 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   for (const data::Batch& b : micro_batches) trained_tokens += b.trained_tokens;
   replayed_ = false;
   if (trained_tokens == 0) {
+    stats_.keep();
     stats_.zero();
     return;
   }
   // The token count comes from the batches' host metadata, so the scale is known
   // before any kernel runs.
   const double inputs[kStepInputs] = {lr_multiplier, 1.0, 1.0 / static_cast<double>(trained_tokens)};
+  // Every step first keeps the previous step's statistics (previous()), before its
+  // inputs and its zeroing overwrite them.
   if (!model_.device().is_cuda()) {
+    stats_.keep();
     Tensor device_inputs = stats_.inputs();
     std::copy(inputs, inputs + kStepInputs, device_inputs.data<double>());
     issue(micro_batches);
@@ -216,6 +253,10 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   Tensor device_inputs = stats_.inputs();
   if (capture) cuda::begin_capture();
   try {
+    {
+      const StepScope scope(model_, "statistics_keep");
+      stats_.keep();
+    }
     {
       const StepScope scope(model_, "batch_upload");
       slots_->upload(device_inputs);

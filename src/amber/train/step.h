@@ -3,7 +3,8 @@
 // Every number the step reads from the host (the lr multiplier, the loss scale, the
 // batches) reaches it through device memory, so nothing in the step waits for the
 // host, and on a GPU the whole step is captured once as a CUDA graph and replayed.
-// StepStats::read is the step's one host synchronisation.
+// The host reads a step's statistics either at once (StepStats::read, which waits for
+// the step) or while the next step runs (TrainStep::previous).
 #pragma once
 
 #include <cmath>
@@ -37,6 +38,9 @@ inline constexpr int kStepInputs = 3;
 class StepStats {
  public:
   explicit StepStats(const LanguageModel& model);
+  ~StepStats();
+  StepStats(const StepStats&) = delete;
+  StepStats& operator=(const StepStats&) = delete;
   Tensor loss_sums() const { return values_.slice(0, 0, 3); }  // what LMHead accumulates into
   Tensor grad_norm() const { return values_.slice(0, 3, 4); }
   Tensor checked() const { return values_.slice(0, 0, 4); }  // what must be finite to apply
@@ -49,11 +53,19 @@ class StepStats {
   Tensor squares() const { return squares_; }  // [params], one squared gradient norm each
   // Zeroes the sums, the norm and the apply flag (not the inputs).
   void zero();
-  // The step's values on the host: one device-to-host copy, the step's only synchronisation.
+  // The step's values on the host: one device-to-host copy, which waits for the step.
   AccumulatedStep read() const;
+  // Queues a copy of the values to the host (pinned memory on a GPU), which kept()
+  // returns. Queued first in a step, it keeps the previous step's values from this
+  // step's zeroing, so the host can read them without waiting for this step.
+  void keep();
+  // What the last keep() copied; waits only for that copy.
+  AccumulatedStep kept() const;
 
  private:
   Tensor values_, squares_;
+  double* kept_values_;           // kValues doubles; pinned on a GPU
+  void* kept_copied_ = nullptr;  // on a GPU, the marker placed after keep()'s copy
 };
 
 // stats' grad norm = sqrt of the sum of squared gradient entries of every parameter,
@@ -88,6 +100,9 @@ class TrainStep {
   void run(std::span<const data::Batch> micro_batches, double lr_multiplier);
   // The last step's statistics (waits for it).
   AccumulatedStep read() const { return stats_.read(); }
+  // The statistics of the step before the last run; empty after the first run. Waits
+  // only until the last run has begun, so the host can log a step while the next runs.
+  AccumulatedStep previous() const { return stats_.kept(); }
   StepStats& stats() { return stats_; }
   // Whether the last run replayed the captured graph.
   bool replayed() const { return replayed_; }

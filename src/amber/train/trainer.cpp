@@ -283,7 +283,8 @@ double Trainer::run() {
     std::cout << s.line_start << "checkpoint: " << path << "\n";
   };
 
-  const auto run_start = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto run_start = Clock::now();
   const int64_t first_step = s.step;
   std::vector<data::Batch> micro(static_cast<size_t>(t.grad_accum));
   // On a GPU the card's SM clock and board power are sampled between logged steps: a
@@ -294,19 +295,28 @@ double Trainer::run() {
     ~StopsSampling() { cuda::stop_card_sampling(); }
   } stops_sampling;
   if (device.is_cuda()) cuda::start_card_sampling(device.index);
-  while (s.step < t.steps) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<int32_t> lengths;
+
+  // A step issued to the device whose statistics the host has not logged yet.
+  struct Issued {
+    std::vector<int32_t> lengths;  // of its documents, over its micro-batches
+    double multiplier = 0;         // of the learning rates
+    Clock::time_point start;       // from when its time counts
+    Clock::time_point issued;      // when run() returned (on the CPU, the step's end)
+  };
+  int64_t issued_steps = s.step;
+  auto issue = [&](Clock::time_point start) {
+    Issued step{{}, s.schedule(issued_steps), start};
     for (data::Batch& b : micro) {
       b = s.loader->next();
       const std::vector<int32_t> l = b.seq.lengths();
-      lengths.insert(lengths.end(), l.begin(), l.end());
+      step.lengths.insert(step.lengths.end(), l.begin(), l.end());
     }
-    // Losses, norm, clipping and the decision to update stay on the device; the host
-    // reads the step's statistics once, after the update, to log them.
-    const double multiplier = s.schedule(s.step);
-    s.train_step->run(micro, multiplier);
-    const AccumulatedStep acc = s.train_step->read();
+    s.train_step->run(micro, step.multiplier);
+    step.issued = Clock::now();
+    ++issued_steps;
+    return step;
+  };
+  auto log_step = [&](const Issued& step, const AccumulatedStep& acc, Clock::time_point end) {
     const double norm = acc.grad_norm;
     const double loss = acc.trained_tokens > 0 ? acc.loss_sum / static_cast<double>(acc.trained_tokens) : NAN;
     const bool skip = !acc.applied;
@@ -318,15 +328,15 @@ double Trainer::run() {
     }
     ++s.step;
     s.tokens_seen += acc.trained_tokens;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(end - step.start).count();
     int64_t step_tokens = 0;
-    for (int32_t l : lengths) step_tokens += l;
+    for (int32_t l : step.lengths) step_tokens += l;
     const double tokens_per_s = static_cast<double>(step_tokens) / seconds;
     nlohmann::json record = {{"type", "train"},
                              {"step", s.step},
                              {"loss", loss},
                              {"z_loss", acc.trained_tokens ? acc.z_loss_sum / static_cast<double>(acc.trained_tokens) : 0.0},
-                             {"lr", c.optimizer.lr * multiplier},
+                             {"lr", c.optimizer.lr * step.multiplier},
                              {"grad_norm", norm},
                              {"grad_scale", acc.grad_scale},
                              {"tokens_per_s", tokens_per_s},
@@ -347,29 +357,57 @@ double Trainer::run() {
       if (s.step < t.steps) cuda::start_card_sampling(device.index);
     }
     if (t.peak_tflops > 0) {
-      const FlopCount f = count_flops(c.model, lengths);
+      const FlopCount f = count_flops(c.model, step.lengths);
       record["mfu"] = f.model / seconds / (t.peak_tflops * 1e12);
       record["hfu"] = f.hardware / seconds / (t.peak_tflops * 1e12);
     }
     s.log_json(record);
     if (s.options.progress && logged_step) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta = elapsed / static_cast<double>(s.step - first_step) * static_cast<double>(t.steps - s.step);
       const int width = 24, filled = static_cast<int>(width * s.step / t.steps);
       std::cout << s.line_start << "step " << std::setw(6) << s.step << "/" << t.steps << " ["
                 << std::string(static_cast<size_t>(filled), '=') << std::string(static_cast<size_t>(width - filled), ' ')
                 << "] loss " << std::fixed << std::setprecision(4) << loss << " | lr " << std::scientific
-                << std::setprecision(2) << c.optimizer.lr * multiplier << " | gnorm " << std::fixed
+                << std::setprecision(2) << c.optimizer.lr * step.multiplier << " | gnorm " << std::fixed
                 << std::setprecision(3) << norm << " | " << format_count(tokens_per_s) << " tok/s";
       if (record.contains("mfu")) std::cout << " | MFU " << std::setprecision(1) << 100 * record["mfu"].get<double>() << "%";
       if (card.available) std::cout << " | " << std::setprecision(0) << card.sm_mhz << " MHz " << card.watts << " W";
       std::cout << " | ETA " << format_duration(eta) << std::flush;
       if (!s.terminal || s.step % (t.log_every * 10) == 0 || s.step == t.steps) std::cout << "\n";
     }
-    const bool last = s.step == t.steps;
-    if ((t.eval_every > 0 && s.step % t.eval_every == 0) || last) do_eval();
-    if ((t.sample_every > 0 && s.step % t.sample_every == 0) || (last && t.sample_every > 0)) do_samples();
-    if ((t.checkpoint_every > 0 && s.step % t.checkpoint_every == 0) || last) do_checkpoint();
+  };
+
+  // Losses, norm, clipping and the decision to update stay on the device. The host
+  // issues step k + 1 before it reads and logs step k, so that loading batches and
+  // logging overlap the device's work. It waits for step k's end instead where it acts
+  // on the model after step k: an evaluation, samples, a checkpoint (whose loader state
+  // must not have moved on to step k + 1).
+  auto due = [](int64_t every, int64_t step) { return every > 0 && step % every == 0; };
+  std::optional<Issued> running;
+  while (s.step < t.steps) {
+    if (!running) running = issue(Clock::now());
+    const int64_t step = s.step + 1;  // the running step's number
+    const bool last = step == t.steps;
+    const bool eval = due(t.eval_every, step) || last;
+    const bool samples = due(t.sample_every, step) || (last && t.sample_every > 0);
+    const bool checkpoint = due(t.checkpoint_every, step) || last;
+    if (!eval && !samples && !checkpoint) {
+      Issued next = issue(Clock::now());
+      const AccumulatedStep acc = s.train_step->previous();
+      // On a GPU the running step is over once the next has begun, which previous()
+      // waited for; the CPU ran it within its run().
+      Clock::time_point end = running->issued;
+      if (device.is_cuda()) end = next.start = Clock::now();
+      log_step(*running, acc, end);
+      running = std::move(next);
+      continue;
+    }
+    log_step(*running, s.train_step->read(), Clock::now());
+    running.reset();
+    if (eval) do_eval();
+    if (samples) do_samples();
+    if (checkpoint) do_checkpoint();
   }
   return s.last_val_loss;
 }

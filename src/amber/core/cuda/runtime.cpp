@@ -98,6 +98,11 @@ void copy_from_pinned(void* device_dst, const void* pinned_src, size_t bytes) {
         "cudaMemcpyAsync");
 }
 
+void copy_to_pinned(void* pinned_dst, const void* device_src, size_t bytes) {
+  check(cudaMemcpyAsync(pinned_dst, device_src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread),
+        "cudaMemcpyAsync");
+}
+
 void begin_capture() {
   check(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
 }
