@@ -38,5 +38,21 @@ TEST(Elementwise, ResidualAddAndScaleMatchFloat64) {
   EXPECT_THROW(add_scaled_into(wrong, x.to(DType::f32), y.to(DType::f32), 1.0), Error);
 }
 
+// zero_all zeroes each tensor, of any dtype, and nothing around a view; a tensor that
+// is not contiguous is refused.
+TEST(Elementwise, ZeroAllZeroesEachTensor) {
+  Tensor a = random_tensor({5, 3}, DType::f32, 3), b = random_tensor({9}, DType::f64, 4);
+  Tensor base = random_tensor({10}, DType::bf16, 5);
+  const std::vector<double> before = base.to_doubles();
+  std::vector<Tensor> tensors = {a, b, base.slice(0, 2, 7), Tensor::empty({0}, DType::f32)};
+  zero_all(tensors);
+  for (double v : a.to_doubles()) EXPECT_EQ(v, 0.0);
+  for (double v : b.to_doubles()) EXPECT_EQ(v, 0.0);
+  const std::vector<double> after = base.to_doubles();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(after[i], i >= 2 && i < 7 ? 0.0 : before[i]) << i;
+  std::vector<Tensor> strided = {random_tensor({4, 6}, DType::f32, 6).slice(1, 0, 3)};
+  EXPECT_THROW(zero_all(strided), Error);
+}
+
 }  // namespace
 }  // namespace amber

@@ -86,6 +86,36 @@ TEST(ElementwiseGpu, AddScaledAddScaledIntoAndScaleIntoMatchCpu) {
   }
 }
 
+// zero_all on views of two buffers (f32, and bf16 for views that start off a 16-byte
+// boundary): 140 tensors, so more than one launch's table, of lengths from 0 to several
+// 64 KiB chunks with ragged ends. The views' elements become zero and everything
+// between them keeps its value, as on the CPU.
+TEST(ElementwiseGpu, ZeroAllZeroesEveryTensorAndNothingElse) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t n = 400000;
+    const Tensor values = random_tensor({n}, dt, 5);
+    Tensor on_cpu = values.clone(), on_gpu = gpu(values);
+    std::vector<Tensor> cpu_views, gpu_views;
+    int64_t at = dt == DType::bf16 ? 1 : 0, last_end = 0;
+    const int64_t lengths[] = {0, 1, 7, 64, 1000, 16387, 65536, 70001};
+    for (int i = 0; i < 140; ++i) {
+      const int64_t length = i < 8 ? lengths[i] : 1 + (i * 37) % 300;
+      cpu_views.push_back(on_cpu.slice(0, at, at + length));
+      gpu_views.push_back(on_gpu.slice(0, at, at + length));
+      last_end = at + length;
+      at = last_end + 1 + i % 3;  // a gap of 1-3 elements that must keep its value
+    }
+    ASSERT_LT(at, n);
+    zero_all(cpu_views);
+    zero_all(gpu_views);
+    expect_identical("zero_all " + std::string(dtype_name(dt)), on_gpu, on_cpu);
+    const std::vector<double> after = on_cpu.to_doubles();
+    EXPECT_EQ(after[last_end - 1], 0.0) << "the last view was not zeroed";
+    EXPECT_NE(after[last_end], 0.0) << "the gap after the last view was zeroed";
+  }
+}
+
 TEST(ActivationGpu, GatedAndPlainMatchCpu) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "amber/core/random.h"
+#include "amber/ops/elementwise.h"
 
 namespace amber {
 namespace {
@@ -79,17 +80,30 @@ void LanguageModel::refresh_working_copies() {
 }
 
 void LanguageModel::zero_grad() {
-  for (const auto& p : params_) p->zero_grad();
+  std::vector<Tensor> grads;
+  for (const auto& p : params_) grads.push_back(p->grad);
+  zero_all(grads);
 }
 
 void LanguageModel::restart_grads() {
-  for (const auto& p : params_) p->restart_grad();
+  // A product gradient is marked stale (its first product overwrites it); the others
+  // are zeroed together.
+  std::vector<Tensor> zeroed;
+  for (const auto& p : params_) {
+    if (p->product_gradient)
+      *p->stale_grad = true;
+    else
+      zeroed.push_back(p->grad);
+  }
+  zero_all(zeroed);
 }
 
 void LanguageModel::settle_grads() {
   // Every part of a stacked parameter reads the flag they share before it is cleared.
+  std::vector<Tensor> zeroed;
   for (const auto& p : params_)
-    if (*p->stale_grad) p->zero_grad();
+    if (*p->stale_grad) zeroed.push_back(p->grad);
+  zero_all(zeroed);
   for (const auto& p : params_) *p->stale_grad = false;
 }
 

@@ -22,23 +22,14 @@ struct Param {
   bool shared = false;  // used in more than one place (tied embeddings)
   // Its layer's backward writes the whole gradient with one product per micro-batch
   // (a linear weight), so a step's first micro-batch can overwrite it: a step needs
-  // no zeroing pass over it (restart_grad).
+  // no zeroing pass over it (LanguageModel::restart_grads).
   bool product_gradient = false;
   // Whether the gradient holds an earlier step's values, which its next product
   // overwrites; shared by a stacked parameter's parts and whole.
   std::shared_ptr<bool> stale_grad = std::make_shared<bool>(false);
 
-  void zero_grad() { grad.zero(); }
-  // A step's gradients start from zero: a product gradient is marked stale (its first
-  // product overwrites it), any other is zeroed now.
-  void restart_grad() {
-    if (product_gradient)
-      *stale_grad = true;
-    else
-      zero_grad();
-  }
   // For the product that writes the gradient: whether it adds to it (false the first
-  // time after restart_grad, when it overwrites the stale values instead).
+  // time after LanguageModel::restart_grads, when it overwrites the stale values instead).
   bool grad_accumulates() {
     const bool accumulate = !*stale_grad;
     *stale_grad = false;

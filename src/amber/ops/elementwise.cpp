@@ -1,6 +1,8 @@
 // Entry points of ops/elementwise.h: shared validation, then the device switch.
 #include "amber/ops/elementwise.h"
 
+#include <vector>
+
 #include "amber/ops/cpu/elementwise.h"
 #include "amber/ops/cuda/elementwise.h"
 #include "amber/ops/device_switch.h"
@@ -30,6 +32,17 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar) {
               dtype_name(scalar.dtype()), " ", scalar.shape());
   AMBER_ON_DEVICE(ops::common_device(op, {&out, &scalar}), op, cuda::fill_from_scalar(out, scalar),
                   cpu::fill_from_scalar(out, scalar));
+}
+
+void zero_all(std::span<Tensor> tensors) {
+  const char* op = "zero_all";
+  if (tensors.empty()) return;
+  std::vector<const Tensor*> all;
+  for (const Tensor& t : tensors) {
+    require_contiguous(t, op);
+    all.push_back(&t);
+  }
+  AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::zero_all(tensors), cpu::zero_all(tensors));
 }
 
 }  // namespace amber

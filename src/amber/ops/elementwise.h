@@ -1,6 +1,8 @@
 // Element-wise helpers of the residual stream.
 #pragma once
 
+#include <span>
+
 #include "amber/core/tensor.h"
 
 namespace amber {
@@ -16,5 +18,9 @@ void scale_into(Tensor& out, const Tensor& in, double alpha);
 // Every element of out = scalar (one f64 element on out's device), read where it
 // lives: a value the host changes between replays of a captured step.
 void fill_from_scalar(Tensor& out, const Tensor& scalar);
+// Every tensor (contiguous, any dtype, one device) set to zero. On a GPU a launch zeroes
+// up to 64 tensors, where a memset each would cost a step's graph one node per tensor
+// (a training step zeroes every norm's weight gradient).
+void zero_all(std::span<Tensor> tensors);
 
 }  // namespace amber

@@ -305,7 +305,7 @@ double Trainer::run() {
   };
   int64_t issued_steps = s.step;
   auto issue = [&](Clock::time_point start) {
-    Issued step{{}, s.schedule(issued_steps), start};
+    Issued step{{}, s.schedule(issued_steps), start, {}};
     for (data::Batch& b : micro) {
       b = s.loader->next();
       const std::vector<int32_t> l = b.seq.lengths();

@@ -36,4 +36,8 @@ void scale_into(Tensor& out, const Tensor& in, double alpha) {
 
 void fill_from_scalar(Tensor& out, const Tensor& scalar) { out.fill(scalar.item(0)); }
 
+void zero_all(std::span<Tensor> tensors) {
+  for (Tensor& t : tensors) t.zero();
+}
+
 }  // namespace amber::cpu

@@ -53,6 +53,14 @@ __device__ __forceinline__ void store_f32(T* p, const float (&in)[V]) {
 
 __host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The table entry owning chunk `chunk`, for tables whose entry i owns the chunks
+// first_chunk[i] .. first_chunk[i + 1] - 1 (count entries).
+__device__ __forceinline__ int table_entry(const int64_t* first_chunk, int count, int64_t chunk) {
+  int i = 0;
+  while (i + 1 < count && first_chunk[i + 1] <= chunk) ++i;
+  return i;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

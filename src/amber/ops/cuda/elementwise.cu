@@ -80,4 +80,52 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar) {
   check_launch(op, out.shape());
 }
 
+namespace {
+
+// Up to kMax tensors for one launch, passed by value (a captured graph holds it).
+// Tensor i owns the chunks first_chunk[i] .. first_chunk[i + 1] - 1 of kBytes each.
+struct ZeroTable {
+  static constexpr int kMax = 64;
+  static constexpr int64_t kBytes = 65536;
+  void* data[kMax];
+  int64_t bytes[kMax];
+  int64_t first_chunk[kMax + 1];
+  int count;
+};
+
+// One block per chunk of any tensor in the table: 16-byte stores where the tensor is
+// aligned, single bytes for its unaligned start or ragged end.
+__global__ void zero_chunks_kernel(const __grid_constant__ ZeroTable table) {
+  const int64_t chunk = blockIdx.x;
+  const int i = table_entry(table.first_chunk, table.count, chunk);
+  char* base = static_cast<char*>(table.data[i]);
+  const int64_t begin = (chunk - table.first_chunk[i]) * ZeroTable::kBytes;
+  const int64_t end = min(begin + ZeroTable::kBytes, table.bytes[i]);
+  const int64_t words_end = aligned16(base) ? begin + (end - begin) / 16 * 16 : begin;
+  for (int64_t j = begin + 16 * static_cast<int64_t>(threadIdx.x); j < words_end; j += 16 * blockDim.x)
+    *reinterpret_cast<uint4*>(base + j) = make_uint4(0, 0, 0, 0);
+  for (int64_t j = words_end + threadIdx.x; j < end; j += blockDim.x) base[j] = 0;
+}
+
+}  // namespace
+
+void zero_all(std::span<Tensor> tensors) {
+  const char* op = "zero_all";
+  for (size_t next = 0; next < tensors.size();) {
+    ZeroTable table{};
+    for (; next < tensors.size() && table.count < ZeroTable::kMax; ++next) {
+      const int i = table.count++;
+      table.data[i] = tensors[next].raw();
+      table.bytes[i] = static_cast<int64_t>(tensors[next].bytes());
+      table.first_chunk[i + 1] = table.first_chunk[i] + (table.bytes[i] + ZeroTable::kBytes - 1) / ZeroTable::kBytes;
+    }
+    const int64_t chunks = table.first_chunk[table.count];
+    AMBER_CHECK(chunks < (int64_t{1} << 31), op, ": ", chunks, " chunks of ", ZeroTable::kBytes,
+                " bytes exceed the launch grid");
+    if (chunks == 0) continue;
+    zero_chunks_kernel<<<static_cast<unsigned>(chunks), 256, 0, cudaStreamPerThread>>>(table);
+    check_launch(op, tensors[next - 1].shape());
+  }
+}
+
 }  // namespace amber::cuda

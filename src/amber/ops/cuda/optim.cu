@@ -46,14 +46,6 @@ struct AdamWElement {
   }
 };
 
-// The table entry owning chunk `chunk`, for tables whose entry i owns the chunks
-// first_chunk[i] .. first_chunk[i + 1] - 1 (count entries).
-__device__ __forceinline__ int table_entry(const int64_t* first_chunk, int count, int64_t chunk) {
-  int i = 0;
-  while (i + 1 < count && first_chunk[i + 1] <= chunk) ++i;
-  return i;
-}
-
 // Up to kMax parameters of one working dtype for one launch, passed by value (a
 // captured graph holds it). Parameter i owns the chunks first_chunk[i] ..
 // first_chunk[i + 1] - 1 of kAdamWChunk elements each.
