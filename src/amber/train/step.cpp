@@ -135,7 +135,9 @@ struct TrainStep::Slots {
     cuda::pinned_free(staging);
   }
 
-  int64_t batch_ints() const { return 3 * tokens + docs + 1; }
+  // Rounded up to whole 16-byte words, so that every batch, and the f64 inputs after
+  // them, start aligned.
+  int64_t batch_ints() const { return (3 * tokens + docs + 1 + 3) / 4 * 4; }
   double* inputs() const { return reinterpret_cast<double*>(staging + batches.size() * batch_ints()); }
 
   bool fit(std::span<const data::Batch> micro) const {
