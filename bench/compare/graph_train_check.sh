@@ -3,7 +3,8 @@
 # eagerly: configs/loss_curve_200m.toml on the GPU in bf16 for STEPS steps, with an
 # evaluation every 20 steps (which moves the activation arena, so the graph is
 # dropped and captured again). Prints the largest loss difference between the runs
-# (0 when replay matches eager bit for bit) and each run's tokens/s over its last 10 steps.
+# (0 when replay matches eager bit for bit), each run's tokens/s over its last 10 steps
+# and the graph run's steps that ran eagerly (two before each capture).
 # Usage: bench/compare/graph_train_check.sh [AMBER_BINARY] [STEPS]  (on a GPU machine,
 # with data/fortunes made by scripts/demo)
 set -euo pipefail
@@ -28,4 +29,6 @@ print(f"steps {len(g)}: largest |graph - eager| train loss {gap:.3g}; "
       f"eval losses graph {evals(graph)} eager {evals(eager)}")
 rate = lambda rs: sum(rs[s]["tokens_per_s"] for s in sorted(rs)[-10:]) / 10
 print(f"tokens/s over the last 10 steps: graph {rate(g):.0f}, eager {rate(e):.0f}")
+eager_steps = [s for s in sorted(g) if not g[s].get("graph_replay")]
+print(f"graph run's steps not replayed (eager before a capture): {eager_steps}")
 PY

@@ -302,10 +302,11 @@ double Trainer::run() {
     double multiplier = 0;         // of the learning rates
     Clock::time_point start;       // from when its time counts
     Clock::time_point issued;      // when run() returned (on the CPU, the step's end)
+    bool replayed = false;         // whether it ran as a replay of the captured CUDA graph
   };
   int64_t issued_steps = s.step;
   auto issue = [&](Clock::time_point start) {
-    Issued step{{}, s.schedule(issued_steps), start, {}};
+    Issued step{{}, s.schedule(issued_steps), start, {}, false};
     for (data::Batch& b : micro) {
       b = s.loader->next();
       const std::vector<int32_t> l = b.seq.lengths();
@@ -313,6 +314,7 @@ double Trainer::run() {
     }
     s.train_step->run(micro, step.multiplier);
     step.issued = Clock::now();
+    step.replayed = s.train_step->replayed();
     ++issued_steps;
     return step;
   };
@@ -344,8 +346,10 @@ double Trainer::run() {
                              {"step_time_s", seconds},
                              {"peak_memory_mb", peak_memory_mb()},
                              {"skipped", skip}};
-    if (device.is_cuda())
+    if (device.is_cuda()) {
       record["device_peak_memory_mb"] = static_cast<double>(cuda::pool_peak_bytes(device.index)) / (1 << 20);
+      record["graph_replay"] = step.replayed;
+    }
     const bool logged_step = s.step % t.log_every == 0 || s.step == t.steps || s.step == first_step + 1;
     cuda::CardState card;  // not available: nothing sampled for this step
     if (device.is_cuda() && logged_step) {
