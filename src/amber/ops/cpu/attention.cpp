@@ -51,13 +51,19 @@ struct Geometry {
   int32_t first_key(int32_t i) const { return window > 0 ? std::max(0, i - window + 1) : 0; }
 };
 
-// Plain sequential sums: no reassociation, so every row's result is fixed by its inputs
-// alone (thread count and memory alignment do not enter).
+// Sums in a fixed order, so every row's result is fixed by its inputs alone (thread
+// count and memory alignment do not enter). Eight running sums, one per d mod 8, then
+// added pairwise: a single running sum waits on each add in turn, and the compiler may
+// not reorder it into vector lanes.
+constexpr int64_t kDotLanes = 8;
 template <class T>
 T dot(const T* a, const T* b, int64_t n) {
-  T s = 0;
-  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
-  return s;
+  T lane[kDotLanes] = {};
+  const int64_t whole = n - n % kDotLanes;
+  for (int64_t d = 0; d < whole; d += kDotLanes)
+    for (int64_t l = 0; l < kDotLanes; ++l) lane[l] += a[d + l] * b[d + l];
+  for (int64_t d = whole; d < n; ++d) lane[d - whole] += a[d] * b[d];
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 template <class T>
