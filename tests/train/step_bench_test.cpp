@@ -109,6 +109,19 @@ TEST(StepBench, TwiceRepeatsAnOpWithoutChangingTheStep) {
   }
 }
 
+// --profile times CUDA events; on the CPU it is refused rather than printing nothing.
+TEST(StepBench, ProfileOnTheCpuIsRefused) {
+  StepBenchOptions o = tiny_cpu_bench();
+  o.profile = true;
+  try {
+    run_step_bench(o);
+    FAIL() << "--profile on the CPU was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--profile"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("perf record"), std::string::npos) << e.what();
+  }
+}
+
 // --profile on a GPU: with the step's CUDA graph, the ops are timed at its replays (their
 // mean); with --no-graph, summed over the eager steps. Both see the same ops, and the graph's
 // per-op times add up to no more than its step.

@@ -74,6 +74,9 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
     ~TwiceScope() { profile::set_twice(""); }
   } twice_scope(o.twice);
   const Device device = device_from_name(o.device);
+  AMBER_CHECK(!o.profile || device.is_cuda(),
+              "bench step: --profile times a GPU step's ops with CUDA events and cannot time a CPU step; on the CPU, "
+              "sample the whole process instead (perf record -g amber bench step ..., then perf report)");
   LanguageModel model(o.model, DType::f32, device, dtype_from_name(o.compute_dtype));
   model.init_weights(o.seed);
   auto optimizer = build_optimizer(o.optimizer, model.params());
