@@ -169,7 +169,8 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   step->add_flag("--profile", a->options.profile,
                  "GPU only: also print GPU time per op: CUDA events around every op entry point, recorded as nodes "
-                 "of the step's CUDA graph (the mean over the timed replays) or, with --no-graph, summed over the eager steps");
+                 "of the step's CUDA graph (the mean over the timed replays) or, with --no-graph, summed over the "
+                 "eager steps");
   step->add_option("--twice", a->options.twice,
                    "Run this op's entry point twice in every call, so the step's time shows what the op costs inside "
                    "it (on a GPU at its power cap that is its energy, not its eager time; docs/perf/step.md). "
