@@ -177,6 +177,7 @@ void store_from_double(void* base, DType t, size_t i, double v) {
 }
 
 void convert(const void* src, DType st, void* dst, DType dt, size_t n) {
+  if (n == 0) return;  // an empty tensor may have no storage: no pointer to pass on
   if (st == dt) {
     std::memcpy(dst, src, n * dtype_size(st));
     return;

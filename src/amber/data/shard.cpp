@@ -161,6 +161,7 @@ Shard Shard::open(const std::string& path, bool verify) {
 void Shard::read(int64_t doc, int64_t start, int64_t count, int32_t* out) const {
   AMBER_CHECK(doc >= 0 && doc < num_docs_ && start >= 0 && count >= 0 && start + count <= doc_length(doc), "shard ",
               path_, ": read of document ", doc, " tokens [", start, ", ", start + count, ") is out of range");
+  if (count == 0) return;  // an empty document's buffer may be null
   const uint64_t first = offsets_[doc] + static_cast<uint64_t>(start);
   if (token_bytes_ == 2) {
     for (int64_t i = 0; i < count; ++i) {
