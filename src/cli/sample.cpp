@@ -37,11 +37,20 @@ void run_sample(const SampleArgs& a) {
   const std::string tokenizer_path = a.tokenizer.empty() ? config.data.tokenizer : a.tokenizer;
   AMBER_CHECK(!tokenizer_path.empty(), "no tokenizer: pass --tokenizer (the run config names none)");
   const data::Tokenizer tokenizer = data::load_tokenizer_json(tokenizer_path);
+  AMBER_CHECK(tokenizer.vocab_size() <= config.model.vocab_size, tokenizer_path, " has ", tokenizer.vocab_size(),
+              " tokens but the checkpoint's model.vocab_size is ", config.model.vocab_size,
+              "; pass the tokenizer the run was trained with (--tokenizer)");
   LanguageModel model(config.model);
   load_checkpoint(dir, model, nullptr);
-  std::optional<int32_t> bos, eos;
-  if (!config.data.bos.empty()) bos = tokenizer.token_to_id(config.data.bos);
-  if (!config.data.eos.empty()) eos = tokenizer.token_to_id(config.data.eos);
+  // The run's bos and eos, which another tokenizer (--tokenizer) must also know.
+  const auto special = [&](const std::string& token, const char* key) -> std::optional<int32_t> {
+    if (token.empty()) return std::nullopt;
+    const std::optional<int32_t> id = tokenizer.token_to_id(token);
+    AMBER_CHECK(id, tokenizer_path, " has no token '", token, "', the run's data.", key,
+                "; pass the tokenizer the run was trained with (--tokenizer)");
+    return id;
+  };
+  const std::optional<int32_t> bos = special(config.data.bos, "bos"), eos = special(config.data.eos, "eos");
   std::vector<std::string> texts = a.prompts.empty() ? std::vector<std::string>{""} : a.prompts;
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& text : texts) {
@@ -53,6 +62,7 @@ void run_sample(const SampleArgs& a) {
   }
   GenerationConfig g = a.generation;
   g.eos_id = eos.value_or(-1);
+  g.vocab_limit = tokenizer.vocab_size();  // a padded vocabulary's extra ids have no text
   const auto out = generate(model, prompts, g);
   std::cout << "checkpoint " << dir << " (step " << state.value("step", 0) << ")\n";
   for (size_t i = 0; i < out.size(); ++i) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "amber/gen/generate.h"
@@ -107,6 +108,27 @@ TEST(Generation, SeededBatchIsReproducibleAndStopsAtEos) {
   EXPECT_LE(stopped[0].size(), 3u);
   EXPECT_EQ(stopped[0].back(), g.eos_id);
   EXPECT_THROW(generate(model, {{}}, g), Error);
+}
+
+// A vocabulary padded past the tokenizer's size: vocab_limit keeps every sampled id
+// below the limit, where without it the same draws reach past it.
+TEST(Generation, VocabLimitKeepsSampledIdsBelowIt) {
+  LanguageModel model(tiny());
+  model.init_weights(6);
+  GenerationConfig g;
+  g.max_new_tokens = 40;
+  g.sampling.seed = 9;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2}, {3}};
+  const auto highest = [](const std::vector<std::vector<int32_t>>& out) {
+    int32_t m = 0;
+    for (const auto& seq : out) m = std::max(m, *std::max_element(seq.begin(), seq.end()));
+    return m;
+  };
+  ASSERT_GE(highest(generate(model, prompts, g)), 8) << "the unlimited draws never pass the limit";
+  g.vocab_limit = 8;
+  EXPECT_LT(highest(generate(model, prompts, g)), 8);
+  g.vocab_limit = 24;  // past the model's 23 ids
+  EXPECT_THROW(generate(model, prompts, g), Error);
 }
 
 }  // namespace

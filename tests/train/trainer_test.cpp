@@ -19,36 +19,12 @@
 #include "amber/train/trainer.h"
 #include "data/testing.h"
 #include "ops/testing.h"
+#include "train/run_testing.h"
 
 namespace amber {
 namespace {
 namespace fs = std::filesystem;
-
-ModelConfig tiny_model() {
-  ModelConfig c;
-  c.vocab_size = 64;
-  c.dim = 32;
-  c.depth = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.mlp_hidden = 64;
-  return c;
-}
-
-// Documents whose tokens follow a learnable pattern (each token predicts the next).
-std::vector<std::vector<int32_t>> make_documents(int count, uint64_t seed) {
-  Tensor u = Tensor::empty({count * 2}, DType::f64);
-  fill_uniform(u, seed, 0);
-  std::vector<std::vector<int32_t>> docs;
-  for (int d = 0; d < count; ++d) {
-    const int length = 5 + static_cast<int>(u.item(2 * d) * 40);
-    int32_t token = static_cast<int32_t>(u.item(2 * d + 1) * 60);
-    std::vector<int32_t> doc;
-    for (int i = 0; i < length; ++i) doc.push_back(token = (token * 7 + 3) % 61);
-    docs.push_back(doc);
-  }
-  return docs;
-}
+using namespace run_testing;
 
 TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
   // 8192 tokens in documents of uneven length, once as one micro-batch and once as
@@ -256,56 +232,6 @@ TEST(Trainer, NonFiniteStepLeavesWeightsAlone) {
       ASSERT_TRUE(after[j] == before[i][j] || (std::isnan(after[j]) && std::isnan(before[i][j])))
           << model.params()[i]->name;
   }
-}
-
-// A tokenized-corpus folder the loader reads: shards and their manifest.
-std::string write_corpus(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("amber_trainer_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const char* split : {"train", "val"}) {
-    const auto docs = make_documents(split[0] == 't' ? 120 : 20, split[0] == 't' ? 5 : 6);
-    std::vector<int32_t> tokens;
-    std::vector<uint64_t> offsets = {0};
-    for (const auto& d : docs) {
-      tokens.insert(tokens.end(), d.begin(), d.end());
-      offsets.push_back(tokens.size());
-    }
-    data::write_shard((dir / (std::string(split) + "-00000.bin")).string(), tokens, offsets, 64);
-  }
-  std::ofstream(dir / "manifest.json") << R"({"train": [{"file": "train-00000.bin"}], "val": [{"file": "val-00000.bin"}]})";
-  return dir.string();
-}
-
-RunConfig small_run(const std::string& corpus, const std::string& out) {
-  RunConfig c;
-  c.model = tiny_model();
-  c.train.steps = 6;
-  c.train.micro_batch_tokens = 256;
-  c.train.grad_accum = 2;
-  c.train.eval_every = 3;
-  c.train.checkpoint_every = 3;
-  c.train.keep_checkpoints = 5;
-  c.train.out_dir = out;
-  c.train.device = "cpu";  // the CPU oracle; the GPU step has its own tests (gpu_step_test.cpp)
-  c.optimizer.name = "muon";
-  c.optimizer.lr = 3e-3;
-  c.data.dir = corpus;
-  c.data.max_seq_len = 64;
-  c.validate();
-  return c;
-}
-
-// The "train" records of a run's metrics.jsonl, in order.
-std::vector<nlohmann::json> train_records(const std::string& out) {
-  std::ifstream in(fs::path(out) / "metrics.jsonl");
-  std::vector<nlohmann::json> records;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == "train") records.push_back(std::move(j));
-  }
-  return records;
 }
 
 std::vector<double> train_losses(const std::string& out) {

@@ -24,6 +24,10 @@ std::vector<std::vector<int32_t>> generate(LanguageModel& model, const std::vect
   validate_sampling(config.sampling);
   AMBER_CHECK(!prompts.empty(), "generate: no prompts");
   AMBER_CHECK(config.max_new_tokens >= 0, "max_new_tokens must be >= 0");
+  const int64_t model_vocab = model.config().vocab_size;
+  AMBER_CHECK(config.vocab_limit >= 0 && config.vocab_limit <= model_vocab, "generate: vocab_limit ",
+              config.vocab_limit, " must lie in [0, ", model_vocab, "], the model's vocabulary (0 = every id)");
+  const int64_t sampled_ids = config.vocab_limit > 0 ? config.vocab_limit : model_vocab;
   const int sequences = static_cast<int>(prompts.size());
   int longest = 0;
   std::vector<int32_t> tokens, counts, starts(static_cast<size_t>(sequences), 0);
@@ -48,7 +52,7 @@ std::vector<std::vector<int32_t>> generate(LanguageModel& model, const std::vect
       starts[s] += counts[s];
       counts[s] = 1;
       // Finished sequences still step (the cache keeps one shape) but emit nothing.
-      const std::vector<double> row(all.begin() + s * vocab, all.begin() + (s + 1) * vocab);
+      const std::vector<double> row(all.begin() + s * vocab, all.begin() + s * vocab + sampled_ids);
       const uint64_t draw = (static_cast<uint64_t>(s) << 32) | static_cast<uint64_t>(step);
       const int32_t next = sample_token(row, config.sampling, draw);
       tokens.push_back(next);

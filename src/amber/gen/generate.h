@@ -13,6 +13,9 @@ namespace amber {
 struct GenerationConfig {
   int max_new_tokens = 64;
   int32_t eos_id = -1;  // stop a sequence when it samples this token; -1 = never
+  // Sample only ids below this: a tokenizer's size, where the model's vocabulary is
+  // padded past it (ids the tokenizer cannot decode). 0 = every id.
+  int32_t vocab_limit = 0;
   SamplingConfig sampling;
 };
 

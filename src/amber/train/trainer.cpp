@@ -254,6 +254,7 @@ double Trainer::run() {
     GenerationConfig g;
     g.max_new_tokens = t.sample_tokens;
     g.eos_id = s.eos.value_or(-1);
+    g.vocab_limit = s.tokenizer->vocab_size();  // a padded vocabulary's extra ids have no text
     g.sampling.temperature = 0.8;
     g.sampling.top_p = 0.95;
     g.sampling.seed = t.seed + static_cast<uint64_t>(s.step);

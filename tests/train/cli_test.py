@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `amber train` and `amber sample` through the binary, as the README
+demo uses them but small enough for every test run: a tokenizer and shards, a short CPU
+run with evaluations, sample previews and checkpoints, its resumption, samples from the
+run folder, and the messages of bad arguments. The model's vocabulary is padded far past
+the tokenizer's (vocabularies are often rounded up past a tokenizer's size), so previews
+and samples must keep to the ids the tokenizer can decode."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+FORTUNE = "/usr/share/games/fortunes/science"
+
+CONFIG = """
+[model]
+vocab_size = 1024
+dim = 32
+depth = 1
+heads = 2
+kv_heads = 1
+mlp_hidden = 64
+max_position = 256
+
+[train]
+steps = {steps}
+micro_batch_tokens = 512
+eval_every = 2
+eval_batches = 1
+sample_every = 2
+sample_prompts = ["The"]
+sample_tokens = 6
+checkpoint_every = 2
+out_dir = "{run}"
+device = "cpu"
+
+[optimizer]
+name = "adamw"
+lr = 3e-3
+
+[data]
+dir = "{shards}"
+tokenizer = "{tok}"
+max_seq_len = 128
+bos = "<|bos|>"
+eos = "<|eos|>"
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--amber", required=True)
+    amber = ap.parse_args().amber
+    failures = []
+    checks = 0
+
+    def run(args):
+        # Samples of an untrained model may hold split UTF-8 sequences.
+        return subprocess.run([amber] + args, capture_output=True, encoding="utf-8", errors="replace")
+
+    def expect(ok, what):
+        nonlocal checks
+        checks += 1
+        if not ok:
+            failures.append(what)
+            print("FAILED:", what)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = os.path.join(tmp, "tok.json")
+        shards = os.path.join(tmp, "shards")
+        run_dir = os.path.join(tmp, "run")
+        r = run(["tokenizer", "train", "--input", FORTUNE, "--vocab-size", "500", "--out", tok])
+        expect(r.returncode == 0, f"tokenizer train: {r.stderr[-300:]}")
+        r = run(["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", shards, "--val-fraction", "0.1"])
+        expect(r.returncode == 0, f"tokenize: {r.stderr[-300:]}")
+
+        def config(steps):
+            path = os.path.join(tmp, f"run{steps}.toml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(CONFIG.format(steps=steps, run=run_dir, shards=shards, tok=tok))
+            return path
+
+        r = run(["train", config(4)])
+        expect(r.returncode == 0, f"train: {r.stderr[-400:]}")
+        for fragment in ["eval @ step 2: val loss", "samples @ step 2:\n  [The]", "samples @ step 4:\n  [The]",
+                         "checkpoint: " + os.path.join(run_dir, "checkpoints", "step-00000004")]:
+            expect(fragment in r.stdout, f"train prints {fragment!r}: {r.stdout[-600:]!r}")
+        records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8")]
+        steps = [rec["step"] for rec in records if rec["type"] == "train"]
+        expect(steps == [1, 2, 3, 4], f"metrics.jsonl has steps 1-4: {steps}")
+
+        r = run(["train", config(6), "--resume"])
+        expect(r.returncode == 0 and "samples @ step 6:" in r.stdout, f"resume to step 6: {r.stderr[-400:]}")
+        records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8")]
+        steps = [rec["step"] for rec in records if rec["type"] == "train"]
+        expect(steps == [1, 2, 3, 4, 5, 6], f"the resumed run appends steps 5-6: {steps}")
+        r = run(["train", config(6)])
+        expect(r.returncode != 0 and "--resume" in r.stderr, f"a fresh run into a used folder: {r.stderr[-300:]}")
+
+        args = ["sample", "--checkpoint", run_dir, "--prompt", "The", "--prompt", "", "--max-tokens", "12",
+                "--temperature", "1.0", "--seed", "3"]
+        first, again = run(args), run(args)
+        expect(first.returncode == 0, f"sample: {first.stderr[-300:]}")
+        expect(re.search(r"checkpoint .*step-00000006 \(step 6\)", first.stdout) is not None,
+               f"sample names the latest checkpoint: {first.stdout[:200]!r}")
+        expect("--- sample 1\nThe" in first.stdout and "--- sample 2\n" in first.stdout,
+               f"one sample per prompt: {first.stdout!r}")
+        expect(first.stdout == again.stdout, "a seed reproduces the samples")
+
+        with open(tok, encoding="utf-8") as f:
+            other = json.load(f)
+        for added in other["added_tokens"]:
+            if added["content"] == "<|bos|>":
+                added["content"] = "<|start|>"
+        other_tok = os.path.join(tmp, "other.json")
+        with open(other_tok, "w", encoding="utf-8") as f:
+            json.dump(other, f)
+        for bad, fragment in [
+            (["sample", "--checkpoint", os.path.join(tmp, "nowhere")], "neither a checkpoint nor a run folder"),
+            (["sample", "--checkpoint", run_dir, "--tokenizer", other_tok], "has no token '<|bos|>'"),
+            (["sample", "--checkpoint", run_dir, "--top-p", "0"], "top-p"),
+            (["train", os.path.join(tmp, "missing.toml")], "missing.toml"),
+        ]:
+            r = run(bad)
+            expect(r.returncode != 0 and fragment in r.stderr,
+                   f"{' '.join(bad[:3])}: exit {r.returncode}, stderr {r.stderr[-200:]!r} lacks {fragment!r}")
+
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+// Helpers shared by the trainer tests: a tiny model, a learnable token corpus written as
+// shards, a small CPU run over it, and the "train" records its metrics.jsonl holds.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "amber/core/random.h"
+#include "amber/data/shard.h"
+#include "amber/train/run_config.h"
+
+namespace amber::run_testing {
+namespace fs = std::filesystem;
+
+inline ModelConfig tiny_model() {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.dim = 32;
+  c.depth = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.mlp_hidden = 64;
+  return c;
+}
+
+// Documents whose tokens follow a learnable pattern (each token predicts the next).
+inline std::vector<std::vector<int32_t>> make_documents(int count, uint64_t seed) {
+  Tensor u = Tensor::empty({count * 2}, DType::f64);
+  fill_uniform(u, seed, 0);
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < count; ++d) {
+    const int length = 5 + static_cast<int>(u.item(2 * d) * 40);
+    int32_t token = static_cast<int32_t>(u.item(2 * d + 1) * 60);
+    std::vector<int32_t> doc;
+    for (int i = 0; i < length; ++i) doc.push_back(token = (token * 7 + 3) % 61);
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
+// A tokenized-corpus folder the loader reads: shards (of a `vocab`-token vocabulary)
+// and their manifest.
+inline std::string write_corpus(const std::string& name, int vocab = 64) {
+  const fs::path dir = fs::temp_directory_path() / ("amber_trainer_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* split : {"train", "val"}) {
+    const auto docs = make_documents(split[0] == 't' ? 120 : 20, split[0] == 't' ? 5 : 6);
+    std::vector<int32_t> tokens;
+    std::vector<uint64_t> offsets = {0};
+    for (const auto& d : docs) {
+      tokens.insert(tokens.end(), d.begin(), d.end());
+      offsets.push_back(tokens.size());
+    }
+    data::write_shard((dir / (std::string(split) + "-00000.bin")).string(), tokens, offsets, vocab);
+  }
+  std::ofstream(dir / "manifest.json")
+      << R"({"train": [{"file": "train-00000.bin"}], "val": [{"file": "val-00000.bin"}]})";
+  return dir.string();
+}
+
+inline RunConfig small_run(const std::string& corpus, const std::string& out) {
+  RunConfig c;
+  c.model = tiny_model();
+  c.train.steps = 6;
+  c.train.micro_batch_tokens = 256;
+  c.train.grad_accum = 2;
+  c.train.eval_every = 3;
+  c.train.checkpoint_every = 3;
+  c.train.keep_checkpoints = 5;
+  c.train.out_dir = out;
+  c.train.device = "cpu";  // the CPU oracle; the GPU step has its own tests (gpu_step_test.cpp)
+  c.optimizer.name = "muon";
+  c.optimizer.lr = 3e-3;
+  c.data.dir = corpus;
+  c.data.max_seq_len = 64;
+  c.validate();
+  return c;
+}
+
+// The "train" records of a run's metrics.jsonl, in order.
+inline std::vector<nlohmann::json> train_records(const std::string& out) {
+  std::ifstream in(fs::path(out) / "metrics.jsonl");
+  std::vector<nlohmann::json> records;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") records.push_back(std::move(j));
+  }
+  return records;
+}
+
+}  // namespace amber::run_testing

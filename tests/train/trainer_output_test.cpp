@@ -1,0 +1,129 @@
+// What a training run prints, and what it checks of its tokenizer before it starts: the
+// progress lines, sample previews, skipped steps, and the data section's token errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "amber/data/bpe_trainer.h"
+#include "amber/data/tokenizer_json.h"
+#include "amber/train/trainer.h"
+#include "data/testing.h"
+#include "train/run_testing.h"
+
+namespace amber {
+namespace {
+using namespace run_testing;
+using data::testing::expect_error;
+using data::testing::TempDir;
+
+constexpr auto npos = std::string::npos;
+
+// Runs the trainer with its progress lines on and returns what it printed. A run that
+// throws hands stdout back first, so that the test's report is seen.
+std::string printed_by(const RunConfig& c) {
+  ::testing::internal::CaptureStdout();
+  try {
+    Trainer(c, {false, "", true}).run();
+  } catch (...) {
+    ::testing::internal::GetCapturedStdout();
+    throw;
+  }
+  return ::testing::internal::GetCapturedStdout();
+}
+
+// A byte-level BPE tokenizer of 262 tokens (256 bytes, 3 merges, bos/eos/pad), saved in
+// `dir`; returns its path.
+std::string write_tokenizer(const TempDir& dir) {
+  data::BpeTrainerOptions o;
+  o.vocab_size = 262;
+  data::BpeTrainer bpe(o);
+  bpe.add_documents({"the cat the cat the cat", "abab abab abab"});
+  const std::string path = dir.file("tokenizer.json");
+  data::save_tokenizer_json(bpe.train(), path);
+  return path;
+}
+
+// Without a terminal each logged step (the first, every log_every-th, the last) gets
+// a line of its own: progress bar, loss, lr, norm, tokens/s, MFU when a peak is set,
+// and the time left.
+TEST(TrainerOutput, ProgressLinesNameEachLoggedStep) {
+  const TempDir dir;
+  const std::string corpus = write_corpus("progress");
+  RunConfig c = small_run(corpus, dir.file("run"));
+  c.train.log_every = 2;
+  c.train.peak_tflops = 1;
+  const std::string out = printed_by(c);
+  std::filesystem::remove_all(corpus);
+  for (const char* logged : {"step      1/6 [====                    ] loss ", "step      2/6 [========  ",
+                             "step      4/6 [================  ", "step      6/6 [========================] loss "})
+    EXPECT_NE(out.find(logged), npos) << logged << " is missing from:\n" << out;
+  for (const char* quiet : {"step      3/6", "step      5/6"}) EXPECT_EQ(out.find(quiet), npos) << out;
+  for (const char* part : {" | lr 3.00e-03", " | gnorm ", " tok/s | MFU ", "% | ETA "})
+    EXPECT_NE(out.find(part), npos) << part << " is missing from:\n" << out;
+  EXPECT_NE(out.find("| ETA 0m00s\n"), npos) << "the last step has no time left:\n" << out;
+  EXPECT_NE(out.find("eval @ step 3: val loss "), npos) << out;
+  EXPECT_NE(out.find("checkpoint: " + dir.file("run") + "/checkpoints/step-00000006"), npos) << out;
+}
+
+// A step whose loss or gradient norm is not finite updates nothing, says so with a
+// running count, and is marked in metrics.jsonl; the run goes on to its last step.
+// A z-loss weight of 1e38 overflows every token's loss to infinity.
+TEST(TrainerOutput, NonFiniteStepsAreSkippedCountedAndLogged) {
+  const TempDir dir;
+  const std::string corpus = write_corpus("skips");
+  RunConfig c = small_run(corpus, dir.file("run"));
+  c.model.z_loss_weight = 1e38;
+  c.train.eval_every = 0;
+  const std::string out = printed_by(c);
+  std::filesystem::remove_all(corpus);
+  for (int step = 1; step <= 6; ++step) {
+    const std::string line = "step " + std::to_string(step) + ": non-finite loss or gradient norm, update skipped (" +
+                             std::to_string(step) + " skipped so far)\n";
+    EXPECT_NE(out.find(line), npos) << line << " is missing from:\n" << out;
+  }
+  const std::vector<nlohmann::json> records = train_records(dir.file("run"));
+  ASSERT_EQ(records.size(), 6u);
+  for (const nlohmann::json& r : records) EXPECT_TRUE(r["skipped"].get<bool>()) << r.dump();
+}
+
+// With a tokenizer, sample_every previews a continuation of each prompt from the
+// model being trained, at its steps and at the last.
+TEST(TrainerOutput, SamplePreviewsContinueEachPrompt) {
+  const TempDir dir;
+  const std::string corpus = write_corpus("samples", 272);
+  RunConfig c = small_run(corpus, dir.file("run"));
+  c.model.vocab_size = 272;
+  c.data.tokenizer = write_tokenizer(dir);
+  c.data.bos = "<|bos|>";
+  c.data.eos = "<|eos|>";
+  c.train.sample_every = 4;
+  c.train.sample_prompts = {"the cat", "ab"};
+  c.train.sample_tokens = 5;
+  const std::string out = printed_by(c);
+  std::filesystem::remove_all(corpus);
+  for (const char* at : {"samples @ step 4:\n  [the cat]", "samples @ step 6:\n  [the cat]"})
+    EXPECT_NE(out.find(at), npos) << at << " is missing from:\n" << out;
+  EXPECT_NE(out.find("\n  [ab]"), npos) << out;
+  EXPECT_EQ(out.find("samples @ step 3"), npos) << out;
+}
+
+// data.bos and data.eos name tokens of data.tokenizer, whose vocabulary must fit the model's.
+TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
+  const TempDir dir;
+  const std::string corpus = write_corpus("tokens", 272);
+  RunConfig c = small_run(corpus, dir.file("run"));
+  c.data.bos = "<|bos|>";
+  expect_error([&] { Trainer(c, {}); }, {"data.bos = '<|bos|>'", "needs data.tokenizer"});
+  c.data.tokenizer = write_tokenizer(dir);
+  c.model.vocab_size = 272;
+  c.data.eos = "<|end|>";
+  expect_error([&] { Trainer(c, {}); }, {"data.eos = '<|end|>'", "is not a token of the tokenizer"});
+  c.data.eos = "<|eos|>";
+  c.model.vocab_size = 64;
+  expect_error([&] { Trainer(c, {}); }, {"the tokenizer has 262 tokens", "raise model.vocab_size"});
+  std::filesystem::remove_all(corpus);
+}
+
+}  // namespace
+}  // namespace amber
