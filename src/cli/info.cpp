@@ -49,10 +49,13 @@ void print_model(const InfoOptions& o) {
   const std::vector<int32_t> lengths(static_cast<size_t>(o.tokens / o.document_length), o.document_length);
   const FlopCount f = count_flops(c, lengths);
   const double n = static_cast<double>(lengths.size()) * o.document_length;
-  std::cout << "  FLOPs per token (documents of " << o.document_length << "): model "
-            << f.model / n / 1e9 << " GFLOP (dense " << 3 * f.dense_forward / n / 1e9 << ", attention "
-            << 3 * f.attention_forward / n / 1e9 << ", head " << 3 * f.head_forward / n / 1e9
-            << "), hardware " << f.hardware / n / 1e9 << " GFLOP\n";
+  // Small models in MFLOP, so that their figures keep digits.
+  const bool giga = f.model / n >= 1e9;
+  const double unit = n * (giga ? 1e9 : 1e6);
+  const char* name = giga ? " GFLOP" : " MFLOP";
+  std::cout << "  FLOPs per token (documents of " << o.document_length << "): model " << f.model / unit << name
+            << " (dense " << 3 * f.dense_forward / unit << ", attention " << 3 * f.attention_forward / unit
+            << ", head " << 3 * f.head_forward / unit << "), hardware " << f.hardware / unit << name << "\n";
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 """End-to-end checks of `amber train` and `amber sample` through the binary, as the README
 demo uses them but small enough for every test run: a tokenizer and shards, a short CPU
 run with evaluations, sample previews and checkpoints, its resumption, samples from the
-run folder, and the messages of bad arguments. The model's vocabulary is padded far past
+run folder, `amber info` and `amber bench step` on the run's config, and the messages of
+bad arguments. The model's vocabulary is padded far past
 the tokenizer's (vocabularies are often rounded up past a tokenizer's size), so previews
 and samples must keep to the ids the tokenizer can decode."""
 import argparse
@@ -109,6 +110,14 @@ def main():
         expect("--- sample 1\nThe" in first.stdout and "--- sample 2\n" in first.stdout,
                f"one sample per prompt: {first.stdout!r}")
         expect(first.stdout == again.stdout, "a seed reproduces the samples")
+
+        r = run(["info", "--config", config(6), "--doc-len", "128", "--tokens", "512"])
+        expect(r.returncode == 0 and "vocab 1024" in r.stdout and re.search(r"model [0-9.]+ MFLOP", r.stdout),
+               f"info shows the model, a small one in MFLOP: {r.stdout!r} {r.stderr[-200:]!r}")
+        r = run(["bench", "step", "--config", config(6), "--device", "cpu", "--dtype", "f32", "--tokens", "512",
+                 "--doc-len", "20-100", "--steps", "2", "--warmup", "1", "--warmup-seconds", "0"])
+        expect(r.returncode == 0 and re.search(r"step [0-9.]+ ms \| [0-9]+ tokens/s", r.stdout),
+               f"bench step on the CPU: {r.stdout[-300:]!r} {r.stderr[-300:]!r}")
 
         with open(tok, encoding="utf-8") as f:
             other = json.load(f)
