@@ -146,6 +146,20 @@ TEST_F(TokenizeCorpus, ShardsHoldEveryDocumentOnceWithAStableValSplit) {
   testing::expect_error([&] { list_shards(dir.file("nothing"), "train"); }, {"manifest.json", "finished"});
 }
 
+// --val-fraction 0 writes a manifest whose val list is empty: listed as no shards, which
+// the trainer reads as "nothing to evaluate".
+TEST_F(TokenizeCorpus, NoValidationFractionListsNoValShards) {
+  testing::TempDir dir;
+  TokenizeCorpusOptions o;
+  o.inputs = {testing::fortune_subset().front()};
+  o.out_dir = dir.file("out");
+  o.val_fraction = 0;
+  const TokenizeCorpusReport r = tokenize_corpus(*tokenizer_, o);
+  EXPECT_EQ(r.val_docs, 0);
+  EXPECT_TRUE(list_shards(o.out_dir, "val").empty());
+  EXPECT_FALSE(list_shards(o.out_dir, "train").empty());
+}
+
 TEST(ValSplit, HashIsStableAndSeeded) {
   int held = 0, moved = 0;
   for (int i = 0; i < 20000; ++i) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "amber/data/bpe_trainer.h"
@@ -108,7 +109,36 @@ TEST(TrainerOutput, SamplePreviewsContinueEachPrompt) {
   EXPECT_EQ(out.find("samples @ step 3"), npos) << out;
 }
 
-// data.bos and data.eos name tokens of data.tokenizer, whose vocabulary must fit the model's.
+// A corpus tokenized without a validation split (--val-fraction 0) trains, and says
+// that nothing is evaluated.
+TEST(TrainerOutput, CorpusWithoutValidationSplitTrainsUnevaluated) {
+  const TempDir dir;
+  const std::string corpus = write_corpus("no_val");
+  std::ofstream(std::filesystem::path(corpus) / "manifest.json")
+      << R"({"train": [{"file": "train-00000.bin"}], "val": []})";
+  const std::string out = printed_by(small_run(corpus, dir.file("run")));
+  std::filesystem::remove_all(corpus);
+  EXPECT_NE(out.find("has no validation split, so nothing is evaluated"), npos) << out;
+  EXPECT_EQ(out.find("eval @"), npos) << out;
+  EXPECT_EQ(train_records(dir.file("run")).size(), 6u);
+}
+
+// A run resumed at or past train.steps says there is nothing to train.
+TEST(TrainerOutput, ResumingAFinishedRunSaysSo) {
+  const TempDir dir;
+  const std::string corpus = write_corpus("finished");
+  RunConfig c = small_run(corpus, dir.file("run"));
+  Trainer(c, {false, "", false}).run();
+  ::testing::internal::CaptureStdout();
+  Trainer(c, {true, "", true}).run();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  std::filesystem::remove_all(corpus);
+  EXPECT_NE(out.find("nothing to train: the run is at step 6 and train.steps is 6"), npos) << out;
+  EXPECT_EQ(train_records(dir.file("run")).size(), 6u);
+}
+
+// data.bos and data.eos name tokens of data.tokenizer, whose vocabulary must fit the
+// model's; sample previews need the tokenizer and their prompts.
 TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   const TempDir dir;
   const std::string corpus = write_corpus("tokens", 272);
@@ -122,6 +152,14 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   c.data.eos = "<|eos|>";
   c.model.vocab_size = 64;
   expect_error([&] { Trainer(c, {}); }, {"the tokenizer has 262 tokens", "raise model.vocab_size"});
+  c.model.vocab_size = 272;
+  c.train.sample_every = 2;  // and no prompts
+  expect_error([&] { Trainer(c, {}); }, {"train.sample_every = 2 needs", "train.sample_prompts"});
+  c.data.tokenizer.clear();
+  c.data.bos.clear();
+  c.data.eos.clear();
+  c.train.sample_prompts = {"the"};
+  expect_error([&] { Trainer(c, {}); }, {"train.sample_every = 2 needs data.tokenizer"});
   std::filesystem::remove_all(corpus);
 }
 

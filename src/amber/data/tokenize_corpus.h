@@ -37,7 +37,8 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
                                      const std::function<void(const std::string&)>& on_progress = {});
 
 // The shard files of a split ("train" or "val") listed in DIR/manifest.json, which
-// tokenize_corpus writes last: a folder without it was never finished.
+// tokenize_corpus writes last: a folder without it was never finished. Empty for a
+// split without documents (the val split of --val-fraction 0).
 std::vector<std::string> list_shards(const std::string& dir, const std::string& split);
 
 }  // namespace amber::data

@@ -112,6 +112,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   const std::vector<std::string> train_shards = data::list_shards(c.data.dir, "train");
   const std::vector<std::string> val_shards = data::list_shards(c.data.dir, "val");
   AMBER_CHECK(!train_shards.empty(), "no training shards in ", c.data.dir, "; run `amber tokenize` first");
+  AMBER_CHECK(c.train.sample_every == 0 || (s.tokenizer && !c.train.sample_prompts.empty()),
+              "train.sample_every = ", c.train.sample_every, " needs data.tokenizer (to read the prompts and the ",
+              "samples) and train.sample_prompts (\"\" samples after bos alone); or set train.sample_every = 0");
   data::LoaderConfig lc;
   lc.shards = train_shards;
   lc.token_budget = c.train.micro_batch_tokens;
@@ -230,6 +233,12 @@ double Trainer::run() {
             << format_count(static_cast<double>(s.loader->tokens_per_epoch())) << " tokens per epoch), "
             << s.eval_batches.size() << " validation batches; " << t.grad_accum << " x " << t.micro_batch_tokens
             << " tokens per step\n";
+  if (s.eval_batches.empty())
+    std::cout << "data: " << c.data.dir << " has no validation split, so nothing is evaluated (amber tokenize "
+              << "--val-fraction above 0 makes one)\n";
+  if (s.step >= t.steps)
+    std::cout << "nothing to train: the run is at step " << s.step << " and train.steps is " << t.steps
+              << " (raise train.steps to go on)\n";
 
   auto do_eval = [&] {
     if (s.eval_batches.empty()) return;
