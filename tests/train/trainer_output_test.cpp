@@ -155,6 +155,9 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   c.model.vocab_size = 272;
   c.train.sample_every = 2;  // and no prompts
   expect_error([&] { Trainer(c, {}); }, {"train.sample_every = 2 needs", "train.sample_prompts"});
+  c.data.bos.clear();
+  c.train.sample_prompts = {"the", ""};  // "" has no bos to start from: refused before any step
+  expect_error([&] { Trainer(c, {}); }, {"train.sample_prompts: '' encodes to no tokens"});
   c.data.tokenizer.clear();
   c.data.bos.clear();
   c.data.eos.clear();

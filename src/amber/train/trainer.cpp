@@ -72,6 +72,7 @@ struct Trainer::State {
   std::optional<int32_t> bos, eos;
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<LanguageModel> preview_model;  // a CPU copy for sample previews of a GPU run
+  std::vector<std::vector<int32_t>> sample_prompts;  // train.sample_prompts encoded, bos first
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<TrainStep> train_step;  // the step's device work and its statistics
   Schedule schedule;
@@ -115,6 +116,14 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
   AMBER_CHECK(c.train.sample_every == 0 || (s.tokenizer && !c.train.sample_prompts.empty()),
               "train.sample_every = ", c.train.sample_every, " needs data.tokenizer (to read the prompts and the ",
               "samples) and train.sample_prompts (\"\" samples after bos alone); or set train.sample_every = 0");
+  // Encoded now, so that a prompt that cannot start a sample stops the run before its first step.
+  for (const std::string& p : c.train.sample_every > 0 ? c.train.sample_prompts : std::vector<std::string>{}) {
+    std::vector<int32_t> ids;
+    if (s.bos) ids.push_back(*s.bos);
+    s.tokenizer->encode(p, ids);
+    AMBER_CHECK(!ids.empty(), "train.sample_prompts: '", p, "' encodes to no tokens; set data.bos or give text");
+    s.sample_prompts.push_back(std::move(ids));
+  }
   data::LoaderConfig lc;
   lc.shards = train_shards;
   lc.token_budget = c.train.micro_batch_tokens;
@@ -251,15 +260,6 @@ double Trainer::run() {
                 {"val_tokens", e.tokens}});
   };
   auto do_samples = [&] {
-    if (!s.tokenizer || t.sample_prompts.empty()) return;
-    std::vector<std::vector<int32_t>> prompts;
-    for (const std::string& p : t.sample_prompts) {
-      std::vector<int32_t> ids;
-      if (s.bos) ids.push_back(*s.bos);
-      s.tokenizer->encode(p, ids);
-      AMBER_CHECK(!ids.empty(), "sample prompt '", p, "' encodes to no tokens; set data.bos or give text");
-      prompts.push_back(ids);
-    }
     GenerationConfig g;
     g.max_new_tokens = t.sample_tokens;
     g.eos_id = s.eos.value_or(-1);
@@ -276,7 +276,7 @@ double Trainer::run() {
         s.preview_model->params()[i]->value.copy_from(s.model->params()[i]->value);
       sampler = s.preview_model.get();
     }
-    const auto out = generate(*sampler, prompts, g);
+    const auto out = generate(*sampler, s.sample_prompts, g);
     std::cout << s.line_start << "samples @ step " << s.step << ":\n";
     for (size_t i = 0; i < out.size(); ++i) {
       std::vector<int32_t> ids = out[i];
