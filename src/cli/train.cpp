@@ -31,6 +31,9 @@ void add_train_command(CLI::App& app) {
     RunConfig config = load_run_config(args->config, args->overrides);
     Trainer trainer(std::move(config), {args->resume, args->resume_from, !args->quiet});
     trainer.run();
+    // Stopped by a signal, with a checkpoint: exit as the signal would have (128 + its
+    // number), so that a script or scheduler sees the run did not finish.
+    if (const int signal = trainer.stopped_by()) throw CLI::RuntimeError(128 + signal);
   });
 }
 

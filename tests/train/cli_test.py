@@ -2,17 +2,19 @@
 """End-to-end checks of `amber train` and `amber sample` through the binary, as the README
 demo uses them but small enough for every test run: a tokenizer and shards, a short CPU
 run with evaluations, sample previews and checkpoints, its resumption, samples from the
-run folder, `amber info` and `amber bench step` on the run's config, and the messages of
-bad arguments. The model's vocabulary is padded far past
+run folder, a run stopped by SIGTERM, `amber info` and `amber bench step` on the run's
+config, and the messages of bad arguments. The model's vocabulary is padded far past
 the tokenizer's (vocabularies are often rounded up past a tokenizer's size), so previews
 and samples must keep to the ids the tokenizer can decode."""
 import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 FORTUNE = "/usr/share/games/fortunes/science"
 
@@ -110,6 +112,22 @@ def main():
         expect("--- sample 1\nThe" in first.stdout and "--- sample 2\n" in first.stdout,
                f"one sample per prompt: {first.stdout!r}")
         expect(first.stdout == again.stdout, "a seed reproduces the samples")
+
+        # SIGTERM mid-run (a scheduler taking the machine back): a checkpoint, then exit 128 + 15.
+        stop_dir = os.path.join(tmp, "stopped")
+        long_run = [amber, "train", config(6), "--set", "train.steps=100000", "--set", f"train.out_dir={stop_dir}",
+                    "--set", "train.sample_every=0", "--set", "train.eval_every=0", "--quiet"]
+        proc = subprocess.Popen(long_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
+                                errors="replace")
+        metrics = os.path.join(stop_dir, "metrics.jsonl")
+        deadline = time.time() + 60
+        while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        expect(proc.returncode == 128 + signal.SIGTERM and "stopped by signal 15 after step" in out,
+               f"SIGTERM: exit {proc.returncode}, {out[-300:]!r} {err[-300:]!r}")
+        expect(os.path.exists(os.path.join(stop_dir, "checkpoints", "latest")), "SIGTERM leaves a checkpoint")
 
         r = run(["info", "--config", config(6), "--doc-len", "128", "--tokens", "512"])
         expect(r.returncode == 0 and "vocab 1024" in r.stdout and re.search(r"model [0-9.]+ MFLOP", r.stdout),

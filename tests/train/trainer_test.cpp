@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "amber/core/random.h"
 #include "amber/data/shard.h"
@@ -275,6 +277,43 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   for (const auto& [name, tensor] : a.tensors) EXPECT_EQ(tensor.to_doubles(), b.tensors.at(name).to_doubles()) << name;
   fs::remove_all(straight);
   fs::remove_all(resumed);
+  fs::remove_all(corpus);
+}
+
+// SIGTERM (a scheduler taking the machine back) mid-run: the run ends the step in
+// flight, checkpoints it and returns; resumed, it continues bit for bit as a run that
+// was never stopped. The signal comes from another thread once the first step is logged.
+TEST(Trainer, SignalStopsAtAStepWithACheckpointThatResumes) {
+  const std::string corpus = write_corpus("signal");
+  const std::string straight = corpus + "_straight", stopped = corpus + "_stopped";
+  fs::remove_all(straight);
+  fs::remove_all(stopped);
+  RunConfig c = small_run(corpus, straight);
+  c.train.steps = 200;
+  c.train.eval_every = 0;
+  c.train.checkpoint_every = 0;
+  Trainer(c, {false, "", false}).run();
+  c.train.out_dir = stopped;
+  Trainer first(c, {false, "", false});
+  std::thread sender([&] {
+    while (train_records(stopped).empty()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    kill(getpid(), SIGTERM);
+  });
+  first.run();
+  sender.join();
+  EXPECT_EQ(first.stopped_by(), SIGTERM);
+  const size_t stop_step = train_records(stopped).size();
+  ASSERT_GE(stop_step, 1u);
+  ASSERT_LT(stop_step, 200u) << "the run ended before the signal came";
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08zu", stop_step);
+  EXPECT_EQ(latest_checkpoint(stopped), stopped + "/checkpoints/" + name);
+  Trainer resumed(c, {true, "", false});
+  resumed.run();
+  EXPECT_EQ(resumed.stopped_by(), 0);
+  EXPECT_EQ(train_losses(stopped), train_losses(straight)) << "stopped after step " << stop_step;
+  fs::remove_all(straight);
+  fs::remove_all(stopped);
   fs::remove_all(corpus);
 }
 

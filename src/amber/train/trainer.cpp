@@ -23,6 +23,7 @@
 #include "amber/model/flops.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/checkpoint.h"
+#include "amber/train/stop_signals.h"
 
 namespace amber {
 namespace fs = std::filesystem;
@@ -82,6 +83,7 @@ struct Trainer::State {
   int64_t step = 0;
   int64_t tokens_seen = 0;
   int64_t skipped_steps = 0;
+  int stopped_by = 0;  // the signal that ended run() early, or 0
   double last_val_loss = NAN;
   std::ofstream metrics;
   // A terminal gets one self-overwriting progress line; a log file gets plain lines.
@@ -399,8 +401,18 @@ double Trainer::run() {
   // must not have moved on to step k + 1).
   auto due = [](int64_t every, int64_t step) { return every > 0 && step % every == 0; };
   std::optional<Issued> running;
+  const StopSignals stop_signals;
   while (s.step < t.steps) {
     if (!running) running = issue(Clock::now());
+    if (const int signal = stop_signals.received()) {
+      // The step in flight is the last the loader gave out, so the checkpoint after it
+      // resumes exactly where this run stops.
+      log_step(*running, s.train_step->read(), Clock::now());
+      do_checkpoint();
+      s.stopped_by = signal;
+      std::cout << "stopped by signal " << signal << " after step " << s.step << "; continue with --resume\n";
+      break;
+    }
     const int64_t step = s.step + 1;  // the running step's number
     const bool last = step == t.steps;
     const bool eval = due(t.eval_every, step) || last;
@@ -425,5 +437,7 @@ double Trainer::run() {
   }
   return s.last_val_loss;
 }
+
+int Trainer::stopped_by() const { return state_->stopped_by; }
 
 }  // namespace amber

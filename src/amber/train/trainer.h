@@ -23,8 +23,11 @@ class Trainer {
  public:
   Trainer(RunConfig config, TrainOptions options);
   ~Trainer();
-  // Trains until train.steps; returns the last validation loss.
+  // Trains until train.steps, or until SIGINT or SIGTERM arrives: then it ends the step
+  // in flight, writes a checkpoint and returns early. Returns the last validation loss.
   double run();
+  // The signal that stopped the last run() early, or 0.
+  int stopped_by() const;
 
  private:
   struct State;
