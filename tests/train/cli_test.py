@@ -6,7 +6,6 @@ run folder, a run stopped by SIGTERM, `amber info` and `amber bench step` on the
 config, and the messages of bad arguments. The model's vocabulary is padded far past
 the tokenizer's (vocabularies are often rounded up past a tokenizer's size), so previews
 and samples must keep to the ids the tokenizer can decode."""
-import argparse
 import json
 import os
 import re
@@ -15,6 +14,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cli_checks import Checks  # noqa: E402
 
 FORTUNE = "/usr/share/games/fortunes/science"
 
@@ -54,22 +56,8 @@ eos = "<|eos|>"
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--amber", required=True)
-    amber = ap.parse_args().amber
-    failures = []
-    checks = 0
-
-    def run(args):
-        # Samples of an untrained model may hold split UTF-8 sequences.
-        return subprocess.run([amber] + args, capture_output=True, encoding="utf-8", errors="replace")
-
-    def expect(ok, what):
-        nonlocal checks
-        checks += 1
-        if not ok:
-            failures.append(what)
-            print("FAILED:", what)
+    checks = Checks()
+    amber, run, expect = checks.amber, checks.run, checks.expect
 
     with tempfile.TemporaryDirectory() as tmp:
         tok = os.path.join(tmp, "tok.json")
@@ -155,8 +143,7 @@ def main():
             expect(r.returncode != 0 and fragment in r.stderr,
                    f"{' '.join(bad[:3])}: exit {r.returncode}, stderr {r.stderr[-200:]!r} lacks {fragment!r}")
 
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return checks.finish()
 
 
 if __name__ == "__main__":

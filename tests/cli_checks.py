@@ -1,0 +1,30 @@
+"""What the end-to-end CLI tests (tests/*/cli_test.py) share: the amber binary named by
+--amber, running it, and a tally of named checks that sets the exit status."""
+import argparse
+import subprocess
+
+
+class Checks:
+    def __init__(self):
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--amber", required=True)
+        self.amber = parser.parse_args().amber
+        self.count = 0
+        self.failures = []
+
+    def run(self, args, stdin=""):
+        """Runs amber with args; its output as text (bytes that are not UTF-8, such as an
+        untrained model's samples, become U+FFFD)."""
+        return subprocess.run([self.amber] + args, input=stdin, capture_output=True, encoding="utf-8",
+                              errors="replace")
+
+    def expect(self, ok, what):
+        self.count += 1
+        if not ok:
+            self.failures.append(what)
+            print("FAILED:", what)
+
+    def finish(self):
+        """Prints the tally; the exit status for sys.exit."""
+        print(f"{self.count - len(self.failures)} passed, {len(self.failures)} failed")
+        return 1 if self.failures else 0
