@@ -123,6 +123,17 @@ TEST(TrainerOutput, CorpusWithoutValidationSplitTrainsUnevaluated) {
   EXPECT_EQ(train_records(dir.file("run")).size(), 6u);
 }
 
+// A warm-up as long as the run is allowed (a short test run may want it), and noted.
+TEST(TrainerOutput, WarmupThatOutlastsTheRunIsNoted) {
+  const TempDir dir;
+  const std::string corpus = write_corpus("warmup");
+  RunConfig c = small_run(corpus, dir.file("run"));
+  c.schedule.warmup_steps = 6;
+  const std::string out = printed_by(c);
+  std::filesystem::remove_all(corpus);
+  EXPECT_NE(out.find("note: schedule.warmup_steps (6) is not below train.steps (6)"), npos) << out;
+}
+
 // A run resumed at or past train.steps says there is nothing to train.
 TEST(TrainerOutput, ResumingAFinishedRunSaysSo) {
   const TempDir dir;

@@ -240,13 +240,17 @@ double Trainer::run() {
             << c.model.depth << ", heads " << c.model.heads << "/" << c.model.resolved_kv_heads() << ", vocab "
             << c.model.vocab_size << ") on " << s.model->device() << " in " << c.train.compute_dtype << "\n"
             << "optimizer " << c.optimizer.name << ", schedule " << c.schedule.kind << ":\n"
-            << s.optimizer->describe() << "data: " << s.loader->num_chunks() << " training documents ("
+            << s.optimizer->describe() << "data: " << s.loader->num_chunks()
+            << " training sequences (documents cut at data.max_seq_len; "
             << format_count(static_cast<double>(s.loader->tokens_per_epoch())) << " tokens per epoch), "
             << s.eval_batches.size() << " validation batches; " << t.grad_accum << " x " << t.micro_batch_tokens
             << " tokens per step\n";
   if (s.eval_batches.empty())
     std::cout << "data: " << c.data.dir << " has no validation split, so nothing is evaluated (amber tokenize "
               << "--val-fraction above 0 makes one)\n";
+  if (c.schedule.warmup_steps >= t.steps)
+    std::cout << "note: schedule.warmup_steps (" << c.schedule.warmup_steps << ") is not below train.steps ("
+              << t.steps << "), so the learning rate never reaches its peak\n";
   if (s.step >= t.steps)
     std::cout << "nothing to train: the run is at step " << s.step << " and train.steps is " << t.steps
               << " (raise train.steps to go on)\n";
