@@ -7,6 +7,7 @@
 #include <string>
 
 #include "amber/data/bpe_trainer.h"
+#include "amber/data/shard.h"
 #include "amber/data/tokenizer_json.h"
 #include "amber/train/trainer.h"
 #include "data/testing.h"
@@ -149,7 +150,8 @@ TEST(TrainerOutput, ResumingAFinishedRunSaysSo) {
 }
 
 // data.bos and data.eos name tokens of data.tokenizer, whose vocabulary must fit the
-// model's; sample previews need the tokenizer and their prompts.
+// model's; sample previews need the tokenizer and their prompts; validation tokens must be
+// ids of the model.
 TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   const TempDir dir;
   const std::string corpus = write_corpus("tokens", 272);
@@ -174,6 +176,12 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   c.data.eos.clear();
   c.train.sample_prompts = {"the"};
   expect_error([&] { Trainer(c, {}); }, {"train.sample_every = 2 needs data.tokenizer"});
+  // A validation shard from a larger tokenizer is refused before the first step too.
+  c.train.sample_every = 0;
+  const std::vector<int32_t> tokens = {5, 9, 300, 7};
+  const std::vector<uint64_t> offsets = {0, 4};
+  data::write_shard((std::filesystem::path(corpus) / "val-00000.bin").string(), tokens, offsets, 512);
+  expect_error([&] { Trainer(c, {}); }, {"validation token id 300 is outside model.vocab_size 272"});
   std::filesystem::remove_all(corpus);
 }
 
