@@ -154,7 +154,8 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
     const int32_t* ids = b.tokens.data<int32_t>();
     for (int64_t i = 0; i < b.tokens.numel(); ++i)
       AMBER_CHECK(ids[i] >= 0 && ids[i] < c.model.vocab_size, c.data.dir, ": validation token id ", ids[i],
-                  " is outside model.vocab_size ", c.model.vocab_size, "; the shards were made with a larger tokenizer");
+                  " is outside model.vocab_size ", c.model.vocab_size,
+                  "; the shards were made with a larger tokenizer");
   }
   // Unigram baseline from the training split's token counts.
   std::vector<double> counts(static_cast<size_t>(c.model.vocab_size), 1.0);
