@@ -48,7 +48,7 @@ std::string write_tokenizer(const TempDir& dir) {
 
 // Without a terminal each logged step (the first, every log_every-th, the last) gets
 // a line of its own: progress bar, loss, lr, norm, tokens/s, MFU when a peak is set,
-// and the time left.
+// peak memory (on the CPU, the process's resident set) and the time left.
 TEST(TrainerOutput, ProgressLinesNameEachLoggedStep) {
   const TempDir dir;
   const std::string corpus = write_corpus("progress");
@@ -61,8 +61,9 @@ TEST(TrainerOutput, ProgressLinesNameEachLoggedStep) {
                              "step      4/6 [================  ", "step      6/6 [========================] loss "})
     EXPECT_NE(out.find(logged), npos) << logged << " is missing from:\n" << out;
   for (const char* quiet : {"step      3/6", "step      5/6"}) EXPECT_EQ(out.find(quiet), npos) << out;
-  for (const char* part : {" | lr 3.00e-03", " | gnorm ", " tok/s | MFU ", "% | ETA "})
+  for (const char* part : {" | lr 3.00e-03", " | gnorm ", " tok/s | MFU ", "% | mem "})
     EXPECT_NE(out.find(part), npos) << part << " is missing from:\n" << out;
+  EXPECT_TRUE(out.find(" MiB | ETA ") != npos || out.find(" GiB | ETA ") != npos) << out;
   EXPECT_NE(out.find("| ETA 0m00s\n"), npos) << "the last step has no time left:\n" << out;
   EXPECT_NE(out.find("eval @ step 3: val loss "), npos) << out;
   EXPECT_NE(out.find("checkpoint: " + dir.file("run") + "/checkpoints/step-00000006"), npos) << out;

@@ -49,6 +49,15 @@ std::string format_count(double x) {
   return out.str();
 }
 
+// 512 MiB, 17.0 GiB.
+std::string format_megabytes(double mb) {
+  std::ostringstream out;
+  out << std::fixed;
+  if (mb < 1024) out << std::setprecision(0) << mb << " MiB";
+  else out << std::setprecision(1) << mb / 1024 << " GiB";
+  return out.str();
+}
+
 double peak_memory_mb() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -400,6 +409,9 @@ double Trainer::run() {
                 << std::setprecision(2) << c.optimizer.lr * step.multiplier << " | gnorm " << std::fixed
                 << std::setprecision(3) << norm << " | " << format_count(tokens_per_s) << " tok/s";
       if (record.contains("mfu")) std::cout << " | MFU " << std::setprecision(1) << 100 * record["mfu"].get<double>() << "%";
+      // Memory at its peak so far: the device pool's on a GPU, the process's resident set on the CPU.
+      const double mb = record.value("device_peak_memory_mb", record["peak_memory_mb"].get<double>());
+      std::cout << " | mem " << format_megabytes(mb);
       if (card.available) std::cout << " | " << std::setprecision(0) << card.sm_mhz << " MHz " << card.watts << " W";
       std::cout << " | ETA " << format_duration(eta) << std::flush;
       if (!s.terminal || s.step % (t.log_every * 10) == 0 || s.step == t.steps) std::cout << "\n";
