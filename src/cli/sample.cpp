@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "amber/data/prompts.h"
 #include "amber/data/tokenizer_json.h"
 #include "amber/gen/generate.h"
 #include "amber/train/checkpoint.h"
@@ -43,23 +44,11 @@ void run_sample(const SampleArgs& a) {
   LanguageModel model(config.model);
   load_checkpoint(dir, model, nullptr);
   // The run's bos and eos, which another tokenizer (--tokenizer) must also know.
-  const auto special = [&](const std::string& token, const char* key) -> std::optional<int32_t> {
-    if (token.empty()) return std::nullopt;
-    const std::optional<int32_t> id = tokenizer.token_to_id(token);
-    AMBER_CHECK(id, tokenizer_path, " has no token '", token, "', the run's data.", key,
-                "; pass the tokenizer the run was trained with (--tokenizer)");
-    return id;
-  };
-  const std::optional<int32_t> bos = special(config.data.bos, "bos"), eos = special(config.data.eos, "eos");
+  const std::optional<int32_t> bos = data::special_token_id(&tokenizer, tokenizer_path, config.data.bos, "bos");
+  const std::optional<int32_t> eos = data::special_token_id(&tokenizer, tokenizer_path, config.data.eos, "eos");
   std::vector<std::string> texts = a.prompts.empty() ? std::vector<std::string>{""} : a.prompts;
   std::vector<std::vector<int32_t>> prompts;
-  for (const std::string& text : texts) {
-    std::vector<int32_t> ids;
-    if (bos) ids.push_back(*bos);
-    tokenizer.encode(text, ids);
-    AMBER_CHECK(!ids.empty(), "prompt '", text, "' is empty and the model has no bos token; give some text");
-    prompts.push_back(std::move(ids));
-  }
+  for (const std::string& text : texts) prompts.push_back(data::prompt_ids(tokenizer, bos, text, "--prompt"));
   GenerationConfig g = a.generation;
   g.eos_id = eos.value_or(-1);
   g.vocab_limit = tokenizer.vocab_size();  // a padded vocabulary's extra ids have no text

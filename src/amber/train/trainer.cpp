@@ -17,6 +17,7 @@
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
 #include "amber/data/loader.h"
+#include "amber/data/prompts.h"
 #include "amber/data/tokenize_corpus.h"
 #include "amber/data/tokenizer_json.h"
 #include "amber/gen/generate.h"
@@ -64,15 +65,6 @@ double peak_memory_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-std::optional<int32_t> special_id(const std::optional<data::Tokenizer>& tokenizer, const std::string& token,
-                                  const char* key) {
-  if (token.empty()) return std::nullopt;
-  AMBER_CHECK(tokenizer, "data.", key, " = '", token, "' needs data.tokenizer to look up its id");
-  const auto id = tokenizer->token_to_id(token);
-  AMBER_CHECK(id, "data.", key, " = '", token, "' is not a token of ", "the tokenizer; use one of its special tokens");
-  return id;
-}
-
 }  // namespace
 
 struct Trainer::State {
@@ -115,8 +107,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
               "' but no CUDA device is visible to this amber; use train.device = \"cpu\"");
   AMBER_CHECK(!c.data.dir.empty(), "data.dir is not set: point it at the output folder of `amber tokenize`");
   if (!c.data.tokenizer.empty()) s.tokenizer = data::load_tokenizer_json(c.data.tokenizer);
-  s.bos = special_id(s.tokenizer, c.data.bos, "bos");
-  s.eos = special_id(s.tokenizer, c.data.eos, "eos");
+  const data::Tokenizer* tokenizer = s.tokenizer ? &*s.tokenizer : nullptr;
+  s.bos = data::special_token_id(tokenizer, c.data.tokenizer, c.data.bos, "bos");
+  s.eos = data::special_token_id(tokenizer, c.data.tokenizer, c.data.eos, "eos");
   if (s.tokenizer)
     AMBER_CHECK(s.tokenizer->vocab_size() <= c.model.vocab_size, "the tokenizer has ", s.tokenizer->vocab_size(),
                 " tokens but model.vocab_size is ", c.model.vocab_size, "; raise model.vocab_size");
@@ -128,13 +121,8 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
               "train.sample_every = ", c.train.sample_every, " needs data.tokenizer (to read the prompts and the ",
               "samples) and train.sample_prompts (\"\" samples after bos alone); or set train.sample_every = 0");
   // Encoded now, so that a prompt that cannot start a sample stops the run before its first step.
-  for (const std::string& p : c.train.sample_every > 0 ? c.train.sample_prompts : std::vector<std::string>{}) {
-    std::vector<int32_t> ids;
-    if (s.bos) ids.push_back(*s.bos);
-    s.tokenizer->encode(p, ids);
-    AMBER_CHECK(!ids.empty(), "train.sample_prompts: '", p, "' encodes to no tokens; set data.bos or give text");
-    s.sample_prompts.push_back(std::move(ids));
-  }
+  for (const std::string& p : c.train.sample_every > 0 ? c.train.sample_prompts : std::vector<std::string>{})
+    s.sample_prompts.push_back(data::prompt_ids(*s.tokenizer, s.bos, p, "train.sample_prompts"));
   data::LoaderConfig lc;
   lc.shards = train_shards;
   lc.token_budget = c.train.micro_batch_tokens;
