@@ -42,10 +42,9 @@ inline std::vector<std::vector<int32_t>> make_documents(int count, uint64_t seed
   return docs;
 }
 
-// A tokenized-corpus folder the loader reads: shards (of a `vocab`-token vocabulary)
-// and their manifest.
-inline std::string write_corpus(const std::string& name, int vocab = 64) {
-  const fs::path dir = fs::temp_directory_path() / ("amber_trainer_" + name);
+// A tokenized-corpus folder the loader reads, at `dir`: shards (of a `vocab`-token
+// vocabulary) and their manifest.
+inline std::string write_corpus_at(const fs::path& dir, int vocab = 64) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* split : {"train", "val"}) {
@@ -61,6 +60,11 @@ inline std::string write_corpus(const std::string& name, int vocab = 64) {
   std::ofstream(dir / "manifest.json")
       << R"({"train": [{"file": "train-00000.bin"}], "val": [{"file": "val-00000.bin"}]})";
   return dir.string();
+}
+
+// The same under the system's temporary folder, named after `name`.
+inline std::string write_corpus(const std::string& name, int vocab = 64) {
+  return write_corpus_at(fs::temp_directory_path() / ("amber_trainer_" + name), vocab);
 }
 
 inline RunConfig small_run(const std::string& corpus, const std::string& out) {

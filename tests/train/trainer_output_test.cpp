@@ -34,6 +34,16 @@ std::string printed_by(const RunConfig& c) {
   return ::testing::internal::GetCapturedStdout();
 }
 
+// A corpus (of `vocab` tokens) and a small CPU run over it, in the test's own temporary
+// folder, which goes when the test ends.
+struct SmallRun {
+  explicit SmallRun(int vocab = 64)
+      : corpus(write_corpus_at(dir.path() / "corpus", vocab)), config(small_run(corpus, dir.file("run"))) {}
+  const TempDir dir;
+  const std::string corpus;
+  RunConfig config;
+};
+
 // A byte-level BPE tokenizer of 262 tokens (256 bytes, 3 merges, bos/eos/pad), saved in
 // `dir`; returns its path.
 std::string write_tokenizer(const TempDir& dir) {
@@ -50,13 +60,11 @@ std::string write_tokenizer(const TempDir& dir) {
 // a line of its own: progress bar, loss, lr, norm, tokens/s, MFU when a peak is set,
 // peak memory (on the CPU, the process's resident set) and the time left.
 TEST(TrainerOutput, ProgressLinesNameEachLoggedStep) {
-  const TempDir dir;
-  const std::string corpus = write_corpus("progress");
-  RunConfig c = small_run(corpus, dir.file("run"));
+  SmallRun run;
+  RunConfig& c = run.config;
   c.train.log_every = 2;
   c.train.peak_tflops = 1;
   const std::string out = printed_by(c);
-  std::filesystem::remove_all(corpus);
   for (const char* logged : {"step      1/6 [====                    ] loss ", "step      2/6 [========  ",
                              "step      4/6 [================  ", "step      6/6 [========================] loss "})
     EXPECT_NE(out.find(logged), npos) << logged << " is missing from:\n" << out;
@@ -66,26 +74,24 @@ TEST(TrainerOutput, ProgressLinesNameEachLoggedStep) {
   EXPECT_TRUE(out.find(" MiB | ETA ") != npos || out.find(" GiB | ETA ") != npos) << out;
   EXPECT_NE(out.find("| ETA 0m00s\n"), npos) << "the last step has no time left:\n" << out;
   EXPECT_NE(out.find("eval @ step 3: val loss "), npos) << out;
-  EXPECT_NE(out.find("checkpoint: " + dir.file("run") + "/checkpoints/step-00000006"), npos) << out;
+  EXPECT_NE(out.find("checkpoint: " + run.dir.file("run") + "/checkpoints/step-00000006"), npos) << out;
 }
 
 // A step whose loss or gradient norm is not finite updates nothing, says so with a
 // running count, and is marked in metrics.jsonl; the run goes on to its last step.
 // A z-loss weight of 1e38 overflows every token's loss to infinity.
 TEST(TrainerOutput, NonFiniteStepsAreSkippedCountedAndLogged) {
-  const TempDir dir;
-  const std::string corpus = write_corpus("skips");
-  RunConfig c = small_run(corpus, dir.file("run"));
+  SmallRun run;
+  RunConfig& c = run.config;
   c.model.z_loss_weight = 1e38;
   c.train.eval_every = 0;
   const std::string out = printed_by(c);
-  std::filesystem::remove_all(corpus);
   for (int step = 1; step <= 6; ++step) {
     const std::string line = "step " + std::to_string(step) + ": non-finite loss or gradient norm, update skipped (" +
                              std::to_string(step) + " skipped so far)\n";
     EXPECT_NE(out.find(line), npos) << line << " is missing from:\n" << out;
   }
-  const std::vector<nlohmann::json> records = train_records(dir.file("run"));
+  const std::vector<nlohmann::json> records = train_records(run.dir.file("run"));
   ASSERT_EQ(records.size(), 6u);
   for (const nlohmann::json& r : records) EXPECT_TRUE(r["skipped"].get<bool>()) << r.dump();
 }
@@ -93,18 +99,16 @@ TEST(TrainerOutput, NonFiniteStepsAreSkippedCountedAndLogged) {
 // With a tokenizer, sample_every previews a continuation of each prompt from the
 // model being trained, at its steps and at the last.
 TEST(TrainerOutput, SamplePreviewsContinueEachPrompt) {
-  const TempDir dir;
-  const std::string corpus = write_corpus("samples", 272);
-  RunConfig c = small_run(corpus, dir.file("run"));
+  SmallRun run(272);
+  RunConfig& c = run.config;
   c.model.vocab_size = 272;
-  c.data.tokenizer = write_tokenizer(dir);
+  c.data.tokenizer = write_tokenizer(run.dir);
   c.data.bos = "<|bos|>";
   c.data.eos = "<|eos|>";
   c.train.sample_every = 4;
   c.train.sample_prompts = {"the cat", "ab"};
   c.train.sample_tokens = 5;
   const std::string out = printed_by(c);
-  std::filesystem::remove_all(corpus);
   for (const char* at : {"samples @ step 4:\n  [the cat]", "samples @ step 6:\n  [the cat]"})
     EXPECT_NE(out.find(at), npos) << at << " is missing from:\n" << out;
   EXPECT_NE(out.find("\n  [ab]"), npos) << out;
@@ -114,52 +118,45 @@ TEST(TrainerOutput, SamplePreviewsContinueEachPrompt) {
 // A corpus tokenized without a validation split (--val-fraction 0) trains, and says
 // that nothing is evaluated.
 TEST(TrainerOutput, CorpusWithoutValidationSplitTrainsUnevaluated) {
-  const TempDir dir;
-  const std::string corpus = write_corpus("no_val");
-  std::ofstream(std::filesystem::path(corpus) / "manifest.json")
+  SmallRun run;
+  std::ofstream(std::filesystem::path(run.corpus) / "manifest.json")
       << R"({"train": [{"file": "train-00000.bin"}], "val": []})";
-  const std::string out = printed_by(small_run(corpus, dir.file("run")));
-  std::filesystem::remove_all(corpus);
+  const std::string out = printed_by(run.config);
   EXPECT_NE(out.find("has no validation split, so nothing is evaluated"), npos) << out;
   EXPECT_EQ(out.find("eval @"), npos) << out;
-  EXPECT_EQ(train_records(dir.file("run")).size(), 6u);
+  EXPECT_EQ(train_records(run.dir.file("run")).size(), 6u);
 }
 
 // A warm-up as long as the run is allowed (a short test run may want it), and noted.
 TEST(TrainerOutput, WarmupThatOutlastsTheRunIsNoted) {
-  const TempDir dir;
-  const std::string corpus = write_corpus("warmup");
-  RunConfig c = small_run(corpus, dir.file("run"));
+  SmallRun run;
+  RunConfig& c = run.config;
   c.schedule.warmup_steps = 6;
   const std::string out = printed_by(c);
-  std::filesystem::remove_all(corpus);
   EXPECT_NE(out.find("note: schedule.warmup_steps (6) is not below train.steps (6)"), npos) << out;
 }
 
 // A run resumed at or past train.steps says there is nothing to train.
 TEST(TrainerOutput, ResumingAFinishedRunSaysSo) {
-  const TempDir dir;
-  const std::string corpus = write_corpus("finished");
-  RunConfig c = small_run(corpus, dir.file("run"));
+  SmallRun run;
+  RunConfig& c = run.config;
   Trainer(c, {false, "", false}).run();
   ::testing::internal::CaptureStdout();
   Trainer(c, {true, "", true}).run();
   const std::string out = ::testing::internal::GetCapturedStdout();
-  std::filesystem::remove_all(corpus);
   EXPECT_NE(out.find("nothing to train: the run is at step 6 and train.steps is 6"), npos) << out;
-  EXPECT_EQ(train_records(dir.file("run")).size(), 6u);
+  EXPECT_EQ(train_records(run.dir.file("run")).size(), 6u);
 }
 
 // data.bos and data.eos name tokens of data.tokenizer, whose vocabulary must fit the
 // model's; sample previews need the tokenizer and their prompts; validation tokens must be
 // ids of the model.
 TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
-  const TempDir dir;
-  const std::string corpus = write_corpus("tokens", 272);
-  RunConfig c = small_run(corpus, dir.file("run"));
+  SmallRun run(272);
+  RunConfig& c = run.config;
   c.data.bos = "<|bos|>";
   expect_error([&] { Trainer(c, {}); }, {"data.bos = '<|bos|>'", "needs data.tokenizer"});
-  c.data.tokenizer = write_tokenizer(dir);
+  c.data.tokenizer = write_tokenizer(run.dir);
   c.model.vocab_size = 272;
   c.data.eos = "<|end|>";
   expect_error([&] { Trainer(c, {}); }, {"data.eos = '<|end|>'", "is not a token of the tokenizer"});
@@ -181,9 +178,8 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   c.train.sample_every = 0;
   const std::vector<int32_t> tokens = {5, 9, 300, 7};
   const std::vector<uint64_t> offsets = {0, 4};
-  data::write_shard((std::filesystem::path(corpus) / "val-00000.bin").string(), tokens, offsets, 512);
+  data::write_shard((std::filesystem::path(run.corpus) / "val-00000.bin").string(), tokens, offsets, 512);
   expect_error([&] { Trainer(c, {}); }, {"validation token id 300 is outside model.vocab_size 272"});
-  std::filesystem::remove_all(corpus);
 }
 
 }  // namespace
