@@ -112,15 +112,23 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   EXPECT_EQ(bad.loss_sum, a.loss_sum);
 }
 
+// The tiny model (weights from seed 4) under AdamW at its defaults, in a step that
+// clips the gradient norm at 1.0.
+struct TinyTrainStep {
+  LanguageModel model{tiny_model()};
+  std::unique_ptr<Optimizer> optimizer = [this] {
+    model.init_weights(4);
+    return build_optimizer({}, model.params());
+  }();
+  TrainStep step{model, optimizer.get(), {.grad_clip = 1.0}};
+};
+
 // A step first keeps the statistics of the step before it, so the host can read them
 // (previous()) while that step runs: each run's previous() is the last run's read(),
 // a step without trained tokens included.
 TEST(Trainer, PreviousIsTheStepBeforeTheLastRun) {
-  LanguageModel model(tiny_model());
-  model.init_weights(4);
-  OptimizerConfig oc;
-  auto optimizer = build_optimizer(oc, model.params());
-  TrainStep step(model, optimizer.get(), {.grad_clip = 1.0});
+  TinyTrainStep tiny;
+  TrainStep& step = tiny.step;
   // One-token documents have no targets: the third step trains nothing.
   const std::vector<data::Batch> batches[] = {{data::pack_documents(make_documents(6, 8))},
                                               {data::pack_documents(make_documents(4, 9))},
@@ -135,7 +143,8 @@ TEST(Trainer, PreviousIsTheStepBeforeTheLastRun) {
       EXPECT_EQ(previous.loss_sum, before->loss_sum);
       EXPECT_EQ(previous.z_loss_sum, before->z_loss_sum);
       EXPECT_EQ(previous.trained_tokens, before->trained_tokens);
-      EXPECT_TRUE(previous.grad_norm == before->grad_norm || (std::isnan(previous.grad_norm) && std::isnan(before->grad_norm)));
+      EXPECT_TRUE(previous.grad_norm == before->grad_norm ||
+                  (std::isnan(previous.grad_norm) && std::isnan(before->grad_norm)));
       EXPECT_EQ(previous.grad_scale, before->grad_scale);
       EXPECT_EQ(previous.applied, before->applied);
     }
@@ -205,15 +214,13 @@ TEST(Trainer, ClippedStepsEqualStepsOnScaledGradients) {
 // A non-finite loss closes the gate on the device: no weight, optimizer state or step
 // count changes, and the host learns it from the step's one read.
 TEST(Trainer, NonFiniteStepLeavesWeightsAlone) {
-  LanguageModel model(tiny_model());
-  model.init_weights(4);
-  OptimizerConfig oc;
-  auto optimizer = build_optimizer(oc, model.params());
-  TrainStep step(model, optimizer.get(), {.grad_clip = 1.0});
+  TinyTrainStep tiny;
+  LanguageModel& model = tiny.model;
+  TrainStep& step = tiny.step;
   const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8))};
   step.run(batch, 1.0);
   ASSERT_TRUE(step.read().applied);
-  ASSERT_EQ(optimizer->steps(), 1);
+  ASSERT_EQ(tiny.optimizer->steps(), 1);
   // A norm weight reaches every token's loss.
   for (const auto& p : model.params())
     if (p->name.find("norm.weight") != std::string::npos) {
@@ -227,7 +234,7 @@ TEST(Trainer, NonFiniteStepLeavesWeightsAlone) {
   const AccumulatedStep bad = step.read();
   EXPECT_FALSE(bad.applied);
   EXPECT_FALSE(std::isfinite(bad.loss_sum) && std::isfinite(bad.grad_norm));
-  EXPECT_EQ(optimizer->steps(), 1);
+  EXPECT_EQ(tiny.optimizer->steps(), 1);
   for (size_t i = 0; i < model.params().size(); ++i) {
     const std::vector<double> after = model.params()[i]->value.to_doubles();
     for (size_t j = 0; j < after.size(); ++j)
