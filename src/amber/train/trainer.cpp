@@ -416,7 +416,8 @@ double Trainer::run() {
   const StopSignals stop_signals;
   while (s.step < t.steps) {
     if (!running) running = issue(Clock::now());
-    if (const int signal = stop_signals.received()) {
+    // A signal during the last step lets the run finish as it would have.
+    if (const int signal = stop_signals.received(); signal && s.step + 1 < t.steps) {
       // The step in flight is the last the loader gave out, so the checkpoint after it
       // resumes exactly where this run stops.
       log_step(*running, s.train_step->read(), Clock::now());
