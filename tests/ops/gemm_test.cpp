@@ -114,6 +114,31 @@ TEST(Gemm, TransposesAndRejectsBadShapes) {
   }
 }
 
+// 3-D operands are a batch of independent products: each matrix of c is what the 2-D
+// product of the same matrices gives, for every pair of transposes and with beta; a
+// batch whose sizes differ, a separate addend and mixed 2-D/3-D operands are refused.
+TEST(Gemm, BatchOfProductsMatchesOneAtATime) {
+  const int64_t n = 3, rows = 5, inner = 7, cols = 4;
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const Tensor a = ta ? random_tensor({n, inner, rows}, DType::f32, 10) : random_tensor({n, rows, inner}, DType::f32, 10);
+    const Tensor b = tb ? random_tensor({n, cols, inner}, DType::f32, 11) : random_tensor({n, inner, cols}, DType::f32, 11);
+    const Tensor c0 = random_tensor({n, rows, cols}, DType::f32, 12);
+    Tensor batched = c0.clone();
+    gemm(a, ta, b, tb, batched, 0.5, 0.25);
+    for (int64_t i = 0; i < n; ++i) {
+      Tensor one = c0.select(0, i).clone();
+      gemm(a.select(0, i), ta, b.select(0, i), tb, one, 0.5, 0.25);
+      EXPECT_EQ(batched.select(0, i).to_doubles(), one.to_doubles()) << "transposes " << t << ", matrix " << i;
+    }
+  }
+  const Tensor a = random_tensor({n, rows, inner}, DType::f32, 13), b = random_tensor({n, inner, cols}, DType::f32, 14);
+  Tensor wrong_batch = Tensor::empty({n + 1, rows, cols}, DType::f32), c = Tensor::empty({n, rows, cols}, DType::f32);
+  EXPECT_THROW(gemm(a, false, b, false, wrong_batch), Error);
+  EXPECT_THROW(gemm(a, false, b, false, c, 1.0, 1.0, c.clone()), Error);
+  EXPECT_THROW(gemm(a, false, b.select(0, 0), false, c), Error);
+}
+
 // cuBLASLt's algorithms (bench kernel gemm) exist on a GPU only: CPU tensors get an
 // error that says so, not a silent empty answer.
 TEST(Gemm, AlgorithmTimesNeedAGpu) {

@@ -504,6 +504,31 @@ TEST(GemmGpu, EveryTransposeMatchesCpu) {
   }
 }
 
+// A batch of products (3-D operands, one strided-batched cuBLASLt call) against the
+// CPU's products one at a time, for every pair of transposes, alpha and beta, and the
+// narrow operands into f32; sizes off every tile.
+TEST(GemmGpu, BatchOfProductsMatchesCpu) {
+  REQUIRE_GPU();
+  const int64_t n = 5, m = 33, cols = 65, k = 47;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const std::string tag = std::string("batched gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N");
+      const Tensor a = ta ? random_tensor({n, k, m}, dt, 80) : random_tensor({n, m, k}, dt, 80);
+      const Tensor b = tb ? random_tensor({n, cols, k}, dt, 81) : random_tensor({n, k, cols}, dt, 81);
+      const Tensor c0 = random_tensor({n, m, cols}, dt, 82);
+      Tensor cc = c0.clone(), gc = gpu(c0);
+      gemm(a, ta, b, tb, cc, 0.5, 0.25);
+      gemm(gpu(a), ta, gpu(b), tb, gc, 0.5, 0.25);
+      expect_close(tag + " alpha/beta", gc, cc, dt);
+      Tensor cf = Tensor::empty({n, m, cols}, DType::f32), gf = nan_tensor({n, m, cols}, DType::f32);
+      gemm(a, ta, b, tb, cf);
+      gemm(gpu(a), ta, gpu(b), tb, gf);
+      expect_close(tag + " into f32", gf, cf, dt);
+    }
+  }
+}
+
 // Measured algorithms: the first product of a shape is tuned and recorded under the
 // file's header; a process that names the file again reuses the choice (the same
 // bits, no new line); a damaged line or a file from another cuBLASLt or card is

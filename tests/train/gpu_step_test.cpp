@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -230,6 +231,40 @@ TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
     const double err = testing::relative_error(xg, xc);
     std::cout << "Newton-Schulz " << shape << " gpu vs cpu rel err " << err << "\n";
     EXPECT_LT(err, 1e-5);
+  }
+}
+
+// Muon's batches of same-shaped matrices: in f32 the GPU's batched products give the
+// CPU's matrix-by-matrix result (each matrix on its own norm, scales 100x apart); in
+// bf16, as a bf16 run computes it, the batch stays within rounding of the GPU's
+// matrix-by-matrix bf16 result and lands every matrix's singular values in the band.
+TEST(TrainStepGpu, BatchedNewtonSchulzMatchesOneMatrixAtATime) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (Shape shape : {Shape{6, 48, 96}, Shape{3, 120, 64}}) {
+    Tensor batch = testing::random_tensor(shape, DType::f32, 9);
+    for (int64_t i = 0; i < shape[0]; ++i) {
+      Tensor m = batch.select(0, i);
+      scale_(m, std::pow(10.0, static_cast<double>(i % 3) - 1.0));
+    }
+    Tensor cpu_f32 = batch.clone(), gpu_f32 = batch.to(Device::cuda()), gpu_bf16 = batch.to(Device::cuda());
+    newton_schulz_orthogonalize(gpu_f32, NewtonSchulz::cubic5, DType::f32);
+    newton_schulz_orthogonalize(gpu_bf16, NewtonSchulz::cubic5, DType::bf16);
+    for (int64_t i = 0; i < shape[0]; ++i) {
+      Tensor one_cpu = cpu_f32.select(0, i).clone(), one_gpu = batch.select(0, i).to(Device::cuda());
+      newton_schulz_orthogonalize(one_cpu, NewtonSchulz::cubic5, DType::f32);
+      newton_schulz_orthogonalize(one_gpu, NewtonSchulz::cubic5, DType::bf16);
+      const double f32_err = testing::relative_error(gpu_f32.select(0, i).to(Device::cpu()), one_cpu);
+      const double bf16_err = testing::relative_error(gpu_bf16.select(0, i).to(Device::cpu()), one_gpu.to(Device::cpu()));
+      std::cout << "batched Newton-Schulz " << shape << " matrix " << i << ": f32 vs cpu " << f32_err
+                << ", bf16 vs one at a time " << bf16_err << "\n";
+      EXPECT_LT(f32_err, 1e-5);
+      EXPECT_LT(bf16_err, 2e-2);
+      const Tensor m = gpu_bf16.select(0, i).to(Device::cpu()).contiguous();
+      const double fro2 = squared_norm(m), side = static_cast<double>(std::min(shape[1], shape[2]));
+      // Singular values in about [0.77, 1.30]: the mean square among them is too.
+      EXPECT_GT(fro2 / side, 0.5);
+      EXPECT_LT(fro2 / side, 1.8);
+    }
   }
 }
 

@@ -106,6 +106,58 @@ TEST(Muon, NewtonSchulzBringsSingularValuesIntoTheBand) {
   }
 }
 
+// A batch [n, rows, cols] is orthogonalised matrix by matrix as a 2-D call would do it,
+// bit for bit on the CPU, wide and tall, in f32 and in bf16; each matrix is normalised
+// by its own norm (the matrices' scales differ by 100x here).
+TEST(Muon, BatchedNewtonSchulzMatchesOneMatrixAtATime) {
+  for (DType compute : {DType::f32, DType::bf16}) {
+    for (Shape shape : {Shape{4, 20, 36}, Shape{3, 40, 24}}) {
+      Tensor batch = random_tensor(shape, DType::f32, 21);
+      for (int64_t i = 0; i < shape[0]; ++i) {
+        Tensor m = batch.select(0, i);
+        scale_(m, std::pow(10.0, static_cast<double>(i) - 1.0));
+      }
+      const Tensor before = batch.clone();
+      newton_schulz_orthogonalize(batch, NewtonSchulz::cubic5, compute);
+      for (int64_t i = 0; i < shape[0]; ++i) {
+        Tensor one = before.select(0, i).clone();
+        newton_schulz_orthogonalize(one, NewtonSchulz::cubic5, compute);
+        EXPECT_EQ(batch.select(0, i).to_doubles(), one.to_doubles()) << shape << " matrix " << i << " "
+                                                                      << dtype_name(compute);
+      }
+    }
+  }
+  Tensor t = random_tensor({3, 4}, DType::f32, 22);
+  EXPECT_THROW(divide_by_norm_(t, Tensor::full({5}, 1.0, DType::f64), 1e-7, 1.01), Error);
+}
+
+// Muon orthogonalises each shape's matrices as one batch: a step over several matrices,
+// two of one shape, moves each exactly as an optimizer holding that matrix alone.
+TEST(Muon, BatchedMatricesStepAsIfAlone) {
+  const std::vector<Shape> shapes = {Shape{16, 24}, Shape{24, 16}, Shape{16, 24}};
+  std::vector<std::shared_ptr<Param>> together, alone;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string name = "layers." + std::to_string(i) + ".mlp.down_proj.weight";
+    for (auto* list : {&together, &alone}) {
+      auto p = make_param(name, shapes[i], Placement{});
+      p->value.copy_from(random_tensor(shapes[i], DType::f32, 30 + i, 0.02f));
+      p->grad.copy_from(random_tensor(shapes[i], DType::f32, 40 + i));
+      list->push_back(p);
+    }
+  }
+  OptimizerConfig c;
+  c.name = "muon";
+  auto batched = build_optimizer(c, together);
+  std::vector<std::unique_ptr<Optimizer>> single;
+  for (const auto& p : alone) single.push_back(build_optimizer(c, {p}));
+  for (int step = 0; step < 2; ++step) {
+    batched->step(always_apply(1.0, Device::cpu()));
+    for (auto& o : single) o->step(always_apply(1.0, Device::cpu()));
+  }
+  for (size_t i = 0; i < shapes.size(); ++i)
+    EXPECT_EQ(together[i]->value.to_doubles(), alone[i]->value.to_doubles()) << together[i]->name;
+}
+
 TEST(Muon, OptimizerGroupsFollowThePredecessorRules) {
   std::vector<std::shared_ptr<Param>> params = {make_param("embed_tokens.weight", {10, 4}, Placement{}),
                                                 make_param("layers.0.attn.q_proj.weight", {4, 4}, Placement{}),

@@ -8,15 +8,36 @@
 #include "amber/ops/device_switch.h"
 
 namespace amber {
+namespace {
+
+// The CPU runs a batch of products one after another.
+void cpu_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta,
+              const Tensor& addend) {
+  if (a.ndim() == 2) return cpu::gemm(a, ta, b, tb, c, alpha, beta, addend);
+  for (int64_t i = 0; i < a.size(0); ++i) {
+    Tensor ci = c.select(0, i);
+    cpu::gemm(a.select(0, i), ta, b.select(0, i), tb, ci, alpha, beta, Tensor());
+  }
+}
+
+}  // namespace
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta,
           const Tensor& addend) {
-  AMBER_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "gemm takes 2-D tensors, got ",
-              a.shape(), " ", b.shape(), " ", c.shape());
-  const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
-  const int64_t kb = tb ? b.size(1) : b.size(0), n = tb ? b.size(0) : b.size(1);
-  AMBER_CHECK(k == kb && c.size(0) == m && c.size(1) == n, "gemm shapes do not agree: op(a) ", m,
+  const int dims = a.ndim();
+  AMBER_CHECK((dims == 2 || dims == 3) && b.ndim() == dims && c.ndim() == dims,
+              "gemm takes 2-D tensors, or 3-D ones for a batch of products, got ", a.shape(), " ", b.shape(), " ",
+              c.shape());
+  const int64_t m = ta ? a.size(-1) : a.size(-2), k = ta ? a.size(-2) : a.size(-1);
+  const int64_t kb = tb ? b.size(-1) : b.size(-2), n = tb ? b.size(-2) : b.size(-1);
+  AMBER_CHECK(k == kb && c.size(-2) == m && c.size(-1) == n, "gemm shapes do not agree: op(a) ", m,
               "x", k, ", op(b) ", kb, "x", n, ", c ", c.shape());
+  if (dims == 3) {
+    AMBER_CHECK(b.size(0) == a.size(0) && c.size(0) == a.size(0), "gemm: a batch of products needs one batch size, got ",
+                a.shape(), " ", b.shape(), " ", c.shape());
+    AMBER_CHECK(!addend.defined(), "gemm: a batch of products adds into c itself; pass no addend");
+    for (const Tensor* t : {&a, &b, static_cast<const Tensor*>(&c)}) require_contiguous(*t, "gemm (batched)");
+  }
   if (addend.defined())
     AMBER_CHECK(addend.shape() == c.shape() && addend.dtype() == c.dtype() && addend.device() == c.device(),
                 "gemm: addend ", addend.shape(), " ", dtype_name(addend.dtype()), " does not match c ", c.shape(), " ",
@@ -25,7 +46,7 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   const bool reads_c = beta != 0.0 || (addend.defined() && addend.raw() == c.raw());
   for (int run = reads_c ? 1 : profile::runs("gemm"); run > 0; --run)
     AMBER_ON_DEVICE(ops::common_device("gemm", {&a, &b, &c}), "gemm", cuda::gemm(a, ta, b, tb, c, alpha, beta, addend),
-                    cpu::gemm(a, ta, b, tb, c, alpha, beta, addend));
+                    cpu_gemm(a, ta, b, tb, c, alpha, beta, addend));
 }
 
 void set_gemm_tuning(const GemmTuning& tuning) {

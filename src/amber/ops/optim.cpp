@@ -3,6 +3,7 @@
 #include "amber/ops/optim.h"
 
 #include <cmath>
+#include <vector>
 
 #include "amber/ops/cpu/optim.h"
 #include "amber/ops/cuda/optim.h"
@@ -106,21 +107,27 @@ NewtonSchulz newton_schulz_from_name(const std::string& name) {
 }
 
 void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute) {
-  AMBER_CHECK(g.ndim() == 2, "newton_schulz_orthogonalize takes a matrix, got ", g.shape());
+  AMBER_CHECK(g.ndim() == 2 || g.ndim() == 3,
+              "newton_schulz_orthogonalize takes a matrix, or a batch of them [n, rows, cols], got ", g.shape());
   // Iterate on the short side s = min(rows, cols): a wide X uses the Gram X X^T and
   // multiplies from the left, a tall one X^T X from the right. No transposed copies.
-  const int64_t rows = g.size(0), cols = g.size(1);
+  const bool batched = g.ndim() == 3;
+  const int64_t count = batched ? g.size(0) : 1, rows = g.size(-2), cols = g.size(-1);
   const bool wide = rows <= cols;
   const int64_t side = wide ? rows : cols;
   const Device device = g.device();
-  Tensor x = Tensor::empty({rows, cols}, compute, device);
+  const auto shaped = [&](int64_t r, int64_t c) { return batched ? Shape{count, r, c} : Shape{r, c}; };
+  Tensor x = Tensor::empty(shaped(rows, cols), compute, device);
   x.copy_from(g);
-  // X / (|X| (1 + 1%)) puts every singular value below 1; the norm never leaves the device.
-  Tensor squares = Tensor::empty({1}, DType::f64, device);
-  squared_norm_into(x, squares);
+  // X / (|X| (1 + 1%)) puts every singular value below 1; the norms never leave the device.
+  Tensor squares = Tensor::empty({count}, DType::f64, device);
+  std::vector<Tensor> matrices;
+  for (int64_t i = 0; i < count; ++i) matrices.push_back(batched ? x.select(0, i) : x);
+  squared_norms_into(matrices, squares);
   divide_by_norm_(x, squares, 1e-7, 1.01);
-  Tensor gram = Tensor::empty({side, side}, compute, device), poly = Tensor::empty({side, side}, compute, device);
-  Tensor next = Tensor::empty({rows, cols}, compute, device);
+  Tensor gram = Tensor::empty(shaped(side, side), compute, device);
+  Tensor poly = Tensor::empty(shaped(side, side), compute, device);
+  Tensor next = Tensor::empty(shaped(rows, cols), compute, device);
   for (int step = 0; step < 5; ++step) {
     if (wide) gemm(x, false, x, true, gram);
     else gemm(x, true, x, false, gram);
@@ -207,7 +214,10 @@ void clip_scale(Tensor& scale, const Tensor& norm, double max_norm) {
 
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {
   const char* op = "divide_by_norm_";
-  require_f64_scalar(squares, op, "the squared norm");
+  AMBER_CHECK(squares.dtype() == DType::f64 && squares.ndim() == 1 && squares.is_contiguous() &&
+                  squares.numel() > 0 && t.numel() % squares.numel() == 0,
+              op, ": the squared norms must be contiguous f64 [n], n dividing t's ", t.numel(),
+              " elements into equal parts, got ", dtype_name(squares.dtype()), " ", squares.shape());
   require_contiguous(t, op);
   AMBER_CHECK(floor > 0 && margin > 0, op, ": floor and margin must be positive, got ", floor, " and ", margin);
   AMBER_ON_DEVICE(ops::common_device(op, {&t, &squares}), op, cuda::divide_by_norm_(t, squares, floor, margin),

@@ -78,7 +78,9 @@ NewtonSchulz newton_schulz_from_name(const std::string& name);  // cubic5 | quin
 // Replaces the 2-D matrix g by an approximation of its orthogonal polar factor
 // U V^T: Frobenius-normalised (x 1.01 margin), then five Newton-Schulz steps on the
 // short side (iterating X X^T of the smaller dimension). Computed in `compute`
-// (f32 on CPU; bf16 on GPU, as the predecessor ran it).
+// (f32 on CPU; bf16 on GPU, as the predecessor ran it). A 3-D g [n, rows, cols] is a
+// batch of n matrices, each orthogonalised on its own as a 2-D g would be, with batched
+// products (on a GPU one cuBLASLt call for all n, not n small ones).
 void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute);
 
 // Squared L2 norm of t, accumulated in double, written to `out` (f64, one element, on
@@ -98,9 +100,10 @@ void norm_from_squares(const Tensor& squares, Tensor& out);
 // element on one device, and the factor is computed there, so clipping never waits for
 // the host to read the norm.
 void clip_scale(Tensor& scale, const Tensor& norm, double max_norm);
-// t *= 1 / (max(sqrt(squares), floor) * margin), with `squares` (f64, one element, on
-// t's device, as squared_norm_into wrote it) read on the device: Newton-Schulz scales
-// its start this way without waiting for the host.
+// t *= 1 / (max(sqrt(squares), floor) * margin), with `squares` (f64 on t's device, as
+// squared_norm(s)_into wrote it) read on the device: Newton-Schulz scales its start this
+// way without waiting for the host. With squares [n], t's elements form n equal
+// consecutive parts (a batch of n matrices), part i divided by its own norm.
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin);
 // t *= alpha.
 void scale_(Tensor& t, double alpha);

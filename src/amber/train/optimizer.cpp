@@ -3,6 +3,8 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "amber/ops/elementwise.h"
 #include "amber/ops/optim.h"
@@ -21,7 +23,16 @@ struct AdamWSlot {
 struct MuonSlot {
   Param* param;
   double scale;  // update scale from the matrix shape
-  Tensor momentum, update;
+  Tensor momentum;
+  Tensor update;  // its matrix of the group's batch
+};
+
+// Muon's matrices of one shape and working dtype: their updates lie in one batch
+// [n, rows, cols], orthogonalised together (batched products: on a GPU one cuBLASLt call
+// for all n matrices where one call each would leave most of the card idle).
+struct MuonGroup {
+  Tensor updates;
+  DType compute;  // the parameters' working dtype, which Newton-Schulz runs in
 };
 
 class GroupedOptimizer final : public Optimizer {
@@ -43,7 +54,7 @@ class GroupedOptimizer final : public Optimizer {
         const double scale = c.update_scale == "spectral" ? std::max(1.0, std::sqrt(out / in))
                                                           : c.rms_target * std::sqrt(std::max(out, in));
         muon_.push_back({p.get(), scale, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()),
-                         Tensor::empty(p->value.shape(), p->value.dtype(), p->value.device())});
+                         Tensor()});
         continue;
       }
       const bool embedding = is_embedding(*p);
@@ -52,6 +63,7 @@ class GroupedOptimizer final : public Optimizer {
       adamw_.push_back({p.get(), lr, decay ? c.weight_decay : 0.0, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()),
                         Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device())});
     }
+    group_muon_updates();
   }
 
   void step(const Tensor& gate) override {
@@ -71,7 +83,9 @@ class GroupedOptimizer final : public Optimizer {
       momentum_step(s.momentum, s.param->grad, config_.muon_momentum, schedule_);
       s.update.copy_from(s.momentum);
       if (config_.nesterov) momentum_step(s.update, s.param->grad, config_.muon_momentum, schedule_);
-      newton_schulz_orthogonalize(s.update, variant_, s.update.dtype());
+    }
+    for (MuonGroup& g : muon_groups_) newton_schulz_orthogonalize(g.updates, variant_, g.compute);
+    for (MuonSlot& s : muon_) {
       apply_update(s.param->value, s.update, config_.muon_lr * decay, config_.muon_lr * s.scale, schedule_);
       s.param->refresh_work();
     }
@@ -116,10 +130,30 @@ class GroupedOptimizer final : public Optimizer {
   }
 
  private:
+  // Gives every Muon matrix its place in the batch of its shape and working dtype.
+  void group_muon_updates() {
+    std::map<std::pair<std::vector<int64_t>, DType>, std::vector<MuonSlot*>> by_shape;
+    std::vector<std::vector<MuonSlot*>*> order;  // groups in first-seen order
+    for (MuonSlot& s : muon_) {
+      const Tensor& v = s.param->value;
+      auto [it, fresh] = by_shape.try_emplace({{v.size(0), v.size(1)}, s.param->work.dtype()});
+      if (fresh) order.push_back(&it->second);
+      it->second.push_back(&s);
+    }
+    for (std::vector<MuonSlot*>* slots : order) {
+      const Tensor& v = slots->front()->param->value;
+      MuonGroup g{Tensor::empty({static_cast<int64_t>(slots->size()), v.size(0), v.size(1)}, v.dtype(), v.device()),
+                  slots->front()->param->work.dtype()};
+      for (size_t i = 0; i < slots->size(); ++i) (*slots)[i]->update = g.updates.select(0, static_cast<int64_t>(i));
+      muon_groups_.push_back(std::move(g));
+    }
+  }
+
   OptimizerConfig config_;
   NewtonSchulz variant_;
   std::vector<AdamWSlot> adamw_;
   std::vector<MuonSlot> muon_;
+  std::vector<MuonGroup> muon_groups_;
   Tensor schedule_;  // f64 [kScheduleSize] on the parameters' device (ops/optim.h)
 };
 

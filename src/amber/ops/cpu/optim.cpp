@@ -127,7 +127,12 @@ void clip_scale(Tensor& scale, const Tensor& norm, double max_norm) {
 }
 
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin) {
-  scale_into(t, t, 1.0 / (std::max(std::sqrt(squares.data<double>()[0]), floor) * margin));
+  const int64_t parts = squares.numel(), per = t.numel() / parts;
+  Tensor flat = t.view(Shape{parts, per});
+  for (int64_t i = 0; i < parts; ++i) {
+    Tensor part = flat.select(0, i);
+    scale_into(part, part, 1.0 / (std::max(std::sqrt(squares.data<double>()[i]), floor) * margin));
+  }
 }
 
 bool all_finite(const Tensor& t) {

@@ -25,8 +25,8 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 // Everything a heuristic answer depends on: types, transposes, sizes, c's row pitch
-// (a and b are contiguous) and the pointers' alignments.
-using AlgoKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+// (a and b are contiguous), the pointers' alignments and the batch size.
+using AlgoKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t>;
 
 // One handle, workspace and heuristic cache per host thread and device: each host
 // thread launches on its own cudaStreamPerThread, so sharing a workspace would race.
@@ -91,7 +91,21 @@ struct Descriptors {
 };
 
 // How far apart c's rows lie: a column slice of a wider tensor keeps its parent's pitch.
-int64_t row_pitch(const Tensor& c) { return c.size(0) > 1 ? c.stride(0) : c.size(1); }
+// A batch's c is contiguous; a single product's c may be a column slice.
+int64_t row_pitch(const Tensor& c) {
+  if (c.ndim() == 3) return c.size(2);
+  return c.size(0) > 1 ? c.stride(0) : c.size(1);
+}
+
+// Sets a layout to `batch` matrices `stride` elements apart.
+cublasStatus_t set_batch(cublasLtMatrixLayout_t layout, int64_t batch, int64_t stride) {
+  const int32_t count = static_cast<int32_t>(batch);
+  const cublasStatus_t status =
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count));
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  return cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                          sizeof(stride));
+}
 
 // One product c = alpha op(a) op(b) + beta addend (addend: c itself, or a tensor shaped
 // like it, cuBLASLt's C beside its D) in cuBLASLt's terms: its descriptors and the key
@@ -103,18 +117,20 @@ struct Product {
   const Tensor* addend;
   bool ta, tb;
   int64_t m, n, k;
+  int64_t batch;  // products, each matrix of a 3-D tensor's leading index
   Descriptors d;
   AlgoKey key;
 
   void check(cublasStatus_t status, const char* what) const {
     AMBER_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm: cuBLASLt ", what, " failed (status ",
-                static_cast<int>(status), ") for op(a) ", m, "x", k, ", op(b) ", k, "x", n, ", ",
+                static_cast<int>(status), ") for ", batch, " x op(a) ", m, "x", k, ", op(b) ", k, "x", n, ", ",
                 dtype_name(a->dtype()), " -> ", dtype_name(c->dtype()));
   }
 
   Product(const Tensor& a_, bool ta_, const Tensor& b_, bool tb_, Tensor& c_, const Tensor& addend_ = Tensor())
       : a(&a_), b(&b_), c(&c_), addend(addend_.defined() ? &addend_ : &c_), ta(ta_), tb(tb_),
-        m(ta ? a_.size(1) : a_.size(0)), n(tb ? b_.size(0) : b_.size(1)), k(ta ? a_.size(0) : a_.size(1)) {
+        m(ta ? a_.size(-1) : a_.size(-2)), n(tb ? b_.size(-2) : b_.size(-1)), k(ta ? a_.size(-2) : a_.size(-1)),
+        batch(a_.ndim() == 3 ? a_.size(0) : 1) {
     const cudaDataType_t ab_type = lt_type(a_.dtype()), c_type = lt_type(c_.dtype());
     // Plain fp32 compute: CUBLAS_COMPUTE_32F never uses TF32, so f32 products stay f32.
     check(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
@@ -122,11 +138,17 @@ struct Product {
     // cuBLASLt's first operand is our b, its second our a (see the file comment).
     check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)), "TRANSA");
     check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)), "TRANSB");
-    check(cublasLtMatrixLayoutCreate(&d.a, ab_type, b_.size(1), b_.size(0), b_.size(1)), "layout of b");
-    check(cublasLtMatrixLayoutCreate(&d.b, ab_type, a_.size(1), a_.size(0), a_.size(1)), "layout of a");
+    check(cublasLtMatrixLayoutCreate(&d.a, ab_type, b_.size(-1), b_.size(-2), b_.size(-1)), "layout of b");
+    check(cublasLtMatrixLayoutCreate(&d.b, ab_type, a_.size(-1), a_.size(-2), a_.size(-1)), "layout of a");
     check(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, row_pitch(c_)), "layout of c");
+    if (batch > 1) {
+      check(set_batch(d.a, batch, b_.size(-1) * b_.size(-2)), "batch of b");
+      check(set_batch(d.b, batch, a_.size(-1) * a_.size(-2)), "batch of a");
+      check(set_batch(d.c, batch, m * n), "batch of c");
+    }
     key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k, row_pitch(c_),
-                  alignment(a_.raw()), alignment(b_.raw()), std::min(alignment(c_.raw()), alignment(addend->raw()))};
+                  alignment(a_.raw()), alignment(b_.raw()), std::min(alignment(c_.raw()), alignment(addend->raw())),
+                  batch};
   }
 
   // cuBLASLt's first `count` heuristic answers, best first.
@@ -169,9 +191,9 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
   const char* op = "gemm";
   require_contiguous(a, op);
   require_contiguous(b, op);
-  if (addend.defined()) {
+  if (addend.defined() || c.ndim() == 3) {
     require_contiguous(c, op);
-    require_contiguous(addend, op);
+    if (addend.defined()) require_contiguous(addend, op);
   } else {
     AMBER_CHECK((c.size(1) < 2 || c.stride(1) == 1) && row_pitch(c) >= c.size(1), op, ": c ", c.shape(),
                 " must be rows of contiguous elements (a column slice of a wider tensor at most)");
@@ -180,8 +202,8 @@ bool prepare(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doub
               dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
   AMBER_CHECK(c.dtype() == a.dtype() || c.dtype() == DType::f32, op, ": output dtype ",
               dtype_name(c.dtype()), " with ", dtype_name(a.dtype()), " operands; use the operand dtype or f32");
-  const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1), n = tb ? b.size(0) : b.size(1);
-  if (m == 0 || n == 0) return false;
+  const int64_t m = ta ? a.size(-1) : a.size(-2), k = ta ? a.size(-2) : a.size(-1), n = tb ? b.size(-2) : b.size(-1);
+  if (m == 0 || n == 0 || c.numel() == 0) return false;
   if (k > 0) return true;
   AMBER_CHECK(c.is_contiguous(), op, ": an empty sum into a column slice is not supported; pass a contiguous c");
   if (beta == 0.0)  // an empty sum: c = beta * addend
@@ -235,7 +257,7 @@ std::string tuning_header() {
   cudaGetDeviceProperties(&prop, device);
   std::string name = prop.name;
   std::replace(name.begin(), name.end(), ' ', '_');
-  return "amber-gemm-algorithms-2 cublasLt=" + std::to_string(cublasLtGetVersion()) + " device=" + name;
+  return "amber-gemm-algorithms-3 cublasLt=" + std::to_string(cublasLtGetVersion()) + " device=" + name;
 }
 
 // The measured choices of set_gemm_tuning: read once from the file, appended to as
@@ -278,13 +300,13 @@ struct Tuning {
     for (int number = 2; std::getline(in, line); ++number) {
       std::istringstream fields(line);
       int ab = 0, c = 0, ta = 0, tb = 0, al_a = 0, al_b = 0, al_c = 0;
-      int64_t m = 0, n = 0, k = 0, ldc = 0;
+      int64_t m = 0, n = 0, k = 0, ldc = 0, batch = 0;
       cublasLtMatmulAlgo_t algo{};
-      fields >> ab >> c >> ta >> tb >> m >> n >> k >> ldc >> al_a >> al_b >> al_c >> std::hex;
+      fields >> ab >> c >> ta >> tb >> m >> n >> k >> ldc >> al_a >> al_b >> al_c >> batch >> std::hex;
       for (uint64_t& word : algo.data) fields >> word;
       AMBER_CHECK(!fields.fail(), "gemm tuning: ", file, " line ", number, " is not a product and its algorithm (",
                   line, "); remove the file to measure afresh");
-      read[AlgoKey{ab, c, ta != 0, tb != 0, m, n, k, ldc, al_a, al_b, al_c}] = algo;
+      read[AlgoKey{ab, c, ta != 0, tb != 0, m, n, k, ldc, al_a, al_b, al_c, batch}] = algo;
     }
     table = std::move(read);
   }
@@ -293,9 +315,9 @@ struct Tuning {
     table[key] = algo;
     if (path.empty()) return;
     std::ofstream out(path, std::ios::app);
-    const auto& [ab, c, ta, tb, m, n, k, ldc, al_a, al_b, al_c] = key;
+    const auto& [ab, c, ta, tb, m, n, k, ldc, al_a, al_b, al_c, batch] = key;
     out << ab << " " << c << " " << ta << " " << tb << " " << m << " " << n << " " << k << " " << ldc << " " << al_a
-        << " " << al_b << " " << al_c << std::hex;
+        << " " << al_b << " " << al_c << " " << batch << std::hex;
     for (uint64_t word : algo.data) out << " " << word;
     out << "\n";
     AMBER_CHECK(out.good(), "gemm tuning: cannot append to ", path);
@@ -323,14 +345,15 @@ std::pair<cublasLtMatmulAlgo_t, bool> choose(LtState& s, Product& p, double beta
   if (capture != cudaStreamCaptureStatusNone) return {p.heuristics(s, 1)[0].algo, false};
   const std::vector<cublasLtMatmulHeuristicResult_t> candidates = p.heuristics(s, kTuningCandidates);
   // Rows as far apart as c's, so the candidates are timed on c's layout.
-  Tensor scratch = Tensor::empty({p.m, row_pitch(*p.c)}, p.c->dtype(), p.c->device()).slice(1, 0, p.n);
+  Tensor scratch = p.batch > 1 ? Tensor::empty({p.batch, p.m, p.n}, p.c->dtype(), p.c->device())
+                               : Tensor::empty({p.m, row_pitch(*p.c)}, p.c->dtype(), p.c->device()).slice(1, 0, p.n);
   const Product on_scratch(*p.a, p.ta, *p.b, p.tb, scratch);
   const std::vector<double> ms = time_candidates(s, on_scratch, candidates, beta, kTuningRepeats);
   size_t best = 0;
   for (size_t i = 1; i < ms.size(); ++i)
     if (ms[i] > 0 && (ms[best] < 0 || ms[i] < ms[best])) best = i;
-  AMBER_CHECK(ms[best] > 0, "gemm: none of cuBLASLt's algorithms ran for op(a) ", p.m, "x", p.k, ", op(b) ", p.k,
-              "x", p.n);
+  AMBER_CHECK(ms[best] > 0, "gemm: none of cuBLASLt's algorithms ran for ", p.batch, " x op(a) ", p.m, "x", p.k,
+              ", op(b) ", p.k, "x", p.n);
   t.record(p.key, candidates[best].algo);
   return {candidates[best].algo, true};
 }

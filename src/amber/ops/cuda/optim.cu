@@ -212,13 +212,16 @@ __global__ void clip_scale_kernel(double* scale, const double* norm, double max_
   if (total > max_norm) *scale = max_norm / total;  // not when within bounds, or NaN (a skipped step)
 }
 
-// The factor is formed in double from the f64 squared norm, as the host would.
+// The factor is formed in double from the f64 squared norm of the element's part (of
+// `per` elements), as the host would.
 template <class T>
-__global__ void divide_by_norm_kernel(T* x, int64_t n, const double* squares, double floor, double margin) {
-  const float scale = static_cast<float>(1.0 / (fmax(sqrt(*squares), floor) * margin));
+__global__ void divide_by_norm_kernel(T* x, int64_t n, int64_t per, const double* squares, double floor,
+                                      double margin) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float scale = static_cast<float>(1.0 / (fmax(sqrt(squares[i / per]), floor) * margin));
     x[i] = from_f32<T>(scale * to_f32(x[i]));
+  }
 }
 
 template <class T>
@@ -385,7 +388,8 @@ void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double marg
   with_element_type(t.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     divide_by_norm_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<T*>(t.raw()), n, static_cast<const double*>(squares.raw()), floor, margin);
+        static_cast<T*>(t.raw()), n, n / squares.numel(), static_cast<const double*>(squares.raw()), floor,
+        margin);
   });
   check_launch(op, t.shape());
 }
