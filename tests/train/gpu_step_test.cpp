@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <span>
+#include <string>
 
 #include "amber/core/random.h"
+#include "amber/ops/elementwise.h"
 #include "amber/ops/optim.h"
 #include "amber/train/checkpoint.h"
 #include "amber/train/trainer.h"
@@ -202,14 +205,23 @@ TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
   EXPECT_LT(testing::relative_error(pg, pc), 1e-6);
   // The bf16 working copy written in the same pass is exactly the new value rounded.
   EXPECT_EQ(testing::relative_error(work.to(DType::f32), pg.to(DType::bf16).to(DType::f32)), 0.0);
-  // Muon's two gated element-wise updates.
-  Tensor momc = testing::random_tensor(p.shape(), DType::f32, 7), momg = momc.to(Device::cuda());
-  momentum_step(momc, g, 0.95, sc);
-  momentum_step(momg, gg, 0.95, sg);
-  EXPECT_LT(testing::relative_error(momg, momc), 1e-6);
-  apply_update(pc, momc, 1e-3, 2e-2, sc);
-  apply_update(pg, momg, 1e-3, 2e-2, sg);
-  EXPECT_LT(testing::relative_error(pg, pc), 1e-6);
+  // Muon's two gated element-wise updates, with and without the look-ahead; the GPU
+  // writes the bf16 working copy in the same pass.
+  for (const bool nesterov : {true, false}) {
+    Tensor momc = testing::random_tensor(p.shape(), DType::f32, 7), momg = momc.to(Device::cuda());
+    Tensor upc = Tensor::empty(p.shape(), DType::f32), upg = Tensor::empty(p.shape(), DType::f32, Device::cuda());
+    const MuonOperands on_cpu{&pc, &g, &momc, &upc, &pc, 1e-3, 2e-2};
+    const MuonOperands on_gpu{&pg, &gg, &momg, &upg, &work, 1e-3, 2e-2};
+    muon_momentum_steps(std::span<const MuonOperands>(&on_cpu, 1), 0.95, nesterov, sc);
+    muon_momentum_steps(std::span<const MuonOperands>(&on_gpu, 1), 0.95, nesterov, sg);
+    EXPECT_LT(testing::relative_error(momg, momc), 1e-6);
+    EXPECT_LT(testing::relative_error(upg, upc), 1e-6);
+    EXPECT_EQ(testing::relative_error(upc, momc) == 0.0, !nesterov);
+    muon_apply_steps(std::span<const MuonOperands>(&on_cpu, 1), sc);
+    muon_apply_steps(std::span<const MuonOperands>(&on_gpu, 1), sg);
+    EXPECT_LT(testing::relative_error(pg, pc), 1e-6);
+    EXPECT_EQ(testing::relative_error(work.to(DType::f32), pg.to(DType::bf16).to(DType::f32)), 0.0);
+  }
   Tensor flag_c = Tensor::zeros({1}, DType::f64), flag_g = Tensor::zeros({1}, DType::f64, Device::cuda());
   const Tensor checks = Tensor::from_vector(std::vector<double>{1.0, 2.0, NAN}, {3});
   finite_flag(checks, flag_c);
@@ -231,6 +243,56 @@ TEST(TrainStepGpu, OptimizerMathMatchesCpu) {
     const double err = testing::relative_error(xg, xc);
     std::cout << "Newton-Schulz " << shape << " gpu vs cpu rel err " << err << "\n";
     EXPECT_LT(err, 1e-5);
+  }
+}
+
+// The Muon optimizer over 40 matrices of five shapes (one shape held by one matrix,
+// tables of more than 32 entries) against the CPU's, over two steps with clipping's
+// gradient scale: with f32 working copies (Newton-Schulz in f32) within 1e-5; with bf16
+// ones (Newton-Schulz in bf16, as a bf16 run computes it) each matrix's update stays
+// within bf16 rounding of the CPU's, and its working copy is its new value rounded.
+TEST(TrainStepGpu, MuonOverManyMatricesMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<Shape> shapes = {Shape{64, 96}, Shape{96, 64}, Shape{32, 96}, Shape{64, 96}, Shape{48, 40}};
+  constexpr int kMatrices = 40;
+  const auto shape_of = [&](int i) { return i == kMatrices - 1 ? shapes[4] : shapes[i % 4]; };
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    std::vector<std::shared_ptr<Param>> cpu, gpu;
+    std::vector<Tensor> initial;
+    for (int i = 0; i < kMatrices; ++i) {
+      const std::string name = "layers." + std::to_string(i) + ".mlp.down_proj.weight";
+      cpu.push_back(make_param(name, shape_of(i), Placement{}));
+      gpu.push_back(make_param(name, shape_of(i), Placement{DType::f32, Device::cuda(), compute}));
+      initial.push_back(testing::random_tensor(shape_of(i), DType::f32, 300 + i, 0.02f));
+      cpu.back()->value.copy_from(initial.back());
+      gpu.back()->value.copy_from(initial.back());
+      gpu.back()->refresh_work();
+    }
+    OptimizerConfig c;
+    c.name = "muon";
+    auto opt_cpu = build_optimizer(c, cpu), opt_gpu = build_optimizer(c, gpu);
+    for (int step = 0; step < 2; ++step) {
+      for (int i = 0; i < kMatrices; ++i) {
+        const Tensor g = testing::random_tensor(shape_of(i), DType::f32, 400 + 50 * step + i);
+        cpu[i]->grad.copy_from(g);
+        gpu[i]->grad.copy_from(g);
+      }
+      const Tensor gate = Tensor::from_vector(std::vector<double>{1.0, 0.7, 0.5}, {3});
+      opt_cpu->step(gate);
+      opt_gpu->step(gate.to(Device::cuda()));
+    }
+    for (int i = 0; i < kMatrices; ++i) {
+      SCOPED_TRACE(std::string(dtype_name(compute)) + " matrix " + std::to_string(i));
+      Tensor moved_cpu = cpu[i]->value.clone(), moved_gpu = gpu[i]->value.to(Device::cpu());
+      add_scaled(moved_cpu, initial[i], -1.0);
+      add_scaled(moved_gpu, initial[i], -1.0);
+      const double err = testing::relative_error(moved_gpu, moved_cpu);
+      EXPECT_LT(err, compute == DType::f32 ? 1e-5 : 5e-2);
+      if (compute == DType::bf16) {
+        const Tensor rounded = gpu[i]->value.to(DType::bf16).to(DType::f32);
+        EXPECT_EQ(testing::relative_error(gpu[i]->work.to(DType::f32), rounded), 0.0);
+      }
+    }
   }
 }
 

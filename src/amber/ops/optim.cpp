@@ -84,20 +84,40 @@ void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule) 
   AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::adamw_steps(params, schedule), on_cpu());
 }
 
-void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {
-  const char* op = "momentum_step";
-  require_gated_pair(momentum, grad, schedule, op, "momentum", "the gradient");
-  AMBER_ON_DEVICE(ops::common_device(op, {&momentum, &grad, &schedule}), op,
-                  cuda::momentum_step(momentum, grad, mu, schedule), cpu::momentum_step(momentum, grad, mu, schedule));
+void muon_momentum_steps(std::span<const MuonOperands> params, double mu, bool nesterov, const Tensor& schedule) {
+  const char* op = "muon_momentum_steps";
+  std::vector<const Tensor*> all{&schedule};
+  for (const MuonOperands& p : params) {
+    require_gated_pair(*p.momentum, *p.grad, schedule, op, "momentum", "the gradient");
+    require_gated_pair(*p.update, *p.grad, schedule, op, "the update", "the gradient");
+    all.insert(all.end(), {p.momentum, p.grad, p.update});
+  }
+  const auto on_cpu = [&] {
+    for (const MuonOperands& p : params) {
+      cpu::momentum_step(*p.momentum, *p.grad, mu, schedule);
+      p.update->copy_from(*p.momentum);
+      if (nesterov) cpu::momentum_step(*p.update, *p.grad, mu, schedule);
+    }
+  };
+  AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::muon_momentum_steps(params, mu, nesterov, schedule), on_cpu());
 }
 
-void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
-                  const Tensor& schedule) {
-  const char* op = "apply_update";
-  require_gated_pair(value, update, schedule, op, "the value", "the update");
-  AMBER_ON_DEVICE(ops::common_device(op, {&value, &update, &schedule}), op,
-                  cuda::apply_update(value, update, decay_rate, update_rate, schedule),
-                  cpu::apply_update(value, update, decay_rate, update_rate, schedule));
+void muon_apply_steps(std::span<const MuonOperands> params, const Tensor& schedule) {
+  const char* op = "muon_apply_steps";
+  std::vector<const Tensor*> all{&schedule};
+  for (const MuonOperands& p : params) {
+    require_gated_pair(*p.value, *p.update, schedule, op, "the value", "the update");
+    require_same_shape(*p.value, *p.work, "muon_apply_steps working copy");
+    require_contiguous(*p.work, op);
+    all.insert(all.end(), {p.value, p.update, p.work});
+  }
+  const auto on_cpu = [&] {
+    for (const MuonOperands& p : params) {
+      cpu::apply_update(*p.value, *p.update, p.decay_rate, p.update_rate, schedule);
+      if (!p.work->shares_storage_with(*p.value)) p.work->copy_from(*p.value);
+    }
+  };
+  AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::muon_apply_steps(params, schedule), on_cpu());
 }
 
 NewtonSchulz newton_schulz_from_name(const std::string& name) {

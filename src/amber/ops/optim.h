@@ -63,14 +63,26 @@ struct AdamWOperands {
 // would otherwise take one launch each).
 void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule);
 
-// Where the schedule applies: momentum = mu momentum + grad times the schedule's
-// gradient scale.
-void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
+// One Muon matrix's operands of muon_momentum_steps and muon_apply_steps. All f32 (or
+// f64), one shape, contiguous; `work` is value itself or a copy in its own dtype.
+struct MuonOperands {
+  Tensor* value;
+  const Tensor* grad;
+  Tensor* momentum;
+  Tensor* update;  // written by the momentum step, orthogonalised, read by the apply step
+  Tensor* work;
+  double decay_rate, update_rate;  // each times the schedule's lr multiplier
+};
 
-// Where the schedule applies, with k its lr multiplier:
-// value = value (1 - k decay_rate) - k update_rate update.
-void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
-                  const Tensor& schedule);
+// Where the schedule applies, for every entry, with g the gradient times the schedule's
+// gradient scale: momentum = mu momentum + g, then update = mu momentum + g (Nesterov's
+// look-ahead) or update = momentum. On a GPU all entries share a few launches.
+void muon_momentum_steps(std::span<const MuonOperands> params, double mu, bool nesterov, const Tensor& schedule);
+
+// Where the schedule applies, with k its lr multiplier, for every entry:
+// value = value (1 - k decay_rate) - k update_rate update, and work receives the new
+// value in the same pass.
+void muon_apply_steps(std::span<const MuonOperands> params, const Tensor& schedule);
 
 enum class NewtonSchulz { cubic5, quintic5 };
 NewtonSchulz newton_schulz_from_name(const std::string& name);  // cubic5 | quintic5

@@ -76,19 +76,17 @@ class GroupedOptimizer final : public Optimizer {
     adamw_steps(operands, schedule_);
     // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
     const double decay = config_.weight_decay * config_.lr / config_.muon_lr;
-    for (MuonSlot& s : muon_) {
-      // momentum = mu * momentum + g; Nesterov looks ahead: g + mu * momentum, one more
-      // momentum step from the new momentum. g is the gradient times the step's clip
-      // factor, which only the momentum steps apply.
-      momentum_step(s.momentum, s.param->grad, config_.muon_momentum, schedule_);
-      s.update.copy_from(s.momentum);
-      if (config_.nesterov) momentum_step(s.update, s.param->grad, config_.muon_momentum, schedule_);
-    }
+    std::vector<MuonOperands> muon;
+    muon.reserve(muon_.size());
+    for (MuonSlot& s : muon_)
+      muon.push_back({&s.param->value, &s.param->grad, &s.momentum, &s.update, &s.param->work,
+                      config_.muon_lr * decay, config_.muon_lr * s.scale});
+    // momentum = mu * momentum + g; Nesterov looks ahead: g + mu * momentum, one more
+    // momentum step from the new momentum. g is the gradient times the step's clip
+    // factor, which only the momentum steps apply.
+    muon_momentum_steps(muon, config_.muon_momentum, config_.nesterov, schedule_);
     for (MuonGroup& g : muon_groups_) newton_schulz_orthogonalize(g.updates, variant_, g.compute);
-    for (MuonSlot& s : muon_) {
-      apply_update(s.param->value, s.update, config_.muon_lr * decay, config_.muon_lr * s.scale, schedule_);
-      s.param->refresh_work();
-    }
+    muon_apply_steps(muon, schedule_);
   }
 
   int64_t steps() const override { return static_cast<int64_t>(schedule_.to_doubles()[kScheduleSteps]); }

@@ -48,8 +48,8 @@ struct AdamWElement {
 
 // Up to kMax parameters of one working dtype for one launch, passed by value (a
 // captured graph holds it). Parameter i owns the chunks first_chunk[i] ..
-// first_chunk[i + 1] - 1 of kAdamWChunk elements each.
-constexpr int64_t kAdamWChunk = 16384;  // a multiple of 4: chunks start on whole groups of four
+// first_chunk[i + 1] - 1 of kUpdateChunk elements each (Muon's tables likewise).
+constexpr int64_t kUpdateChunk = 16384;  // a multiple of 4: chunks start on whole groups of four
 struct AdamWTable {
   static constexpr int kMax = 32;
   struct Entry {
@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
                            static_cast<float>(schedule[kScheduleBias1]),
                            static_cast<float>(schedule[kScheduleBias2]),
                            static_cast<float>(schedule[kScheduleGradScale])};
-  const int64_t begin = (chunk - table.first_chunk[i]) * kAdamWChunk;
-  const int64_t end = begin + kAdamWChunk < t.n ? begin + kAdamWChunk : t.n;
+  const int64_t begin = (chunk - table.first_chunk[i]) * kUpdateChunk;
+  const int64_t end = begin + kUpdateChunk < t.n ? begin + kUpdateChunk : t.n;
   float *p = t.p, *m = t.m, *v = t.v;
   const float* g = t.g;
   W* work = static_cast<W*>(t.work);
@@ -112,24 +112,58 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
   }
 }
 
-template <class T>
-__global__ void momentum_kernel(T* momentum, const T* g, int64_t n, float mu, const double* schedule) {
+// Up to kMax Muon matrices of one working dtype for one launch, passed by value.
+// Matrix i owns the chunks first_chunk[i] .. first_chunk[i + 1] - 1 of kUpdateChunk
+// elements each.
+struct MuonTable {
+  static constexpr int kMax = 32;
+  struct Entry {
+    float *value, *momentum, *update;
+    const float* grad;
+    void* work;  // the working copy in the table's dtype, or null (the value is it)
+    int64_t n;
+    double decay_rate, update_rate;
+  };
+  Entry e[kMax];
+  int64_t first_chunk[kMax + 1];
+  int count;
+};
+
+// Muon's momentum and look-ahead: one block per chunk of any matrix in the table.
+__global__ void __launch_bounds__(kThreads) muon_momentum_kernel(const __grid_constant__ MuonTable table, float mu,
+                                                                 bool nesterov, const double* schedule) {
   if (schedule[kScheduleApply] == 0.0) return;
+  const int64_t chunk = blockIdx.x;
+  const int i = table_entry(table.first_chunk, table.count, chunk);
+  const MuonTable::Entry& t = table.e[i];
   const float scale = static_cast<float>(schedule[kScheduleGradScale]);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    momentum[i] = from_f32<T>(mu * to_f32(momentum[i]) + scale * to_f32(g[i]));
+  const int64_t begin = (chunk - table.first_chunk[i]) * kUpdateChunk;
+  const int64_t end = begin + kUpdateChunk < t.n ? begin + kUpdateChunk : t.n;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const float m = mu * t.momentum[j] + scale * t.grad[j];
+    t.momentum[j] = m;
+    t.update[j] = nesterov ? mu * m + scale * t.grad[j] : m;
+  }
 }
 
-template <class T>
-__global__ void apply_update_kernel(T* value, const T* update, int64_t n, double decay_rate, double update_rate,
-                                    const double* schedule) {
+// Muon's update of the weights, `work` receiving each new value rounded to W.
+template <class W>
+__global__ void __launch_bounds__(kThreads) muon_apply_kernel(const __grid_constant__ MuonTable table,
+                                                              const double* schedule) {
   if (schedule[kScheduleApply] == 0.0) return;
-  const float keep = static_cast<float>(1.0 - schedule[kScheduleLrMultiplier] * decay_rate);
-  const float step = static_cast<float>(schedule[kScheduleLrMultiplier] * update_rate);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    value[i] = from_f32<T>(keep * to_f32(value[i]) - step * to_f32(update[i]));
+  const int64_t chunk = blockIdx.x;
+  const int i = table_entry(table.first_chunk, table.count, chunk);
+  const MuonTable::Entry& t = table.e[i];
+  const float keep = static_cast<float>(1.0 - schedule[kScheduleLrMultiplier] * t.decay_rate);
+  const float step = static_cast<float>(schedule[kScheduleLrMultiplier] * t.update_rate);
+  const int64_t begin = (chunk - table.first_chunk[i]) * kUpdateChunk;
+  const int64_t end = begin + kUpdateChunk < t.n ? begin + kUpdateChunk : t.n;
+  W* work = static_cast<W*>(t.work);
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const float v = keep * t.value[j] - step * t.update[j];
+    t.value[j] = v;
+    if (work) work[j] = from_f32<W>(v);
+  }
 }
 
 // Up to kMax tensors of one dtype for one pair of launches, passed by value (a
@@ -303,38 +337,72 @@ void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule) 
                               static_cast<float>(p.hyper.eps),
                               aligned16(p.value->raw()) && aligned16(p.grad->raw()) && aligned16(p.m->raw()) &&
                                   aligned16(p.v->raw()) && (!out || reinterpret_cast<uintptr_t>(out) % (4 * bytes) == 0)};
-      table.first_chunk[table.count + 1] = table.first_chunk[table.count] + (n + kAdamWChunk - 1) / kAdamWChunk;
+      table.first_chunk[table.count + 1] = table.first_chunk[table.count] + (n + kUpdateChunk - 1) / kUpdateChunk;
       if (++table.count == AdamWTable::kMax) flush();
     }
     flush();
   }
 }
 
-void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule) {
-  const char* op = "momentum_step";
-  const int64_t n = momentum.numel();
-  if (n == 0) return;
-  with_element_type(momentum.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    momentum_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<T*>(momentum.raw()), static_cast<const T*>(grad.raw()), n, static_cast<float>(mu),
-        static_cast<const double*>(schedule.raw()));
-  });
-  check_launch(op, momentum.shape());
+namespace {
+
+// Calls launch(table, work dtype) for the entries of each working dtype, in order, in
+// tables of up to kMax.
+template <class Launch>
+void for_muon_tables(std::span<const MuonOperands> params, const char* op, Launch&& launch) {
+  for (const MuonOperands& p : params)
+    for (const Tensor* t : {static_cast<const Tensor*>(p.value), p.grad, static_cast<const Tensor*>(p.momentum),
+                            static_cast<const Tensor*>(p.update)})
+      AMBER_CHECK(t->dtype() == DType::f32, op, ": GPU Muon keeps fp32 weights, gradients and state; got ",
+                  dtype_name(t->dtype()));
+  const auto work_of = [](const MuonOperands& p) {
+    return p.work->shares_storage_with(*p.value) ? DType::f32 : p.work->dtype();
+  };
+  for (const DType work : {DType::f32, DType::bf16, DType::f16}) {
+    MuonTable table{};
+    const auto flush = [&] {
+      if (table.count > 0) launch(table, work);
+      table = MuonTable{};
+    };
+    for (const MuonOperands& p : params) {
+      if (work_of(p) != work || p.value->numel() == 0) continue;
+      const int64_t n = p.value->numel();
+      table.e[table.count] = {static_cast<float*>(p.value->raw()),
+                              static_cast<float*>(p.momentum->raw()),
+                              static_cast<float*>(p.update->raw()),
+                              static_cast<const float*>(p.grad->raw()),
+                              p.work->shares_storage_with(*p.value) ? nullptr : p.work->raw(),
+                              n,
+                              p.decay_rate,
+                              p.update_rate};
+      table.first_chunk[table.count + 1] = table.first_chunk[table.count] + (n + kUpdateChunk - 1) / kUpdateChunk;
+      if (++table.count == MuonTable::kMax) flush();
+    }
+    flush();
+  }
 }
 
-void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
-                  const Tensor& schedule) {
-  const char* op = "apply_update";
-  const int64_t n = value.numel();
-  if (n == 0) return;
-  with_element_type(value.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    apply_update_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
-        static_cast<T*>(value.raw()), static_cast<const T*>(update.raw()), n, decay_rate, update_rate,
-        static_cast<const double*>(schedule.raw()));
+}  // namespace
+
+void muon_momentum_steps(std::span<const MuonOperands> params, double mu, bool nesterov, const Tensor& schedule) {
+  const char* op = "muon_momentum_steps";
+  for_muon_tables(params, op, [&](const MuonTable& table, DType) {
+    muon_momentum_kernel<<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, cudaStreamPerThread>>>(
+        table, static_cast<float>(mu), nesterov, static_cast<const double*>(schedule.raw()));
+    check_launch(op, {table.count});
   });
-  check_launch(op, value.shape());
+}
+
+void muon_apply_steps(std::span<const MuonOperands> params, const Tensor& schedule) {
+  const char* op = "muon_apply_steps";
+  for_muon_tables(params, op, [&](const MuonTable& table, DType work) {
+    with_element_type(work, op, [&](auto tag) {
+      muon_apply_kernel<decltype(tag)>
+          <<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, cudaStreamPerThread>>>(
+              table, static_cast<const double*>(schedule.raw()));
+    });
+    check_launch(op, {table.count});
+  });
 }
 
 void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {

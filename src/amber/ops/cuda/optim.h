@@ -11,9 +11,8 @@ namespace amber::cuda {
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2);
 void finite_flag(const Tensor& values, Tensor& flag);
 void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule);
-void momentum_step(Tensor& momentum, const Tensor& grad, double mu, const Tensor& schedule);
-void apply_update(Tensor& value, const Tensor& update, double decay_rate, double update_rate,
-                  const Tensor& schedule);
+void muon_momentum_steps(std::span<const MuonOperands> params, double mu, bool nesterov, const Tensor& schedule);
+void muon_apply_steps(std::span<const MuonOperands> params, const Tensor& schedule);
 void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares);
 void norm_from_squares(const Tensor& squares, Tensor& out);
 void clip_scale(Tensor& scale, const Tensor& norm, double max_norm);
