@@ -115,8 +115,8 @@ TEST(Gemm, TransposesAndRejectsBadShapes) {
 }
 
 // 3-D operands are a batch of independent products: each matrix of c is what the 2-D
-// product of the same matrices gives, for every pair of transposes and with beta; a
-// batch whose sizes differ, a separate addend and mixed 2-D/3-D operands are refused.
+// product of the same matrices gives, for every pair of transposes, with beta, and with
+// a separate addend; a batch whose sizes differ and mixed 2-D/3-D operands are refused.
 TEST(Gemm, BatchOfProductsMatchesOneAtATime) {
   const int64_t n = 3, rows = 5, inner = 7, cols = 4;
   for (int t = 0; t < 4; ++t) {
@@ -133,9 +133,16 @@ TEST(Gemm, BatchOfProductsMatchesOneAtATime) {
     }
   }
   const Tensor a = random_tensor({n, rows, inner}, DType::f32, 13), b = random_tensor({n, inner, cols}, DType::f32, 14);
-  Tensor wrong_batch = Tensor::empty({n + 1, rows, cols}, DType::f32), c = Tensor::empty({n, rows, cols}, DType::f32);
+  const Tensor addend = random_tensor({n, rows, cols}, DType::f32, 15);
+  Tensor c = Tensor::empty({n, rows, cols}, DType::f32);
+  gemm(a, false, b, false, c, -1.5, 0.75, addend);
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor one = Tensor::empty({rows, cols}, DType::f32);
+    gemm(a.select(0, i), false, b.select(0, i), false, one, -1.5, 0.75, addend.select(0, i));
+    EXPECT_EQ(c.select(0, i).to_doubles(), one.to_doubles()) << "with an addend, matrix " << i;
+  }
+  Tensor wrong_batch = Tensor::empty({n + 1, rows, cols}, DType::f32);
   EXPECT_THROW(gemm(a, false, b, false, wrong_batch), Error);
-  EXPECT_THROW(gemm(a, false, b, false, c, 1.0, 1.0, c.clone()), Error);
   EXPECT_THROW(gemm(a, false, b.select(0, 0), false, c), Error);
 }
 

@@ -525,6 +525,11 @@ TEST(GemmGpu, BatchOfProductsMatchesCpu) {
       gemm(a, ta, b, tb, cf);
       gemm(gpu(a), ta, gpu(b), tb, gf);
       expect_close(tag + " into f32", gf, cf, dt);
+      // A separate addend, read by the epilogue (Newton-Schulz's aX + alpha P X).
+      Tensor ca = Tensor::empty({n, m, cols}, dt), ga = nan_tensor({n, m, cols}, dt);
+      gemm(a, ta, b, tb, ca, -1.5, 0.75, c0);
+      gemm(gpu(a), ta, gpu(b), tb, ga, -1.5, 0.75, gpu(c0));
+      expect_close(tag + " with an addend", ga, ca, dt);
     }
   }
 }

@@ -13,9 +13,10 @@ namespace amber {
 // c = alpha * op(a) * op(b) + beta * addend for 2-D contiguous tensors; op is an
 // optional transpose; addend (shaped like c) is c itself when undefined. On the GPU a
 // separate addend is read by the product's epilogue (cuBLASLt's C beside its D).
-// With 3-D a [n, ., .], b [n, ., .] and c [n, ., .] (contiguous, no separate addend) the
-// call is a batch of n independent products c[i] = alpha op(a[i]) op(b[i]) + beta c[i]:
-// on the GPU one strided-batched cuBLASLt call, on the CPU one product after another.
+// With 3-D a [n, ., .], b [n, ., .] and c [n, ., .] (contiguous, as is an addend) the
+// call is a batch of n independent products c[i] = alpha op(a[i]) op(b[i]) + beta
+// addend[i]: on the GPU one strided-batched cuBLASLt call, on the CPU one product after
+// another.
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
           double alpha = 1.0, double beta = 0.0, const Tensor& addend = Tensor());
 

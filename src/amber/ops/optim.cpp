@@ -146,31 +146,30 @@ void newton_schulz_orthogonalize(Tensor& g, NewtonSchulz variant, DType compute)
   squared_norms_into(matrices, squares);
   divide_by_norm_(x, squares, 1e-7, 1.01);
   Tensor gram = Tensor::empty(shaped(side, side), compute, device);
-  Tensor poly = Tensor::empty(shaped(side, side), compute, device);
+  Tensor poly = variant == NewtonSchulz::quintic5 ? Tensor::empty(shaped(side, side), compute, device) : Tensor();
   Tensor next = Tensor::empty(shaped(rows, cols), compute, device);
   for (int step = 0; step < 5; ++step) {
     if (wide) gemm(x, false, x, true, gram);
     else gemm(x, true, x, false, gram);
-    double a, b, c = 0.0;
+    // X <- aX + alpha P X with P the polynomial in G: the products' epilogues add aX
+    // (X is their addend) and scale by alpha, so no pass of its own copies X or scales G.
+    double a, alpha = 1.0;
+    Tensor* factor = &poly;
     if (variant == NewtonSchulz::quintic5) {
-      a = 3.4445, b = -4.7750, c = 2.0315;  // X <- aX + (bG + cG^2) X
+      a = 3.4445;  // X <- aX + (bG + cG^2) X
+      gemm(gram, false, gram, false, poly, 2.0315, 0.0);
+      add_scaled(poly, gram, -4.7750);
     } else {
       // The cubic per-step schedule: X <- (aI + bG) X, landing singular values in
       // roughly [0.77, 1.30] at two thirds of the quintic's FLOPs.
       static constexpr double kCubic[5][2] = {{3.3656576, -3.3420992}, {2.5744352, -1.4957376},
                                               {2.5368962, -1.4312570}, {2.4418906, -1.2764040},
                                               {2.2230472, -0.9630650}};
-      a = kCubic[step][0], b = kCubic[step][1];
+      a = kCubic[step][0], alpha = kCubic[step][1];
+      factor = &gram;
     }
-    if (c != 0.0) {
-      gemm(gram, false, gram, false, poly, c, 0.0);
-      add_scaled(poly, gram, b);
-    } else {
-      scale_into(poly, gram, b);
-    }
-    next.copy_from(x);
-    if (wide) gemm(poly, false, x, false, next, 1.0, a);
-    else gemm(x, false, poly, false, next, 1.0, a);
+    if (wide) gemm(*factor, false, x, false, next, alpha, a, x);
+    else gemm(x, false, *factor, false, next, alpha, a, x);
     std::swap(x, next);
   }
   g.copy_from(x);
