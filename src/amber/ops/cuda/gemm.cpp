@@ -69,10 +69,12 @@ cudaDataType_t lt_type(DType t) {
   }
 }
 
-int alignment(const void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
+// The largest power of two up to 256 that divides the address and, for a batch, the
+// bytes between its matrices: the alignment every matrix of the operand has.
+int alignment(const void* p, int64_t batch_stride_bytes = 0) {
+  const auto bits = reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(batch_stride_bytes);
   int a = 256;
-  while (a > 1 && address % a != 0) a /= 2;
+  while (a > 1 && bits % a != 0) a /= 2;
   return a;
 }
 
@@ -146,8 +148,20 @@ struct Product {
       check(set_batch(d.b, batch, a_.size(-1) * a_.size(-2)), "batch of a");
       check(set_batch(d.c, batch, m * n), "batch of c");
     }
-    key = AlgoKey{static_cast<int>(a_.dtype()), static_cast<int>(c_.dtype()), ta, tb, m, n, k, row_pitch(c_),
-                  alignment(a_.raw()), alignment(b_.raw()), std::min(alignment(c_.raw()), alignment(addend->raw())),
+    const auto stride_bytes = [&](const Tensor& t) {
+      return batch > 1 ? t.size(-1) * t.size(-2) * static_cast<int64_t>(dtype_size(t.dtype())) : 0;
+    };
+    key = AlgoKey{static_cast<int>(a_.dtype()),
+                  static_cast<int>(c_.dtype()),
+                  ta,
+                  tb,
+                  m,
+                  n,
+                  k,
+                  row_pitch(c_),
+                  alignment(a_.raw(), stride_bytes(a_)),
+                  alignment(b_.raw(), stride_bytes(b_)),
+                  std::min(alignment(c_.raw(), stride_bytes(c_)), alignment(addend->raw(), stride_bytes(*addend))),
                   batch};
   }
 
