@@ -121,8 +121,8 @@ TEST(Gemm, BatchOfProductsMatchesOneAtATime) {
   const int64_t n = 3, rows = 5, inner = 7, cols = 4;
   for (int t = 0; t < 4; ++t) {
     const bool ta = t & 1, tb = t & 2;
-    const Tensor a = ta ? random_tensor({n, inner, rows}, DType::f32, 10) : random_tensor({n, rows, inner}, DType::f32, 10);
-    const Tensor b = tb ? random_tensor({n, cols, inner}, DType::f32, 11) : random_tensor({n, inner, cols}, DType::f32, 11);
+    const Tensor a = random_tensor(ta ? Shape{n, inner, rows} : Shape{n, rows, inner}, DType::f32, 10);
+    const Tensor b = random_tensor(tb ? Shape{n, cols, inner} : Shape{n, inner, cols}, DType::f32, 11);
     const Tensor c0 = random_tensor({n, rows, cols}, DType::f32, 12);
     Tensor batched = c0.clone();
     gemm(a, ta, b, tb, batched, 0.5, 0.25);

@@ -16,7 +16,8 @@ void cpu_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, dou
   if (a.ndim() == 2) return cpu::gemm(a, ta, b, tb, c, alpha, beta, addend);
   for (int64_t i = 0; i < a.size(0); ++i) {
     Tensor ci = c.select(0, i);
-    cpu::gemm(a.select(0, i), ta, b.select(0, i), tb, ci, alpha, beta, addend.defined() ? addend.select(0, i) : Tensor());
+    const Tensor addend_i = addend.defined() ? addend.select(0, i) : Tensor();
+    cpu::gemm(a.select(0, i), ta, b.select(0, i), tb, ci, alpha, beta, addend_i);
   }
 }
 
@@ -33,8 +34,8 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   AMBER_CHECK(k == kb && c.size(-2) == m && c.size(-1) == n, "gemm shapes do not agree: op(a) ", m,
               "x", k, ", op(b) ", kb, "x", n, ", c ", c.shape());
   if (dims == 3) {
-    AMBER_CHECK(b.size(0) == a.size(0) && c.size(0) == a.size(0), "gemm: a batch of products needs one batch size, got ",
-                a.shape(), " ", b.shape(), " ", c.shape());
+    AMBER_CHECK(b.size(0) == a.size(0) && c.size(0) == a.size(0),
+                "gemm: a batch of products needs one batch size, got ", a.shape(), " ", b.shape(), " ", c.shape());
     for (const Tensor* t : {&a, &b, static_cast<const Tensor*>(&c)}) require_contiguous(*t, "gemm (batched)");
   }
   if (addend.defined())
