@@ -406,6 +406,14 @@ double Trainer::run() {
     }
   };
 
+  // Waits for the step's end, then logs it. The clock is read after the wait: as two
+  // arguments of one call, the compiler may read it first (g++ 12 did: a GPU run's last
+  // step logged 62 microseconds, 33 million tokens/s).
+  auto log_finished = [&](const Issued& step) {
+    const AccumulatedStep acc = s.train_step->read();
+    log_step(step, acc, Clock::now());
+  };
+
   // Losses, norm, clipping and the decision to update stay on the device. The host
   // issues step k + 1 before it reads and logs step k, so that loading batches and
   // logging overlap the device's work. It waits for step k's end instead where it acts
@@ -420,7 +428,7 @@ double Trainer::run() {
     if (const int signal = stop_signals.received(); signal && s.step + 1 < t.steps) {
       // The step in flight is the last the loader gave out, so the checkpoint after it
       // resumes exactly where this run stops.
-      log_step(*running, s.train_step->read(), Clock::now());
+      log_finished(*running);
       do_checkpoint();
       s.stopped_by = signal;
       std::cout << "stopped by signal " << signal << " after step " << s.step << "; continue with --resume\n";
@@ -442,7 +450,7 @@ double Trainer::run() {
       running = std::move(next);
       continue;
     }
-    log_step(*running, s.train_step->read(), Clock::now());
+    log_finished(*running);
     running.reset();
     if (eval) do_eval();
     if (samples) do_samples();
