@@ -251,8 +251,10 @@ TEST(LanguageModel, ParameterNamesAndCounts) {
   // two norms 16+16, gate_up 48x16, down 16x24) + final norm
   const int64_t per_layer = 256 + 128 + 128 + 256 + 8 + 4 + 32 + 768 + 384;
   EXPECT_EQ(model.parameter_count(), 41 * 16 * 2 + 2 * per_layer + 16);
-  EXPECT_FALSE(model.param("embed_tokens.weight").weight_decay);
-  EXPECT_FALSE(model.param("layers.0.attn_norm.weight").weight_decay);
+  EXPECT_EQ(model.param("embed_tokens.weight").role, ParamRole::embedding);
+  EXPECT_EQ(model.param("layers.0.attn_norm.weight").role, ParamRole::vector);
+  EXPECT_EQ(model.param("layers.0.attn.sinks").role, ParamRole::vector);
+  EXPECT_EQ(model.param("lm_head.weight").role, ParamRole::head);
   EXPECT_TRUE(model.param("layers.0.attn.o_proj.weight").muon);
   EXPECT_FALSE(model.param("lm_head.weight").muon);
 }

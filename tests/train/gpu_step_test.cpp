@@ -84,7 +84,7 @@ TEST(TrainStepGpu, StepMatchesCpu) {
     OptimizerConfig oc;
     oc.name = optimizer;
     oc.lr = 1e-3;
-    auto oc_cpu = build_optimizer(oc, cpu.params()), oc_gpu = build_optimizer(oc, gpu.params());
+    auto oc_cpu = build_optimizer(oc, cpu.store()), oc_gpu = build_optimizer(oc, gpu.store());
     oc_cpu->step(always_apply(1.0, Device::cpu()));
     oc_gpu->step(always_apply(1.0, Device::cuda()));
     worst = 0;
@@ -257,12 +257,16 @@ TEST(TrainStepGpu, MuonOverManyMatricesMatchesCpu) {
   constexpr int kMatrices = 40;
   const auto shape_of = [&](int i) { return i == kMatrices - 1 ? shapes[4] : shapes[i % 4]; };
   for (const DType compute : {DType::f32, DType::bf16}) {
-    std::vector<std::shared_ptr<Param>> cpu, gpu;
+    ParamStore cpu_store(Placement{}), gpu_store(Placement{DType::f32, Device::cuda(), compute});
+    for (int i = 0; i < kMatrices; ++i)
+      for (ParamStore* store : {&cpu_store, &gpu_store})
+        store->add("layers." + std::to_string(i) + ".mlp.down_proj.weight", shape_of(i), ParamRole::hidden_matrix,
+                   ParamInit::zeros());
+    cpu_store.allocate();
+    gpu_store.allocate();
+    const std::vector<std::shared_ptr<Param>>&cpu = cpu_store.params(), &gpu = gpu_store.params();
     std::vector<Tensor> initial;
     for (int i = 0; i < kMatrices; ++i) {
-      const std::string name = "layers." + std::to_string(i) + ".mlp.down_proj.weight";
-      cpu.push_back(make_param(name, shape_of(i), Placement{}));
-      gpu.push_back(make_param(name, shape_of(i), Placement{DType::f32, Device::cuda(), compute}));
       initial.push_back(testing::random_tensor(shape_of(i), DType::f32, 300 + i, 0.02f));
       cpu.back()->value.copy_from(initial.back());
       gpu.back()->value.copy_from(initial.back());
@@ -270,7 +274,7 @@ TEST(TrainStepGpu, MuonOverManyMatricesMatchesCpu) {
     }
     OptimizerConfig c;
     c.name = "muon";
-    auto opt_cpu = build_optimizer(c, cpu), opt_gpu = build_optimizer(c, gpu);
+    auto opt_cpu = build_optimizer(c, cpu_store), opt_gpu = build_optimizer(c, gpu_store);
     for (int step = 0; step < 2; ++step) {
       for (int i = 0; i < kMatrices; ++i) {
         const Tensor g = testing::random_tensor(shape_of(i), DType::f32, 400 + 50 * step + i);
@@ -437,7 +441,7 @@ TEST(TrainStepGpu, GraphReplayEqualsEager) {
     graphed.init_weights(5);
     OptimizerConfig oc;
     oc.name = optimizer;
-    auto opt_eager = build_optimizer(oc, eager.params()), opt_graphed = build_optimizer(oc, graphed.params());
+    auto opt_eager = build_optimizer(oc, eager.store()), opt_graphed = build_optimizer(oc, graphed.store());
     TrainStep step_eager(eager, opt_eager.get(), {.grad_clip = 0.5, .cuda_graph = false});
     TrainStep step_graphed(graphed, opt_graphed.get(), {.grad_clip = 0.5, .cuda_graph = true});
     const std::vector<std::vector<int32_t>> lengths = {{1, 127, 128, 129, 50}, {300, 7, 13, 115},
@@ -480,7 +484,7 @@ TEST(TrainStepGpu, BackToBackStepsEachReadTheirOwnBatch) {
   waited.init_weights(6);
   queued.init_weights(6);
   OptimizerConfig oc;
-  auto opt_waited = build_optimizer(oc, waited.params()), opt_queued = build_optimizer(oc, queued.params());
+  auto opt_waited = build_optimizer(oc, waited.store()), opt_queued = build_optimizer(oc, queued.store());
   TrainStep step_waited(waited, opt_waited.get(), {.grad_clip = 1.0, .cuda_graph = true});
   TrainStep step_queued(queued, opt_queued.get(), {.grad_clip = 1.0, .cuda_graph = true});
   // 564 tokens in three documents every step, so every batch fits the first step's
@@ -519,10 +523,10 @@ TEST(TrainStepGpu, CheckpointsMoveBetweenDevices) {
   fs::remove_all(out);
   LanguageModel gpu(small_model(), DType::f32, Device::cuda());
   gpu.init_weights(9);
-  auto opt_gpu = build_optimizer({}, gpu.params());
+  auto opt_gpu = build_optimizer({}, gpu.store());
   const std::string dir = save_checkpoint(out, 1, gpu, *opt_gpu, {{"tokens_seen", 0}}, 2);
   LanguageModel cpu(small_model());
-  auto opt_cpu = build_optimizer({}, cpu.params());
+  auto opt_cpu = build_optimizer({}, cpu.store());
   load_checkpoint(dir, cpu, opt_cpu.get());
   for (size_t i = 0; i < cpu.params().size(); ++i)
     ASSERT_EQ(cpu.params()[i]->value.to_doubles(), gpu.params()[i]->value.to_doubles());

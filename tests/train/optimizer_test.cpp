@@ -13,6 +13,17 @@ namespace {
 
 using testing::random_tensor;
 
+// A CPU store holding one hidden matrix per shape, named as the down projections of
+// layers 0, 1, ...: what an optimizer over a few stand-alone matrices needs.
+std::unique_ptr<ParamStore> matrices(const std::vector<Shape>& shapes) {
+  auto store = std::make_unique<ParamStore>(Placement{});
+  for (size_t i = 0; i < shapes.size(); ++i)
+    store->add("layers." + std::to_string(i) + ".mlp.down_proj.weight", shapes[i], ParamRole::hidden_matrix,
+               ParamInit::zeros());
+  store->allocate();
+  return store;
+}
+
 TEST(AdamW, MatchesFloat64ReferenceOverSeveralSteps) {
   const int n = 1000;
   std::vector<double> p = random_tensor({n}, DType::f64, 1).to_doubles(), m(n, 0), v(n, 0);
@@ -135,21 +146,23 @@ TEST(Muon, BatchedNewtonSchulzMatchesOneMatrixAtATime) {
 // two of one shape, moves each exactly as an optimizer holding that matrix alone.
 TEST(Muon, BatchedMatricesStepAsIfAlone) {
   const std::vector<Shape> shapes = {Shape{16, 24}, Shape{24, 16}, Shape{16, 24}};
+  const std::unique_ptr<ParamStore> all = matrices(shapes);
+  std::vector<std::unique_ptr<ParamStore>> each;
   std::vector<std::shared_ptr<Param>> together, alone;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const std::string name = "layers." + std::to_string(i) + ".mlp.down_proj.weight";
-    for (auto* list : {&together, &alone}) {
-      auto p = make_param(name, shapes[i], Placement{});
+    each.push_back(matrices({shapes[i]}));
+    together.push_back(all->params()[i]);
+    alone.push_back(each.back()->params()[0]);
+    for (const auto& p : {together.back(), alone.back()}) {
       p->value.copy_from(random_tensor(shapes[i], DType::f32, 30 + i, 0.02f));
       p->grad.copy_from(random_tensor(shapes[i], DType::f32, 40 + i));
-      list->push_back(p);
     }
   }
   OptimizerConfig c;
   c.name = "muon";
-  auto batched = build_optimizer(c, together);
+  auto batched = build_optimizer(c, *all);
   std::vector<std::unique_ptr<Optimizer>> single;
-  for (const auto& p : alone) single.push_back(build_optimizer(c, {p}));
+  for (const auto& store : each) single.push_back(build_optimizer(c, *store));
   for (int step = 0; step < 2; ++step) {
     batched->step(always_apply(1.0, Device::cpu()));
     for (auto& o : single) o->step(always_apply(1.0, Device::cpu()));
@@ -158,20 +171,20 @@ TEST(Muon, BatchedMatricesStepAsIfAlone) {
     EXPECT_EQ(together[i]->value.to_doubles(), alone[i]->value.to_doubles()) << together[i]->name;
 }
 
+// Groups follow the parameters' roles, never their names.
 TEST(Muon, OptimizerGroupsFollowThePredecessorRules) {
-  std::vector<std::shared_ptr<Param>> params = {make_param("embed_tokens.weight", {10, 4}, Placement{}),
-                                                make_param("layers.0.attn.q_proj.weight", {4, 4}, Placement{}),
-                                                make_param("layers.0.attn_norm.weight", {4}, Placement{}),
-                                                make_param("lm_head.weight", {10, 4}, Placement{})};
-  params[0]->weight_decay = false;
-  params[0]->muon = false;
-  params[3]->muon = false;
+  ParamStore store(Placement{});
+  store.add("a", {10, 4}, ParamRole::embedding, ParamInit::zeros());
+  store.add("b", {4, 4}, ParamRole::hidden_matrix, ParamInit::zeros());
+  store.add("c", {4}, ParamRole::vector, ParamInit::ones());
+  store.add("d", {10, 4}, ParamRole::head, ParamInit::zeros());
+  store.allocate();
   OptimizerConfig c;
   c.name = "muon";
   c.lr = 5e-4;
   c.muon_lr = 2e-3;
   c.embed_lr = 2e-3;
-  const std::string groups = build_optimizer(c, params)->describe();
+  const std::string groups = build_optimizer(c, store)->describe();
   EXPECT_NE(groups.find("muon: 1 tensors"), std::string::npos) << groups;
   EXPECT_NE(groups.find("weight decay 0.025"), std::string::npos) << groups;  // 0.1 * 5e-4 / 2e-3
   EXPECT_NE(groups.find("adamw: 1 tensors, 4e-06M params, lr 0.0005, weight decay 0\n"), std::string::npos) << groups;
@@ -180,14 +193,15 @@ TEST(Muon, OptimizerGroupsFollowThePredecessorRules) {
 }
 
 TEST(Muon, StepAppliesOrthogonalisedScaledUpdate) {
-  auto p = make_param("layers.0.mlp.down_proj.weight", {32, 64}, Placement{});
+  const std::unique_ptr<ParamStore> store = matrices({Shape{32, 64}});
+  const std::shared_ptr<Param> p = store->params()[0];
   p->value.copy_from(random_tensor({32, 64}, DType::f32, 5, 0.02f));
   p->grad.copy_from(random_tensor({32, 64}, DType::f32, 6));
   const Tensor before = p->value.clone();
   OptimizerConfig c;
   c.name = "muon";
   c.weight_decay = 0.0;
-  auto opt = build_optimizer(c, {p});
+  auto opt = build_optimizer(c, *store);
   opt->step(always_apply(1.0, Device::cpu()));
   Tensor delta = p->value.clone();
   std::vector<double> d = delta.to_doubles(), b = before.to_doubles();
@@ -204,15 +218,15 @@ TEST(Muon, StepAppliesOrthogonalisedScaledUpdate) {
 // applied step uses bias corrections of step 1, and the lr multiplier scales the update.
 TEST(Optimizer, GateSkipsAndMultiplierScales) {
   for (const char* name : {"adamw", "muon"}) {
-    auto p = make_param("layers.0.mlp.down_proj.weight", {16, 32}, Placement{});
+    const std::unique_ptr<ParamStore> store = matrices({Shape{16, 32}}), twin_store = matrices({Shape{16, 32}});
+    const std::shared_ptr<Param> p = store->params()[0], twin = twin_store->params()[0];
     p->value.copy_from(random_tensor({16, 32}, DType::f32, 5, 0.02f));
     p->grad.copy_from(random_tensor({16, 32}, DType::f32, 6));
-    auto twin = make_param("layers.0.mlp.down_proj.weight", {16, 32}, Placement{});
     twin->value.copy_from(p->value);
     twin->grad.copy_from(p->grad);
     OptimizerConfig c;
     c.name = name;
-    auto opt = build_optimizer(c, {p}), reference = build_optimizer(c, {twin});
+    auto opt = build_optimizer(c, *store), reference = build_optimizer(c, *twin_store);
     const Tensor before = p->value.clone();
     opt->step(Tensor::from_vector(std::vector<double>{0.0, 1.0, 1.0}, {3}));
     EXPECT_EQ(p->value.to_doubles(), before.to_doubles()) << name;

@@ -51,7 +51,7 @@ TEST(Trainer, TokenExactAccumulationMatchesOneBigBatch) {
   for (const data::Batch& b : parts) ASSERT_EQ(b.tokens.numel(), 2048);
   OptimizerConfig oc;
   oc.lr = 1e-2;
-  auto opt_one = build_optimizer(oc, one.params()), opt_four = build_optimizer(oc, four.params());
+  auto opt_one = build_optimizer(oc, one.store()), opt_four = build_optimizer(oc, four.store());
   std::vector<Tensor> initial;
   for (const auto& p : one.params()) initial.push_back(p->value.clone());
   TrainStep step_one(one, opt_one.get(), {}), step_four(four, opt_four.get(), {});
@@ -118,7 +118,7 @@ struct TinyTrainStep {
   LanguageModel model{tiny_model()};
   std::unique_ptr<Optimizer> optimizer = [this] {
     model.init_weights(4);
-    return build_optimizer({}, model.params());
+    return build_optimizer({}, model.store());
   }();
   TrainStep step{model, optimizer.get(), {.grad_clip = 1.0}};
 };
@@ -167,7 +167,7 @@ TEST(Trainer, ClippedStepsEqualStepsOnScaledGradients) {
     scaled.init_weights(4);
     OptimizerConfig oc;
     oc.name = name;
-    auto clipped_opt = build_optimizer(oc, clipped.params()), scaled_opt = build_optimizer(oc, scaled.params());
+    auto clipped_opt = build_optimizer(oc, clipped.store()), scaled_opt = build_optimizer(oc, scaled.store());
     TrainStep gradients_only(scaled, nullptr, {});
     std::unique_ptr<TrainStep> step;
     for (int s = 0; s < 3; ++s) {
@@ -441,7 +441,7 @@ TEST(Checkpoint, KillDuringWriteLeavesThePreviousCheckpointLoadable) {
   // a parallel region its parent's thread pool served.
   LanguageModel model(big);
   model.init_weights(1);
-  auto opt = build_optimizer({}, model.params());
+  auto opt = build_optimizer({}, model.store());
   for (int round = 0; round < 4; ++round) {
     fs::remove_all(out);
     const pid_t child = fork();
@@ -461,7 +461,7 @@ TEST(Checkpoint, KillDuringWriteLeavesThePreviousCheckpointLoadable) {
     const std::string latest = latest_checkpoint(out);
     ASSERT_FALSE(latest.empty());
     LanguageModel loaded(big);
-    auto loaded_opt = build_optimizer({}, loaded.params());
+    auto loaded_opt = build_optimizer({}, loaded.store());
     const nlohmann::json state = load_checkpoint(latest, loaded, loaded_opt.get());
     const double step = static_cast<double>(state.at("step").get<int64_t>());
     for (const auto& p : loaded.params()) EXPECT_EQ(p->value.item(0), step) << p->name;
@@ -474,7 +474,7 @@ TEST(Checkpoint, CorruptOrMismatchedCheckpointsFailClearly) {
   const std::string out = (fs::temp_directory_path() / "amber_corrupt_test").string();
   fs::remove_all(out);
   LanguageModel model(tiny_model());
-  auto opt = build_optimizer({}, model.params());
+  auto opt = build_optimizer({}, model.store());
   const std::string dir = save_checkpoint(out, 1, model, *opt, {{"tokens_seen", 0}}, 1);
   ModelConfig wider = tiny_model();
   wider.dim = 48;

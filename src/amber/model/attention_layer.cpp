@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "amber/model/linear.h"
 #include "amber/ops/attention.h"
-#include "amber/ops/gemm.h"
 #include "amber/ops/norm.h"
 #include "amber/ops/rope.h"
 
@@ -16,49 +16,26 @@ class CausalAttention final : public AttentionLayer {
       : heads_(s.config->heads),
         kv_heads_(s.config->resolved_kv_heads()),
         head_dim_(s.config->resolved_head_dim()),
-        position_(s.position) {
+        position_(s.position),
+        qkv_(qkv_projection(s)),
+        o_(*s.store, {s.name + ".o_proj", int64_t{heads_} * head_dim_, s.config->dim, s.config->attn_bias,
+                      ParamRole::hidden_matrix, s.config->projection_init_std(int64_t{heads_} * head_dim_, true)}) {
     const ModelConfig& c = *s.config;
-    const int64_t q_dim = int64_t{heads_} * head_dim_, kv_dim = int64_t{kv_heads_} * head_dim_;
-    // q, k and v are three parameters stacked in one buffer: one product computes all
-    // three projections (and one their gradients), which at GQA's narrow k and v runs
-    // faster than three.
-    const auto stacked = [&](const char* what, const Shape& trailing) {
-      return make_stacked_params({s.name + ".q_proj." + what, s.name + ".k_proj." + what, s.name + ".v_proj." + what},
-                                 {q_dim, kv_dim, kv_dim}, trailing, s.placement);
-    };
-    qkv_ = stacked("weight", Shape{c.dim});
-    qkv_.set_product_gradient();
-    o_ = make_param(s.name + ".o_proj.weight", {c.dim, q_dim}, s.placement);
-    o_->product_gradient = true;
-    if (c.attn_bias) {
-      qkv_bias_ = stacked("bias", Shape{});
-      o_bias_ = make_param(s.name + ".o_proj.bias", {c.dim}, s.placement);
-    }
+    if (c.attn_sink) sinks_ = s.store->add(s.name + ".sinks", {heads_}, ParamRole::vector, ParamInit::zeros());
     if (c.qk_norm) {
-      q_norm_ = norm_registry().build("rmsnorm", {s.name + ".q_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.placement});
-      k_norm_ = norm_registry().build("rmsnorm", {s.name + ".k_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.placement});
-    }
-    if (c.attn_sink) {
-      sinks_ = make_param(s.name + ".sinks", {heads_}, s.placement);
-      sinks_->weight_decay = false;
-      sinks_->muon = false;
+      q_norm_ = norm_registry().build("rmsnorm", {s.name + ".q_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.store});
+      k_norm_ = norm_registry().build("rmsnorm", {s.name + ".k_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.store});
     }
     options_.softmax_scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     options_.window = s.window;
     fused_qk_ = q_norm_ && q_norm_->rms_parts() && position_->rope_table();
   }
 
-  void collect(std::vector<std::shared_ptr<Param>>& out) const override {
-    for (const StackedParams* stack : {&qkv_, &qkv_bias_})
-      for (const auto& p : stack->parts) out.push_back(p);
-    for (const auto& p : {o_, o_bias_, sinks_})
-      if (p) out.push_back(p);
-    if (q_norm_) q_norm_->collect(out);
-    if (k_norm_) k_norm_->collect(out);
-  }
+  std::unique_ptr<AttentionLayer::Saved> new_saved() const override { return std::make_unique<Saved>(); }
 
-  Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& s, Arena& arena,
+  Tensor forward(const Tensor& h, const SeqInfo& seq, AttentionLayer::Saved& saved, Arena& arena,
                  const ResidualAdd& into) const override {
+    auto& s = static_cast<Saved&>(saved);
     const int64_t tokens = h.size(0);
     s.h = h;
     Tensor v_raw;
@@ -68,12 +45,7 @@ class CausalAttention final : public AttentionLayer {
     s.o = arena.alloc({tokens, heads_, head_dim_}, h.dtype());
     s.lse = arena.alloc({tokens, heads_}, norm_stat_dtype(h.dtype()));
     attention_forward(s.q, s.k, s.v, seq, options_, sinks(), s.o, s.lse);
-    const Tensor o = s.o.view({tokens, int64_t{heads_} * head_dim_});
-    if (into.residual) {
-      linear_forward(o, o_->work, o_bias_ ? o_bias_->work : Tensor(), *into.sum, *into.residual, into.scale);
-      return *into.sum;
-    }
-    return project(o, o_, o_bias_, arena);
+    return o_.forward(s.o.view({tokens, int64_t{heads_} * head_dim_}), arena, into);
   }
 
   Tensor infer(const Tensor& h, const CachedStep& step, LayerCache& cache, Arena& arena) const override {
@@ -94,16 +66,15 @@ class CausalAttention final : public AttentionLayer {
     }
     Tensor o = arena.alloc({tokens, heads_, head_dim_}, h.dtype());
     attention_cached_forward(q, cache.k, cache.v, step.cu_q, step.starts, options_, sinks(), o);
-    return project(o.view({tokens, int64_t{heads_} * head_dim_}), o_, o_bias_, arena);
+    return o_.forward(o.view({tokens, int64_t{heads_} * head_dim_}), arena);
   }
 
-  Tensor backward(const Tensor& dout, const SeqInfo& seq, const Saved& s, Arena& arena) const override {
+  Tensor backward(const Tensor& dout, const SeqInfo& seq, const AttentionLayer::Saved& saved,
+                  Arena& arena) const override {
+    const auto& s = static_cast<const Saved&>(saved);
     const int64_t tokens = dout.size(0);
     const DType dt = dout.dtype();
-    Tensor o_flat = s.o.view({tokens, int64_t{heads_} * head_dim_});
-    Tensor d_o = arena.alloc(o_flat.shape(), dt);
-    Tensor dob = grad_of(o_bias_), dqkv_bias = grad_of(qkv_bias_.whole);
-    linear_backward(dout, o_flat, o_->work, d_o, o_->grad, dob, o_->grad_accumulates());
+    const Tensor d_o = o_.backward(dout, s.o.view({tokens, int64_t{heads_} * head_dim_}), arena);
     Tensor dq = arena.alloc(s.q.shape(), dt), dk = arena.alloc(s.k.shape(), dt);
     Tensor dv = arena.alloc(s.v.shape(), dt);
     Tensor dsinks = grad_of(sinks_);
@@ -125,18 +96,35 @@ class CausalAttention final : public AttentionLayer {
       unrotate_and_unnormalise(dq, dk, seq.positions, s, dq_raw, dk_raw);
     }
     dqkv.slice(1, heads_ + kv_heads_, heads_ + 2 * kv_heads_).copy_from(dv);
-    Tensor dh = arena.alloc(s.h.shape(), dt);
-    linear_backward(dqkv.view({tokens, dqkv.numel() / tokens}), s.h, qkv_.whole->work, dh, qkv_.whole->grad,
-                    dqkv_bias, qkv_.whole->grad_accumulates());
-    return dh;
+    return qkv_.backward(dqkv.view({tokens, dqkv.numel() / tokens}), s.h, arena);
   }
 
  private:
-  static Tensor project(const Tensor& x, const std::shared_ptr<Param>& w, const std::shared_ptr<Param>& b,
-                        Arena& arena) {
-    Tensor y = arena.alloc({x.size(0), w->work.size(0)}, x.dtype());
-    linear_forward(x, w->work, b ? b->work : Tensor(), y);
-    return y;
+  struct Saved final : AttentionLayer::Saved {
+    Tensor h;                       // input [T, D]
+    Tensor q_raw, k_raw;            // projections before QK-norm
+    Norm::Saved q_norm, k_norm;
+    Tensor q, k, v;                 // what the attention kernel read
+    Tensor o, lse;                  // kernel output [T, H, Dh] and log-sum-exp
+  };
+
+  // q, k and v are three parameters stacked in one buffer: one product computes all
+  // three projections (and one their gradients), which at GQA's narrow k and v runs
+  // faster than three.
+  static Linear qkv_projection(const AttentionSpec& s) {
+    const ModelConfig& c = *s.config;
+    const int64_t q_dim = int64_t{c.heads} * c.resolved_head_dim();
+    const int64_t kv_dim = int64_t{c.resolved_kv_heads()} * c.resolved_head_dim();
+    const auto stacked = [&](const char* what, const Shape& trailing, ParamRole role, ParamInit init) {
+      return s.store->add_stacked({s.name + ".q_proj." + what, s.name + ".k_proj." + what, s.name + ".v_proj." + what},
+                                  {q_dim, kv_dim, kv_dim}, trailing, role, init);
+    };
+    const StackedParams weight = stacked("weight", Shape{c.dim}, ParamRole::hidden_matrix,
+                                         ParamInit::normal(c.projection_init_std(c.dim, false)));
+    for (const auto& p : weight.parts) p->product_gradient = true;
+    const StackedParams bias = c.attn_bias ? stacked("bias", Shape{}, ParamRole::vector, ParamInit::zeros())
+                                           : StackedParams{};
+    return Linear(weight.whole, bias.whole, kComputeDtypeRecipe);
   }
   // s.q and s.k, what the attention kernel reads, from s.q_raw and s.k_raw: QK-norm and
   // the position encoding into fresh tensors (the raw projections stay intact for the
@@ -160,7 +148,7 @@ class CausalAttention final : public AttentionLayer {
     const Norm::RmsParts rms = *norm.rms_parts();
     saved.x = raw;
     saved.rstd = arena.alloc({raw.size(0) * raw.size(1)}, norm_stat_dtype(raw.dtype()));
-    return {raw, rms.weight ? rms.weight->work : Tensor(), rms.eps, arena.alloc(raw.shape(), raw.dtype()),
+    return {raw, work_of(rms.weight), rms.eps, arena.alloc(raw.shape(), raw.dtype()),
             saved.rstd};
   }
   // The transpose when QK-norm and the position encoding are not fused: the attention's
@@ -177,14 +165,14 @@ class CausalAttention final : public AttentionLayer {
   // One side of the fused backward; its dy is the attention's (attention_backward sets it).
   static QkNormRopeBackward norm_and_rope_grad(const Norm& norm, const Norm::Saved& saved, const Tensor& dx) {
     const Norm::RmsParts rms = *norm.rms_parts();
-    return {Tensor(), saved.x, rms.weight ? rms.weight->work : Tensor(), saved.rstd, dx,
-            rms.weight ? rms.weight->grad : Tensor()};
+    return {Tensor(), saved.x, work_of(rms.weight), saved.rstd, dx,
+            grad_of(rms.weight)};
   }
   // The stacked projection [T, H + 2 Hkv, Dh] and its q, k and v heads, as views
   // (token-strided: the norms read them in place, other consumers copy them).
   void project_qkv(const Tensor& h, Arena& arena, Tensor& q, Tensor& k, Tensor& v) const {
     const int64_t tokens = h.size(0), kv_end = heads_ + 2 * int64_t{kv_heads_};
-    const Tensor heads = project(h, qkv_.whole, qkv_bias_.whole, arena).view({tokens, kv_end, head_dim_});
+    const Tensor heads = qkv_.forward(h, arena).view({tokens, kv_end, head_dim_});
     q = heads.slice(1, 0, heads_);
     k = heads.slice(1, heads_, heads_ + kv_heads_);
     v = heads.slice(1, heads_ + kv_heads_, kv_end);
@@ -194,14 +182,13 @@ class CausalAttention final : public AttentionLayer {
     y.copy_from(x);
     return y;
   }
-  static Tensor grad_of(const std::shared_ptr<Param>& p) { return p ? p->grad : Tensor(); }
-  Tensor sinks() const { return sinks_ ? sinks_->work : Tensor(); }
+  Tensor sinks() const { return work_of(sinks_); }
 
   int heads_, kv_heads_, head_dim_;
   std::shared_ptr<const PositionEncoding> position_;
   AttentionOptions options_;
-  StackedParams qkv_, qkv_bias_;  // qkv_bias_ empty without attn_bias
-  std::shared_ptr<Param> o_, o_bias_, sinks_;
+  Linear qkv_, o_;
+  std::shared_ptr<Param> sinks_;
   std::unique_ptr<Norm> q_norm_, k_norm_;
   bool fused_qk_ = false;  // QK-norm (RMSNorm) and RoPE in one pass
 };

@@ -12,7 +12,7 @@
 #include "amber/core/seq_info.h"
 #include "amber/model/config.h"
 #include "amber/model/norm_layer.h"
-#include "amber/model/param.h"
+#include "amber/model/param_store.h"
 #include "amber/model/position.h"
 
 namespace amber {
@@ -21,7 +21,7 @@ struct AttentionSpec {
   std::string name;  // e.g. "layers.3.attn"
   const ModelConfig* config = nullptr;
   int window = 0;  // this layer's window; 0 = global
-  Placement placement;
+  ParamStore* store = nullptr;  // where the parameters are declared
   std::shared_ptr<const PositionEncoding> position;
 };
 
@@ -39,17 +39,17 @@ struct CachedStep {
 
 class AttentionLayer {
  public:
+  // What a forward keeps for its backward. Each implementation defines its own and
+  // makes it with new_saved(); the caller owns it, so several micro-batches may be in
+  // flight.
   struct Saved {
-    Tensor h;                       // input [T, D]
-    Tensor q_raw, k_raw;            // projections before QK-norm
-    Norm::Saved q_norm, k_norm;
-    Tensor q, k, v;                 // what the attention kernel read
-    Tensor o, lse;                  // kernel output [T, H, Dh] and log-sum-exp
+    virtual ~Saved() = default;
   };
   virtual ~AttentionLayer() = default;
-  virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
+  virtual std::unique_ptr<Saved> new_saved() const = 0;
   // The layer's output, or with `into` (residual r, scale s, sum): *into.sum = r + s *
-  // output, added by the output projection as it writes (and returned).
+  // output, added by the output projection as it writes (and returned). `saved` is
+  // new_saved()'s.
   virtual Tensor forward(const Tensor& h, const SeqInfo& seq, Saved& saved, Arena& arena,
                          const ResidualAdd& into = {}) const = 0;
   virtual Tensor backward(const Tensor& dout, const SeqInfo& seq, const Saved& saved, Arena& arena) const = 0;

@@ -7,21 +7,13 @@
 
 namespace amber {
 
-Backbone::Backbone(const ModelConfig& c, const Placement& placement)
+Backbone::Backbone(const ModelConfig& c, ParamStore& store)
     : embedding_scale_(c.embedding_scale ? std::sqrt(static_cast<double>(c.dim)) : 1.0),
       position_(position_registry().build(c.posenc, c)),
       recompute_(make_recompute_policy(c.recompute)) {
-  embed_ = make_param("embed_tokens.weight", {c.vocab_size, c.dim}, placement);
-  embed_->weight_decay = false;  // the predecessor's default: no decay on the input embedding
-  embed_->muon = false;
-  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, placement, position_));
-  final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, placement});
-}
-
-void Backbone::collect(std::vector<std::shared_ptr<Param>>& out) const {
-  out.push_back(embed_);
-  for (const auto& b : blocks_) b->collect(out);
-  final_norm_->collect(out);
+  embed_ = store.add("embed_tokens.weight", {c.vocab_size, c.dim}, ParamRole::embedding, ParamInit::normal(c.init_std));
+  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, store, position_));
+  final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, &store});
 }
 
 Tensor Backbone::forward(const Tensor& tokens, const SeqInfo& seq, Saved& s, Arena& activations,
@@ -33,7 +25,7 @@ Tensor Backbone::forward(const Tensor& tokens, const SeqInfo& seq, Saved& s, Are
   Tensor x = activations.alloc({tokens.numel(), embed_->work.size(1)}, dt);
   embedding_forward(embed_->work, tokens, x);
   if (embedding_scale_ != 1.0) scale_into(x, x, embedding_scale_);
-  s.blocks.assign(blocks_.size(), Block::Saved{});
+  s.blocks.resize(blocks_.size());
   ResidualStream stream{x};
   for (size_t i = 0; i < blocks_.size(); ++i)
     stream = recompute_->forward(*blocks_[i], stream, seq, s.blocks[i], activations, scratch);

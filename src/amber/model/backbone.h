@@ -18,9 +18,9 @@ class Backbone {
     Norm::Saved final_norm;
   };
 
-  Backbone(const ModelConfig& config, const Placement& placement);
+  // Declares the embedding, the blocks' parameters and the final norm in `store`.
+  Backbone(const ModelConfig& config, ParamStore& store);
 
-  void collect(std::vector<std::shared_ptr<Param>>& out) const;
   const std::shared_ptr<Param>& embedding() const { return embed_; }
   int depth() const { return static_cast<int>(blocks_.size()); }
   const RecomputePolicy& recompute() const { return *recompute_; }

@@ -44,14 +44,13 @@ class Block {
     Tensor input;  // kept under every recompute policy
     Tensor mid;    // x1
     Norm::Saved attn_norm, mlp_norm, post_attn_norm, post_mlp_norm;
-    AttentionLayer::Saved attn;
-    Mlp::Saved mlp;
+    std::unique_ptr<AttentionLayer::Saved> attn;  // the components' own (made by forward)
+    std::unique_ptr<Mlp::Saved> mlp;
   };
 
-  Block(const ModelConfig& config, int index, const Placement& placement,
-        std::shared_ptr<const PositionEncoding> position);
-
-  void collect(std::vector<std::shared_ptr<Param>>& out) const;
+  // Declares the layer's parameters in `store` in the model's order: attention norm,
+  // attention, its post-norm, MLP norm, MLP, its post-norm.
+  Block(const ModelConfig& config, int index, ParamStore& store, std::shared_ptr<const PositionEncoding> position);
   // Intermediate tensors come from `saves`; the output's sum buffer from `outputs`. The
   // output's add is done by the MLP's down projection, or (post-norms, or a bias with
   // a residual scale) left pending with the MLP branch in `saves`.

@@ -35,6 +35,12 @@ std::vector<int> ModelConfig::layer_windows() const {
   return windows;
 }
 
+double ModelConfig::projection_init_std(int64_t fan_in, bool writes_residual) const {
+  double std = init_std * (mup_base_dim > 0 ? std::sqrt(mup_base_dim / static_cast<double>(fan_in)) : 1.0);
+  if (writes_residual && depth_scaled_init) std *= 1.0 / std::sqrt(2.0 * depth);
+  return std;
+}
+
 double ModelConfig::residual_scale() const {
   return scale_residual_by_depth ? 1.0 / std::sqrt(static_cast<double>(depth)) : 1.0;
 }

@@ -4,6 +4,7 @@
 // suggest the nearest valid key.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct ModelConfig {
   bool mlp_is_gated() const { return mlp != "gelu"; }
   std::vector<int> layer_windows() const;  // per layer; 0 = global; the last layer is global
   double residual_scale() const;
+  // A projection weight's init std: init_std (times sqrt(mup_base_dim / fan_in) under
+  // muP), and for the projections whose output the residual stream adds (o_proj,
+  // down_proj) times (2 depth)^-0.5 under depth_scaled_init.
+  double projection_init_std(int64_t fan_in, bool writes_residual) const;
 
   // Throws an Error naming the key and the fix for any inconsistent value.
   void validate() const;

@@ -1,39 +1,32 @@
 #include "amber/model/language_model.h"
 
-#include <cmath>
+#include <algorithm>
 
 #include "amber/core/random.h"
 #include "amber/ops/elementwise.h"
 
 namespace amber {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 LanguageModel::LanguageModel(const ModelConfig& config, DType dtype, Device device, std::optional<DType> compute)
     : config_((config.validate(), config)),
       dtype_(dtype),
       device_(device),
       compute_(compute.value_or(dtype)),
-      backbone_(config_, {dtype, device, compute_}),
-      head_(config_, {dtype, device, compute_}, config_.tie_embeddings ? backbone_.embedding() : nullptr),
+      store_({dtype, device, compute_}),
+      backbone_(config_, store_),
+      head_(config_, store_, config_.tie_embeddings ? backbone_.embedding() : nullptr),
       activations_(device),
       scratch_(device) {
   AMBER_CHECK(dtype == DType::f32 || (dtype == DType::f64 && device.is_cpu()),
               "model parameters are f32 (or f64 on the CPU, for gradient checks), got ", dtype_name(dtype));
   AMBER_CHECK(compute_ == dtype || compute_ == DType::bf16 || compute_ == DType::f16, "compute dtype ",
               dtype_name(compute_), " must be the master dtype, bf16 or f16");
-  backbone_.collect(params_);
-  head_.collect(params_);
+  store_.allocate();
 }
 
 Param& LanguageModel::param(const std::string& name) const {
   std::vector<std::string> names;
-  for (const auto& p : params_) {
+  for (const auto& p : params()) {
     if (p->name == name) return *p;
     names.push_back(p->name);
   }
@@ -43,57 +36,48 @@ Param& LanguageModel::param(const std::string& name) const {
 
 int64_t LanguageModel::parameter_count() const {
   int64_t n = 0;
-  for (const auto& p : params_) n += p->value.numel();
+  for (const auto& p : params()) n += p->value.numel();
   return n;
 }
 
 void LanguageModel::init_weights(uint64_t seed) {
-  const double depth_scale = config_.depth_scaled_init ? 1.0 / std::sqrt(2.0 * config_.depth) : 1.0;
   uint64_t offset = 0;
-  for (const auto& p : params_) {
+  for (const auto& p : params()) {
     Tensor& v = p->value;
-    const std::string& n = p->name;
-    double std = 0;
-    if (n == "embed_tokens.weight") {
-      std = config_.init_std;
-    } else if (n == "lm_head.weight") {
-      std = 1.0 / std::sqrt(static_cast<double>(config_.dim));
-    } else if (v.ndim() == 2) {
-      const double fan_in = static_cast<double>(v.size(1));
-      std = config_.init_std * (config_.mup_base_dim > 0 ? std::sqrt(config_.mup_base_dim / fan_in) : 1.0);
-      if (ends_with(n, ".o_proj.weight") || ends_with(n, ".down_proj.weight")) std *= depth_scale;
-    }
-    if (std > 0) {
-      fill_normal(v, seed, offset, 0.0f, static_cast<float>(std));
-    } else if (ends_with(n, "norm.weight")) {
-      v.fill(1.0);
-    } else {
-      v.zero();  // biases, norm biases and sink logits start at zero
+    switch (p->init.kind) {
+      case ParamInit::Kind::normal: fill_normal(v, seed, offset, 0.0f, static_cast<float>(p->init.std)); break;
+      case ParamInit::Kind::ones: v.fill(1.0); break;
+      case ParamInit::Kind::zeros: v.zero(); break;
     }
     offset += static_cast<uint64_t>(v.numel());
   }
   refresh_working_copies();
 }
 
-void LanguageModel::refresh_working_copies() {
-  for (const auto& p : params_) p->refresh_work();
-}
+void LanguageModel::refresh_working_copies() { store_.refresh_working_copies(); }
 
 void LanguageModel::zero_grad() {
   std::vector<Tensor> grads;
-  for (const auto& p : params_) grads.push_back(p->grad);
+  for (const ParamStore::Buffer& b : store_.buffers()) grads.push_back(b.grad);
   zero_all(grads);
 }
 
 void LanguageModel::restart_grads() {
   // A product gradient is marked stale (its first product overwrites it); the others
-  // are zeroed together.
+  // are zeroed together: a buffer without product gradients whole, in one pass.
   std::vector<Tensor> zeroed;
-  for (const auto& p : params_) {
-    if (p->product_gradient)
-      *p->stale_grad = true;
-    else
-      zeroed.push_back(p->grad);
+  for (const ParamStore::Buffer& b : store_.buffers()) {
+    const bool products = std::any_of(b.params.begin(), b.params.end(), [](const Param* p) { return p->product_gradient; });
+    if (!products) {
+      zeroed.push_back(b.grad);
+      continue;
+    }
+    for (Param* p : b.params) {
+      if (p->product_gradient)
+        *p->stale_grad = true;
+      else
+        zeroed.push_back(p->grad);
+    }
   }
   zero_all(zeroed);
 }
@@ -101,10 +85,10 @@ void LanguageModel::restart_grads() {
 void LanguageModel::settle_grads() {
   // Every part of a stacked parameter reads the flag they share before it is cleared.
   std::vector<Tensor> zeroed;
-  for (const auto& p : params_)
+  for (const auto& p : params())
     if (*p->stale_grad) zeroed.push_back(p->grad);
   zero_all(zeroed);
-  for (const auto& p : params_) *p->stale_grad = false;
+  for (const auto& p : params()) *p->stale_grad = false;
 }
 
 // Batches may arrive on the host; they move to the model's device here (a no-op

@@ -1,5 +1,6 @@
 // LanguageModel: backbone plus LM head, the unit the trainer drives. Owns the
-// parameters (in a fixed order), their initialisation, and the activation arenas.
+// parameter store (every parameter, in a fixed order), the parameters'
+// initialisation, and the activation arenas.
 #pragma once
 
 #include <memory>
@@ -24,12 +25,14 @@ class LanguageModel {
   DType compute_dtype() const { return compute_; }
   // Re-derives every working copy from the master weights (after they were written).
   void refresh_working_copies();
-  const std::vector<std::shared_ptr<Param>>& params() const { return params_; }
+  const std::vector<std::shared_ptr<Param>>& params() const { return store_.params(); }
+  const ParamStore& store() const { return store_; }
   Param& param(const std::string& name) const;  // error names the nearest valid name
   int64_t parameter_count() const;
 
-  // Deterministic initialisation from one seed (Philox; each parameter takes the
-  // stream segment after the previous one, so CPU and GPU agree).
+  // Deterministic initialisation from one seed, as each parameter's ParamInit says
+  // (Philox; each parameter takes the stream segment after the previous one, whatever
+  // its init, so CPU and GPU agree).
   void init_weights(uint64_t seed);
   void zero_grad();
   // A step's gradients without a zeroing pass over the linear weights: restart_grads
@@ -64,9 +67,9 @@ class LanguageModel {
   DType dtype_;
   Device device_;
   DType compute_;
+  ParamStore store_;  // declared into by backbone_ and head_, allocated once they are built
   Backbone backbone_;
   LMHead head_;
-  std::vector<std::shared_ptr<Param>> params_;
   Arena activations_, scratch_;
 };
 

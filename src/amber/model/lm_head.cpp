@@ -1,27 +1,28 @@
 #include "amber/model/lm_head.h"
 
 #include "amber/ops/elementwise.h"
-#include "amber/ops/gemm.h"
+#include <cmath>
+
 #include "amber/ops/norm.h"
 
 namespace amber {
 
-LMHead::LMHead(const ModelConfig& c, const Placement& placement, std::shared_ptr<Param> tied)
-    : owns_weight_(tied == nullptr) {
-  if (tied) {
-    weight_ = std::move(tied);
-    weight_->shared = true;
-  } else {
-    weight_ = make_param("lm_head.weight", {c.vocab_size, c.dim}, placement);
-    weight_->muon = false;  // the head trains with AdamW, like the embedding
-    weight_->product_gradient = true;  // not when tied: the embedding's backward adds to that one
-  }
-  options_.z_loss_weight = c.z_loss_weight;
-  options_.chunk_tokens = c.loss_chunk_tokens;
+namespace {
+
+// Untied, the head's weight is its own, whose gradient its product writes; tied, the
+// embedding's, whose backward adds to that gradient.
+Linear head_projection(const ModelConfig& c, ParamStore& store, std::shared_ptr<Param> tied) {
+  if (tied) return Linear(std::move(tied), nullptr, kComputeDtypeRecipe);
+  return Linear(store, {"lm_head", c.dim, c.vocab_size, false, ParamRole::head,
+                        1.0 / std::sqrt(static_cast<double>(c.dim))});
 }
 
-void LMHead::collect(std::vector<std::shared_ptr<Param>>& out) const {
-  if (owns_weight_) out.push_back(weight_);
+}  // namespace
+
+LMHead::LMHead(const ModelConfig& c, ParamStore& store, std::shared_ptr<Param> tied)
+    : projection_(head_projection(c, store, std::move(tied))) {
+  options_.z_loss_weight = c.z_loss_weight;
+  options_.chunk_tokens = c.loss_chunk_tokens;
 }
 
 Tensor LMHead::Loss::zero_sums(Device device) { return Tensor::zeros({3}, DType::f64, device); }
@@ -36,7 +37,7 @@ void LMHead::forward(const Tensor& hidden, const Tensor& targets, Arena& arena, 
   const int64_t tokens = hidden.size(0);
   const DType stat = norm_stat_dtype(hidden.dtype());
   Tensor losses = arena.alloc({tokens}, stat), lse = arena.alloc({tokens}, stat);
-  linear_cross_entropy_forward(hidden, weight_->work, targets, options_, losses, lse);
+  linear_cross_entropy_forward(hidden, projection_.weight().work, targets, options_, losses, lse);
   linear_cross_entropy_sums(losses, lse, targets, options_, sums);
 }
 
@@ -48,15 +49,16 @@ Tensor LMHead::forward_backward(const Tensor& hidden, const Tensor& targets, con
   Tensor dlosses = arena.alloc({tokens}, stat);
   fill_from_scalar(dlosses, loss_scale);
   Tensor dhidden = arena.alloc(hidden.shape(), hidden.dtype());
-  linear_cross_entropy_forward_backward(dlosses, hidden, weight_->work, targets, options_, losses, lse, dhidden,
-                                        weight_->grad, weight_->grad_accumulates());
+  Param& w = projection_.weight();
+  linear_cross_entropy_forward_backward(dlosses, hidden, w.work, targets, options_, losses, lse, dhidden, w.grad,
+                                        w.grad_accumulates());
   linear_cross_entropy_sums(losses, lse, targets, options_, sums);
   return dhidden;
 }
 
 Tensor LMHead::logits(const Tensor& hidden) const {
-  Tensor out = Tensor::empty({hidden.size(0), weight_->work.size(0)}, hidden.dtype(), hidden.device());
-  linear_forward(hidden, weight_->work, Tensor(), out);
+  Tensor out = Tensor::empty({hidden.size(0), projection_.out_features()}, hidden.dtype(), hidden.device());
+  projection_.forward_into(hidden, out);
   return out;
 }
 

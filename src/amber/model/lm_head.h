@@ -8,7 +8,7 @@
 
 #include "amber/core/arena.h"
 #include "amber/model/config.h"
-#include "amber/model/param.h"
+#include "amber/model/linear.h"
 #include "amber/ops/loss.h"
 
 namespace amber {
@@ -26,11 +26,11 @@ class LMHead {
     static Loss read(const Tensor& sums);
   };
 
-  // With `tied`, the head reads the embedding matrix instead of its own weight.
-  LMHead(const ModelConfig& config, const Placement& placement, std::shared_ptr<Param> tied);
+  // Declares `lm_head.weight` in `store`, or with `tied` reads the embedding matrix
+  // instead of a weight of its own.
+  LMHead(const ModelConfig& config, ParamStore& store, std::shared_ptr<Param> tied);
 
-  void collect(std::vector<std::shared_ptr<Param>>& out) const;
-  const Tensor& weight() const { return weight_->value; }
+  const Tensor& weight() const { return projection_.weight().value; }
 
   // Adds this batch's loss to `sums` (Loss::zero_sums, on the device of `hidden`)
   // without waiting for the host.
@@ -44,8 +44,9 @@ class LMHead {
   Tensor logits(const Tensor& hidden) const;
 
  private:
-  std::shared_ptr<Param> weight_;
-  bool owns_weight_;
+  // The head's product runs fused with the loss (ops/loss.h) in training and
+  // evaluation; its plain forward gives materialised logits.
+  Linear projection_;
   CrossEntropyOptions options_;
 };
 

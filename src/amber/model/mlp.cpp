@@ -2,78 +2,85 @@
 
 #include <optional>
 
+#include "amber/model/linear.h"
 #include "amber/ops/activation.h"
-#include "amber/ops/gemm.h"
-#include "amber/ops/glu_linear.h"
 
 namespace amber {
 namespace {
 
-// up (width `up_width`) -> activation (width `hidden`) -> down. A gated activation
-// (glu) takes the up projection's two halves and runs with the products beside it
-// (ops/glu_linear.h); without one the activation is plain GELU.
-class TwoLayerMlp final : public Mlp {
+LinearSpec projection(const MlpSpec& s, const char* name, int64_t in, int64_t out, bool writes_residual) {
+  return {s.name + "." + name, in, out, s.bias, ParamRole::hidden_matrix,
+          s.config->projection_init_std(in, writes_residual)};
+}
+
+// Gated: gate_up -> GLU (in the product's call) -> down.
+class GatedMlp final : public Mlp {
  public:
-  TwoLayerMlp(const MlpSpec& s, const char* up_name, std::optional<Glu> glu)
-      : hidden_(s.hidden), glu_(glu) {
-    const int64_t up_width = glu ? 2 * int64_t{s.hidden} : int64_t{s.hidden};
-    up_ = make_param(s.name + "." + up_name + ".weight", {up_width, s.dim}, s.placement);
-    down_ = make_param(s.name + ".down_proj.weight", {s.dim, s.hidden}, s.placement);
-    up_->product_gradient = down_->product_gradient = true;
-    if (s.bias) {
-      up_bias_ = make_param(s.name + "." + up_name + ".bias", {up_width}, s.placement);
-      down_bias_ = make_param(s.name + ".down_proj.bias", {s.dim}, s.placement);
-    }
-  }
+  GatedMlp(const MlpSpec& s, Glu glu)
+      : hidden_(s.hidden),
+        gate_up_(*s.store, projection(s, "gate_up_proj", s.dim, 2 * int64_t{s.hidden}, false), glu),
+        down_(*s.store, projection(s, "down_proj", s.hidden, s.dim, true)) {}
 
-  void collect(std::vector<std::shared_ptr<Param>>& out) const override {
-    for (const auto& p : {up_, up_bias_, down_, down_bias_})
-      if (p) out.push_back(p);
-  }
+  std::unique_ptr<Mlp::Saved> new_saved() const override { return std::make_unique<Saved>(); }
 
-  Tensor forward(const Tensor& h, Saved& s, Arena& arena, const ResidualAdd& into) const override {
+  Tensor forward(const Tensor& h, Mlp::Saved& saved, Arena& arena, const ResidualAdd& into) const override {
+    auto& s = static_cast<Saved&>(saved);
     const int64_t tokens = h.size(0);
     s.h = h;
-    s.up = arena.alloc({tokens, up_->work.size(0)}, h.dtype());
+    s.gate_up = arena.alloc({tokens, gate_up_.out_features()}, h.dtype());
     s.act = arena.alloc({tokens, hidden_}, h.dtype());
-    if (glu_) {
-      glu_linear_forward(*glu_, h, up_->work, bias(up_bias_), s.up, s.act);
-    } else {
-      linear_forward(h, up_->work, bias(up_bias_), s.up);
-      gelu_forward(s.up, s.act);
-    }
-    if (into.residual) {
-      linear_forward(s.act, down_->work, bias(down_bias_), *into.sum, *into.residual, into.scale);
-      return *into.sum;
-    }
-    Tensor out = arena.alloc({tokens, down_->work.size(0)}, h.dtype());
-    linear_forward(s.act, down_->work, bias(down_bias_), out);
-    return out;
+    gate_up_.forward(h, s.gate_up, s.act);
+    return down_.forward(s.act, arena, into);
   }
 
-  Tensor backward(const Tensor& dout, const Saved& s, Arena& arena) const override {
+  Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
+    const auto& s = static_cast<const Saved&>(saved);
     Tensor dact = arena.alloc(s.act.shape(), dout.dtype());
-    Tensor down_bias_grad = grad(down_bias_), up_bias_grad = grad(up_bias_);
-    Tensor dup = arena.alloc(s.up.shape(), dout.dtype());
-    if (glu_) {
-      Tensor no_dx;  // the input gradient comes with the GLU's backward
-      linear_backward(dout, s.act, down_->work, no_dx, down_->grad, down_bias_grad, down_->grad_accumulates());
-      glu_linear_backward_input(*glu_, dout, down_->work, s.up, dup, dact);
-    } else {
-      linear_backward(dout, s.act, down_->work, dact, down_->grad, down_bias_grad, down_->grad_accumulates());
-      gelu_backward(dact, s.up, dup);
-    }
-    Tensor dh = arena.alloc(s.h.shape(), dout.dtype());
-    linear_backward(dup, s.h, up_->work, dh, up_->grad, up_bias_grad, up_->grad_accumulates());
-    return dh;
+    Tensor dgate_up = arena.alloc(s.gate_up.shape(), dout.dtype());
+    gate_up_.backward_through(down_, dout, s.act, s.gate_up, dgate_up, dact);
+    return gate_up_.backward(dgate_up, s.h, arena);
   }
 
  private:
-  static Tensor bias(const std::shared_ptr<Param>& p) { return p ? p->work : Tensor(); }
-  static Tensor grad(const std::shared_ptr<Param>& p) { return p ? p->grad : Tensor(); }
+  struct Saved final : Mlp::Saved {
+    Tensor h, gate_up, act;  // input, first projection, activation output
+  };
   int64_t hidden_;
-  std::optional<Glu> glu_;
-  std::shared_ptr<Param> up_, up_bias_, down_, down_bias_;
+  GluLinear gate_up_;
+  Linear down_;
+};
+
+// Plain: up -> GELU -> down.
+class GeluMlp final : public Mlp {
+ public:
+  explicit GeluMlp(const MlpSpec& s)
+      : up_(*s.store, projection(s, "up_proj", s.dim, s.hidden, false)),
+        down_(*s.store, projection(s, "down_proj", s.hidden, s.dim, true)) {}
+
+  std::unique_ptr<Mlp::Saved> new_saved() const override { return std::make_unique<Saved>(); }
+
+  Tensor forward(const Tensor& h, Mlp::Saved& saved, Arena& arena, const ResidualAdd& into) const override {
+    auto& s = static_cast<Saved&>(saved);
+    s.h = h;
+    s.up = up_.forward(h, arena);
+    s.act = arena.alloc(s.up.shape(), h.dtype());
+    gelu_forward(s.up, s.act);
+    return down_.forward(s.act, arena, into);
+  }
+
+  Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
+    const auto& s = static_cast<const Saved&>(saved);
+    Tensor dact = down_.backward(dout, s.act, arena);
+    Tensor dup = arena.alloc(s.up.shape(), dout.dtype());
+    gelu_backward(dact, s.up, dup);
+    return up_.backward(dup, s.h, arena);
+  }
+
+ private:
+  struct Saved final : Mlp::Saved {
+    Tensor h, up, act;  // input, first projection, activation output
+  };
+  Linear up_, down_;
 };
 
 }  // namespace
@@ -81,9 +88,9 @@ class TwoLayerMlp final : public Mlp {
 const Registry<Mlp, const MlpSpec&>& mlp_registry() {
   static const auto registry = [] {
     Registry<Mlp, const MlpSpec&> r("mlp");
-    r.add("swiglu", [](const MlpSpec& s) { return std::make_unique<TwoLayerMlp>(s, "gate_up_proj", Glu::swiglu); });
-    r.add("geglu", [](const MlpSpec& s) { return std::make_unique<TwoLayerMlp>(s, "gate_up_proj", Glu::geglu); });
-    r.add("gelu", [](const MlpSpec& s) { return std::make_unique<TwoLayerMlp>(s, "up_proj", std::nullopt); });
+    r.add("swiglu", [](const MlpSpec& s) { return std::make_unique<GatedMlp>(s, Glu::swiglu); });
+    r.add("geglu", [](const MlpSpec& s) { return std::make_unique<GatedMlp>(s, Glu::geglu); });
+    r.add("gelu", [](const MlpSpec& s) { return std::make_unique<GeluMlp>(s); });
     return r;
   }();
   return registry;

@@ -5,10 +5,10 @@
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "amber/core/arena.h"
-#include "amber/model/param.h"
+#include "amber/model/config.h"
+#include "amber/model/param_store.h"
 #include "amber/model/registry.h"
 #include "amber/ops/norm.h"
 
@@ -19,18 +19,22 @@ struct MlpSpec {
   int dim = 0;
   int hidden = 0;
   bool bias = false;
-  Placement placement;
+  const ModelConfig* config = nullptr;  // init stds (ModelConfig::projection_init_std)
+  ParamStore* store = nullptr;          // where the parameters are declared
 };
 
 class Mlp {
  public:
+  // What a forward keeps for its backward. Each implementation defines its own (an MoE
+  // layer keeps its routing) and makes it with new_saved(); the caller owns it, so
+  // several micro-batches may be in flight.
   struct Saved {
-    Tensor h, up, act;  // input, first projection, activation output
+    virtual ~Saved() = default;
   };
   virtual ~Mlp() = default;
-  virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
+  virtual std::unique_ptr<Saved> new_saved() const = 0;
   // The output, or with `into` (residual r, scale s, sum): *into.sum = r + s * output,
-  // added by the down projection as it writes (and returned).
+  // added by the down projection as it writes (and returned). `saved` is new_saved()'s.
   virtual Tensor forward(const Tensor& h, Saved& saved, Arena& arena, const ResidualAdd& into = {}) const = 0;
   virtual Tensor backward(const Tensor& dout, const Saved& saved, Arena& arena) const = 0;
 };

@@ -7,17 +7,14 @@ namespace {
 
 Shape rows_shape(const Tensor& x) { return Shape{x.numel() / x.size(-1)}; }
 
+std::shared_ptr<Param> gain(const NormSpec& s) {
+  return s.store->add(s.name + ".weight", {s.dim}, ParamRole::vector, ParamInit::ones());
+}
+
 class RmsNorm final : public Norm {
  public:
   explicit RmsNorm(const NormSpec& s) : eps_(s.eps) {
-    if (s.affine) {
-      weight_ = make_param(s.name + ".weight", {s.dim}, s.placement);
-      weight_->value.fill(1.0);
-      weight_->refresh_work();
-    }
-  }
-  void collect(std::vector<std::shared_ptr<Param>>& out) const override {
-    if (weight_) out.push_back(weight_);
+    if (s.affine) weight_ = gain(s);
   }
   std::optional<RmsParts> rms_parts() const override { return RmsParts{weight_, eps_}; }
   using Norm::forward;
@@ -31,11 +28,11 @@ class RmsNorm final : public Norm {
 
  private:
   void backward_into(const Tensor& dy, const Saved& s, Tensor& dx, bool accumulate) const override {
-    Tensor dw = weight_ ? weight_->grad : Tensor();
+    Tensor dw = grad_of(weight_);
     rmsnorm_backward(dy, s.x, weight(), s.rstd, dx, dw, accumulate);
   }
 
-  Tensor weight() const { return weight_ ? weight_->work : Tensor(); }
+  Tensor weight() const { return work_of(weight_); }
   double eps_;
   std::shared_ptr<Param> weight_;
 };
@@ -44,16 +41,8 @@ class LayerNorm final : public Norm {
  public:
   explicit LayerNorm(const NormSpec& s) : eps_(s.eps) {
     if (s.affine) {
-      weight_ = make_param(s.name + ".weight", {s.dim}, s.placement);
-      weight_->value.fill(1.0);
-      weight_->refresh_work();
-      bias_ = make_param(s.name + ".bias", {s.dim}, s.placement);
-    }
-  }
-  void collect(std::vector<std::shared_ptr<Param>>& out) const override {
-    if (weight_) {
-      out.push_back(weight_);
-      out.push_back(bias_);
+      weight_ = gain(s);
+      bias_ = s.store->add(s.name + ".bias", {s.dim}, ParamRole::vector, ParamInit::zeros());
     }
   }
   using Norm::forward;
@@ -62,15 +51,15 @@ class LayerNorm final : public Norm {
     s.x = add.residual ? *add.sum : x;
     s.mean = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
     s.rstd = arena.alloc(rows_shape(x), norm_stat_dtype(x.dtype()));
-    layernorm_forward(x, weight_ ? weight_->work : Tensor(), bias_ ? bias_->work : Tensor(), eps_, y,
+    layernorm_forward(x, work_of(weight_), work_of(bias_), eps_, y,
                       s.mean, s.rstd, add);
     return y;
   }
 
  private:
   void backward_into(const Tensor& dy, const Saved& s, Tensor& dx, bool accumulate) const override {
-    Tensor dw = weight_ ? weight_->grad : Tensor(), db = bias_ ? bias_->grad : Tensor();
-    layernorm_backward(dy, s.x, weight_ ? weight_->work : Tensor(), s.mean, s.rstd, dx, dw, db, accumulate);
+    Tensor dw = grad_of(weight_), db = grad_of(bias_);
+    layernorm_backward(dy, s.x, work_of(weight_), s.mean, s.rstd, dx, dw, db, accumulate);
   }
 
   double eps_;

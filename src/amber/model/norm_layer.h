@@ -5,10 +5,9 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "amber/core/arena.h"
-#include "amber/model/param.h"
+#include "amber/model/param_store.h"
 #include "amber/model/registry.h"
 #include "amber/ops/norm.h"
 
@@ -19,7 +18,7 @@ struct NormSpec {
   int dim = 0;
   double eps = 1e-6;
   bool affine = true;
-  Placement placement;
+  ParamStore* store = nullptr;  // where the gain (and bias) are declared
 };
 
 class Norm {
@@ -28,7 +27,6 @@ class Norm {
     Tensor x, mean, rstd;
   };
   virtual ~Norm() = default;
-  virtual void collect(std::vector<std::shared_ptr<Param>>& out) const = 0;
   // y from `arena`; the normalised input and the statistics kept in `saved`. With a
   // residual add (ops/norm.h), add.sum = x + scale * r is what gets normalised.
   virtual Tensor forward(const Tensor& x, Saved& saved, Arena& arena, const ResidualAdd& add) const = 0;

@@ -1,25 +1,50 @@
-// Param: one trainable tensor under its whole-model Hugging Face style name, with
-// its gradient and the flags the optimizer groups read.
+// Param: one trainable tensor under its whole-model Hugging Face style name, a view
+// into the model's ParamStore (model/param_store.h) carrying the facts that
+// initialisation and the optimizer read, set by the module that creates it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "amber/core/tensor.h"
 
 namespace amber {
 
+// What a parameter is to the model; the optimizer's groups and the store's buffers
+// follow it.
+enum class ParamRole : uint8_t {
+  embedding,      // the token embedding (and the head, when tied to it)
+  hidden_matrix,  // a projection inside the backbone
+  vector,         // norm gains and biases, projection biases, attention sinks
+  router,         // a Mixture-of-Experts router
+  expert_matrix,  // a routed or shared expert's projection
+  head,           // the LM head's own matrix
+};
+inline constexpr int kParamRoles = 6;
+const char* param_role_name(ParamRole role);
+
+// How init_weights fills a parameter: normal(0, std) draws from the model's Philox
+// stream; ones and zeros are constants.
+struct ParamInit {
+  enum class Kind : uint8_t { normal, ones, zeros };
+  Kind kind = Kind::zeros;
+  double std = 0;
+
+  static ParamInit normal(double std) { return {Kind::normal, std}; }
+  static ParamInit ones() { return {Kind::ones, 0}; }
+  static ParamInit zeros() { return {Kind::zeros, 0}; }
+};
+
 struct Param {
-  std::string name;  // e.g. "layers.3.attn.q_proj.weight"
+  std::string name;  // e.g. "layers.3.attn.q_proj.weight"; empty for a stack's whole
   Tensor value;      // master weights (f32; f64 in gradient checks)
   Tensor grad;       // same shape and dtype as value; accumulated over micro-batches
   Tensor work;       // what forward and backward read: value itself, or its copy in the
                      // compute dtype (bf16) refreshed after every change to value
-  bool weight_decay = true;
-  bool muon = false;    // a hidden 2-D matrix Muon may orthogonalise
-  bool expert = false;  // belongs to a routed expert (MoE)
-  bool shared = false;  // used in more than one place (tied embeddings)
+  ParamRole role = ParamRole::hidden_matrix;
+  ParamInit init;
+  bool muon = false;  // Muon orthogonalises its update (under optimizer.name = "muon")
   // Its layer's backward writes the whole gradient with one product per micro-batch
   // (a linear weight), so a step's first micro-batch can overwrite it: a step needs
   // no zeroing pass over it (LanguageModel::restart_grads).
@@ -27,6 +52,10 @@ struct Param {
   // Whether the gradient holds an earlier step's values, which its next product
   // overwrites; shared by a stacked parameter's parts and whole.
   std::shared_ptr<bool> stale_grad = std::make_shared<bool>(false);
+  // Where the tensors lie in the store: a buffer (ParamStore::buffers) and the element
+  // offset of the first one there.
+  int buffer = -1;
+  int64_t offset = 0;
 
   // For the product that writes the gradient: whether it adds to it (false the first
   // time after LanguageModel::restart_grads, when it overwrites the stale values instead).
@@ -42,6 +71,10 @@ struct Param {
   }
 };
 
+// The value or gradient of an optional parameter (a bias), undefined without one.
+inline Tensor work_of(const std::shared_ptr<Param>& p) { return p ? p->work : Tensor(); }
+inline Tensor grad_of(const std::shared_ptr<Param>& p) { return p ? p->grad : Tensor(); }
+
 // Where parameters live and what the model computes in: master weights and
 // gradients in `master`, activations and working copies in `compute`.
 struct Placement {
@@ -49,26 +82,5 @@ struct Placement {
   Device device;
   DType compute = DType::f32;
 };
-
-// Creates a parameter with a zeroed gradient.
-std::shared_ptr<Param> make_param(std::string name, Shape shape, const Placement& placement);
-
-// Parameters that one product reads together (q, k and v projections): each part is a
-// parameter of its own (own name, optimizer state, checkpoint entry) whose value, grad
-// and work are consecutive dim-0 slices of `whole`'s, so a single GEMM can read or
-// write all of them. `whole` has no name and is not collected.
-struct StackedParams {
-  std::shared_ptr<Param> whole;
-  std::vector<std::shared_ptr<Param>> parts;
-
-  // Marks the whole and every part as a product gradient (Param::product_gradient).
-  void set_product_gradient() const {
-    whole->product_gradient = true;
-    for (const auto& p : parts) p->product_gradient = true;
-  }
-};
-// Part i has shape [rows[i], trailing...].
-StackedParams make_stacked_params(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
-                                  const Shape& trailing, const Placement& placement);
 
 }  // namespace amber

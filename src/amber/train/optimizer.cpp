@@ -1,6 +1,8 @@
 #include "amber/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -12,12 +14,31 @@
 namespace amber {
 namespace {
 
-bool is_embedding(const Param& p) { return p.name.rfind("embed_tokens", 0) == 0; }
+double learning_rate(const Param& p, const OptimizerConfig& c) {
+  return p.role == ParamRole::embedding && c.embed_lr > 0 ? c.embed_lr : c.lr;
+}
 
+double weight_decay(const Param& p, const OptimizerConfig& c) {
+  switch (p.role) {
+    case ParamRole::embedding: return c.decay_embeddings ? c.weight_decay : 0.0;
+    case ParamRole::vector: return 0.0;
+    default: return c.weight_decay;
+  }
+}
+
+// One parameter's AdamW group and its state: views into its buffer's state.
 struct AdamWSlot {
   Param* param;
   double lr, weight_decay;
   Tensor m, v;
+};
+
+// A flat run of one store buffer whose parameters share their hyperparameters, updated
+// as one tensor (the alignment gaps inside it hold zeros, which stay zero).
+struct AdamWRange {
+  int64_t begin;  // in the buffer
+  Tensor value, grad, m, v, work;
+  AdamWHyper hyper;
 };
 
 struct MuonSlot {
@@ -37,7 +58,7 @@ struct MuonGroup {
 
 class GroupedOptimizer final : public Optimizer {
  public:
-  GroupedOptimizer(const OptimizerConfig& c, const std::vector<std::shared_ptr<Param>>& params)
+  GroupedOptimizer(const OptimizerConfig& c, const ParamStore& store)
       : config_(c), variant_(newton_schulz_from_name(c.ns_variant)) {
     AMBER_CHECK(c.name == "adamw" || c.name == "muon", "unknown optimizer '", c.name,
                 "'; valid: adamw, muon");
@@ -45,34 +66,24 @@ class GroupedOptimizer final : public Optimizer {
                 c.update_scale, "' is not one of: spectral, rms");
     AMBER_CHECK(c.lr > 0 && c.muon_lr > 0 && c.embed_lr >= 0, "learning rates must be positive");
     const bool muon = c.name == "muon";
-    AMBER_CHECK(!params.empty(), "the optimizer needs at least one parameter");
-    schedule_ = Tensor::empty({kScheduleSize}, DType::f64, params.front()->value.device());
+    AMBER_CHECK(store.allocated() && !store.params().empty(), "the optimizer needs at least one parameter");
+    schedule_ = Tensor::empty({kScheduleSize}, DType::f64, store.placement().device);
     set_steps(0);
-    for (const auto& p : params) {
-      if (muon && p->muon) {
-        const double out = static_cast<double>(p->value.size(0)), in = static_cast<double>(p->value.size(1));
-        const double scale = c.update_scale == "spectral" ? std::max(1.0, std::sqrt(out / in))
-                                                          : c.rms_target * std::sqrt(std::max(out, in));
-        muon_.push_back({p.get(), scale, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()),
-                         Tensor()});
-        continue;
-      }
-      const bool embedding = is_embedding(*p);
-      const double lr = embedding && c.embed_lr > 0 ? c.embed_lr : c.lr;
-      const bool decay = p->weight_decay || (embedding && c.decay_embeddings);
-      adamw_.push_back({p.get(), lr, decay ? c.weight_decay : 0.0, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()),
-                        Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device())});
-    }
+    for (const ParamStore::Buffer& b : store.buffers()) add_buffer(b, muon);
+    // Slots in the store's parameter order, which checkpoints name their state in.
+    std::map<const Param*, size_t> order;
+    for (const auto& p : store.params()) order.emplace(p.get(), order.size());
+    const auto by_order = [&](const auto& a, const auto& b) { return order.at(a.param) < order.at(b.param); };
+    std::sort(adamw_.begin(), adamw_.end(), by_order);
+    std::sort(muon_.begin(), muon_.end(), by_order);
     group_muon_updates();
   }
 
   void step(const Tensor& gate) override {
     advance_schedule(schedule_, gate, config_.beta1, config_.beta2);
     std::vector<AdamWOperands> operands;
-    operands.reserve(adamw_.size());
-    for (AdamWSlot& s : adamw_)
-      operands.push_back({&s.param->value, &s.param->grad, &s.m, &s.v, &s.param->work,
-                          AdamWHyper{s.lr, config_.beta1, config_.beta2, config_.eps, s.weight_decay}});
+    operands.reserve(ranges_.size());
+    for (AdamWRange& r : ranges_) operands.push_back({&r.value, &r.grad, &r.m, &r.v, &r.work, r.hyper});
     adamw_steps(operands, schedule_);
     // Decay is rescaled so that muon_lr * decay equals lr * weight_decay per step.
     const double decay = config_.weight_decay * config_.lr / config_.muon_lr;
@@ -128,6 +139,44 @@ class GroupedOptimizer final : public Optimizer {
   }
 
  private:
+  // A buffer's Muon matrices get slots of their own; its other parameters get AdamW
+  // state (one flat m and v for the buffer) and are updated as runs of neighbours with
+  // equal hyperparameters.
+  void add_buffer(const ParamStore::Buffer& b, bool muon) {
+    Tensor m, v;
+    AdamWRange* run = nullptr;  // the run the previous parameter joined, if it can grow
+    for (Param* p : b.params) {
+      if (muon && p->muon) {
+        const double out = static_cast<double>(p->value.size(0)), in = static_cast<double>(p->value.size(1));
+        const double scale = config_.update_scale == "spectral" ? std::max(1.0, std::sqrt(out / in))
+                                                                : config_.rms_target * std::sqrt(std::max(out, in));
+        muon_.push_back({p, scale, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()), Tensor()});
+        run = nullptr;
+        continue;
+      }
+      if (!m.defined()) {
+        m = Tensor::zeros(b.value.shape(), b.value.dtype(), b.value.device());
+        v = Tensor::zeros(b.value.shape(), b.value.dtype(), b.value.device());
+      }
+      const int64_t begin = p->offset, end = p->offset + p->value.numel();
+      const double lr = learning_rate(*p, config_), decay = weight_decay(*p, config_);
+      adamw_.push_back({p, lr, decay, m.slice(0, begin, end).view(p->value.shape()),
+                        v.slice(0, begin, end).view(p->value.shape())});
+      if (run && run->hyper.lr == lr && run->hyper.weight_decay == decay) {
+        *run = flat_range(b, m, v, run->begin, end, run->hyper);
+        continue;
+      }
+      ranges_.push_back(flat_range(b, m, v, begin, end, {lr, config_.beta1, config_.beta2, config_.eps, decay}));
+      run = &ranges_.back();
+    }
+  }
+
+  static AdamWRange flat_range(const ParamStore::Buffer& b, const Tensor& m, const Tensor& v, int64_t begin,
+                               int64_t end, const AdamWHyper& hyper) {
+    return {begin, b.value.slice(0, begin, end), b.grad.slice(0, begin, end), m.slice(0, begin, end),
+            v.slice(0, begin, end), b.work.slice(0, begin, end), hyper};
+  }
+
   // Gives every Muon matrix its place in the batch of its shape and working dtype.
   void group_muon_updates() {
     std::map<std::pair<std::vector<int64_t>, DType>, std::vector<MuonSlot*>> by_shape;
@@ -150,6 +199,7 @@ class GroupedOptimizer final : public Optimizer {
   OptimizerConfig config_;
   NewtonSchulz variant_;
   std::vector<AdamWSlot> adamw_;
+  std::deque<AdamWRange> ranges_;  // a deque: add_buffer extends the last range in place
   std::vector<MuonSlot> muon_;
   std::vector<MuonGroup> muon_groups_;
   Tensor schedule_;  // f64 [kScheduleSize] on the parameters' device (ops/optim.h)
@@ -161,9 +211,8 @@ Tensor always_apply(double lr_multiplier, Device device) {
   return Tensor::from_vector(std::vector<double>{1.0, lr_multiplier, 1.0}, {3}).to(device);
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,
-                                           const std::vector<std::shared_ptr<Param>>& params) {
-  return std::make_unique<GroupedOptimizer>(config, params);
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config, const ParamStore& store) {
+  return std::make_unique<GroupedOptimizer>(config, store);
 }
 
 }  // namespace amber

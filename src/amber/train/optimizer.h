@@ -1,14 +1,15 @@
-// Optimizers over a model's parameters: AdamW (decoupled decay) and Muon (momentum
-// + Newton-Schulz orthogonalised updates for hidden matrices, AdamW for the rest).
-// Parameter groups follow the predecessor: no decay on 1-D parameters or the input
-// embedding by default, and a separate embedding learning rate.
+// Optimizers over a model's parameter store: AdamW (decoupled decay) and Muon (momentum
+// + Newton-Schulz orthogonalised updates for the parameters marked for it, AdamW for the
+// rest). Groups follow the parameters' roles as the predecessor's did: no decay on
+// vectors (gains, biases, sinks) or, by default, the input embedding, and a separate
+// embedding learning rate.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "amber/model/param.h"
+#include "amber/model/param_store.h"
 
 namespace amber {
 
@@ -74,7 +75,6 @@ class Optimizer {
 // to the gradients as they are (gradient scale 1).
 Tensor always_apply(double lr_multiplier, Device device);
 
-std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config,
-                                           const std::vector<std::shared_ptr<Param>>& params);
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config, const ParamStore& store);
 
 }  // namespace amber

@@ -79,7 +79,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
               "sample the whole process instead (perf record -g amber bench step ..., then perf report)");
   LanguageModel model(o.model, DType::f32, device, dtype_from_name(o.compute_dtype));
   model.init_weights(o.seed);
-  auto optimizer = build_optimizer(o.optimizer, model.params());
+  auto optimizer = build_optimizer(o.optimizer, model.store());
   // The batch stays on the host, as the loader hands it over; the step stages it.
   const data::Batch batch = synthetic_batch(o);
   const std::vector<data::Batch> micro = {batch};

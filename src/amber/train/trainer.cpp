@@ -176,7 +176,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : state_(std::make_uniq
 
   s.model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
   s.model->init_weights(c.train.seed);
-  s.optimizer = build_optimizer(c.optimizer, s.model->params());
+  s.optimizer = build_optimizer(c.optimizer, s.model->store());
   s.train_step = std::make_unique<TrainStep>(*s.model, s.optimizer.get(),
                                              StepOptions{.grad_clip = c.train.grad_clip,
                                                          .cuda_graph = c.train.cuda_graph,

@@ -1,0 +1,104 @@
+// Linear and GluLinear: the model's projections. Each owns its weight and optional
+// bias (declared in the model's ParamStore), the gradient bookkeeping of its products,
+// the residual add its forward product can do as it writes, and its recipe: how those
+// products run. A recipe is chosen by name from linear_recipe_registry() when the
+// model is built, so a new numeric format (block-scaled FP8) or a sharded projection
+// is a new recipe, not an edit in every module that projects.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "amber/core/arena.h"
+#include "amber/model/param_store.h"
+#include "amber/model/registry.h"
+#include "amber/ops/glu_linear.h"
+#include "amber/ops/norm.h"
+
+namespace amber {
+
+// How a projection's products run; one instance per projection (a recipe may keep
+// per-weight state, such as scales). Weights are [out, in], y = x W^T + b.
+class LinearRecipe {
+ public:
+  virtual ~LinearRecipe() = default;
+  // y = x W^T + b; with `into`: *into.sum = *into.residual + into.scale (x W^T + b).
+  virtual void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into) const = 0;
+  // dx = dy W (skipped when dx is undefined); W's gradient gets dy^T x (added, or
+  // overwriting a stale gradient: Param::grad_accumulates); b's gradient += column sums.
+  virtual void backward(const Tensor& dy, const Tensor& x, Param& w, Param* b, Tensor& dx) const = 0;
+  // gate_up = x W^T + b and h = glu(gate_up) (ops/glu_linear.h).
+  virtual void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up,
+                           Tensor& h) const = 0;
+  // dgate_up = the GLU's backward at gate_up of dy w_down (w_down [out, H], dh scratch).
+  virtual void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up,
+                                  Tensor& dgate_up, Tensor& dh) const = 0;
+};
+
+// The recipe every projection runs today: operands in the model's compute dtype (the
+// working copies: f32, bf16 or f16) with f32 accumulation.
+inline constexpr const char* kComputeDtypeRecipe = "compute_dtype";
+const Registry<LinearRecipe>& linear_recipe_registry();
+
+struct LinearSpec {
+  std::string name;  // parameter prefix, e.g. "layers.3.mlp.down_proj"
+  int64_t in = 0, out = 0;
+  bool bias = false;
+  ParamRole role = ParamRole::hidden_matrix;
+  double init_std = 0;  // the weight's normal(0, std); a bias starts at zero
+  std::string recipe = kComputeDtypeRecipe;
+};
+
+class Linear {
+ public:
+  // Declares `<name>.weight` [out, in] (and `<name>.bias` [out]) in the store. Every
+  // backward writes the weight's whole gradient with one product (Param::product_gradient).
+  Linear(ParamStore& store, const LinearSpec& spec);
+  // Over parameters declared elsewhere (a stack's whole, an embedding the head is tied
+  // to); their gradient bookkeeping is their declarer's.
+  Linear(std::shared_ptr<Param> weight, std::shared_ptr<Param> bias, const std::string& recipe);
+
+  // The weight: its gradient is written through a const Linear, as by its backward.
+  Param& weight() const { return *weight_; }
+  int64_t out_features() const { return weight_->work.size(0); }
+
+  // y [N, out] from `arena`; with `into`, *into.sum (written by the product) instead.
+  Tensor forward(const Tensor& x, Arena& arena, const ResidualAdd& into = {}) const;
+  // The same into a caller's y [N, out].
+  void forward_into(const Tensor& x, Tensor& y) const;
+  // Accumulates the weight's (and bias's) gradient; returns dx from `arena`.
+  Tensor backward(const Tensor& dy, const Tensor& x, Arena& arena) const;
+  // The same into a caller's dx (a view, or undefined to skip the input gradient).
+  void backward_into(const Tensor& dy, const Tensor& x, Tensor& dx) const;
+
+ private:
+  friend class GluLinear;
+  std::shared_ptr<Param> weight_, bias_;
+  std::unique_ptr<LinearRecipe> recipe_;
+};
+
+// A gated MLP's first projection [2H, in] (gate rows, then value rows) with its GLU:
+// the forward writes gate_up and h = glu(gate_up) in one call, and the down
+// projection's input gradient runs with the GLU's backward (ops/glu_linear.h).
+class GluLinear {
+ public:
+  GluLinear(ParamStore& store, const LinearSpec& spec, Glu glu);
+
+  int64_t out_features() const { return linear_.out_features(); }
+  // gate_up [N, 2H] and h [N, H], both the caller's.
+  void forward(const Tensor& x, Tensor& gate_up, Tensor& h) const;
+  // From d(loss)/d(down's output): down's weight gradient, then dgate_up (the caller's)
+  // through down's input gradient and the GLU (dh [N, H] the caller's scratch).
+  void backward_through(const Linear& down, const Tensor& dy, const Tensor& h, const Tensor& gate_up,
+                        Tensor& dgate_up, Tensor& dh) const;
+  // dx from `arena`; the weight's gradient accumulates.
+  Tensor backward(const Tensor& dgate_up, const Tensor& x, Arena& arena) const {
+    return linear_.backward(dgate_up, x, arena);
+  }
+
+ private:
+  Linear linear_;
+  Glu glu_;
+};
+
+}  // namespace amber
