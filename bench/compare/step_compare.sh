@@ -10,21 +10,21 @@ amber=${1:-build/amber}
 wanted=("${@:2}")
 picked() { [ ${#wanted[@]} -eq 0 ] || [[ " ${wanted[*]} " == *" $1 "* ]]; }
 # Timed in the card's steady state: an H200 under this load reaches its 700 W power
-# cap within a second or two and lowers its clocks (Kohaku-200M on 50-600, session 19:
+# cap within a second or two and lowers its clocks (Kohaku-200M on 50-600, fc5f14d:
 # amber 35.5 ms a step over 10 steps after 3, 36.9 over 80; its SM clock 1594 MHz at
 # 670 W against PyTorch's 1844 MHz at 647 W), so each arm runs WARMUP untimed steps and
 # then 2 more seconds of them (both tools' --warmup-seconds default) before the STEPS
-# it times. Sessions up to 18 timed 10 steps after 3 (STEPS=10 WARMUP=3, and
+# it times. Before fc5f14d (2026-12-04) runs timed 10 steps after 3 (STEPS=10 WARMUP=3, and
 # --warmup-seconds 0 in both tools for their exact method).
 steps=${STEPS:-50}
 warmup=${WARMUP:-30}
 # Both arms clip the global gradient norm as training does by default (train.grad_clip
-# 1.0; PyTorch's torch.nn.utils.clip_grad_norm_ before its fused AdamW). Up to session
-# 21 neither arm clipped (GRAD_CLIP=0 gives that comparison again).
+# 1.0; PyTorch's torch.nn.utils.clip_grad_norm_ before its fused AdamW). Before 9899652
+# (2026-12-04) neither arm clipped (GRAD_CLIP=0 gives that comparison again).
 clip=${GRAD_CLIP:-1.0}
 # Each arm's figure is the median of REPEATS processes, the arms alternating (amber,
 # PyTorch, amber, ...): a process's step time varies by up to about 1% on one card
-# (docs/perf/step.md, sessions 24-25). Up to session 25 every figure was one process
+# (docs/perf/step.md, d4410ab and 7cafaa4). Before 7cafaa4 every figure was one process
 # (REPEATS=1, the default). An odd count gives a true median.
 repeats=${REPEATS:-1}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -67,7 +67,7 @@ energy() {
   else echo "-"; fi
 }
 # The serial tells runs on different cards apart: the ratio differs by a few percent
-# from card to card (docs/perf/step.md, sessions 23-25).
+# from card to card (docs/perf/step.md, 9b3b2ee to 7cafaa4).
 card=$(nvidia-smi --query-gpu=name,serial,driver_version --format=csv,noheader | head -1 |
        awk -F', ' '{ print $1 " (serial " $2 ", driver " $3 ")" }')
 echo "| $card | $(date -u +%F) | $steps steps timed after $warmup |"
@@ -79,7 +79,7 @@ for rung in "${rungs[@]}"; do
   # Measured GEMM algorithms, as training runs by default (train.gemm_tuning): the
   # first run times cuBLASLt's answers and writes the file; amber's figure is from runs
   # that read it back, as a resumed training run does. Its informational arms run next,
-  # then the two measured arms back to back (from session 25; before, the PyTorch arm
+  # then the two measured arms back to back (from 7cafaa4; before, the PyTorch arm
   # ran after amber's heuristic and eager arms).
   run=("$amber" bench step --config "$root/configs/presets/$name.toml" --tokens 16384 --doc-len "$docs"
        --steps "$steps" --warmup "$warmup" --dtype bf16 --set "train.grad_clip=$clip")
