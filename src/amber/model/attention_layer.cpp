@@ -23,8 +23,11 @@ class CausalAttention final : public AttentionLayer {
     const ModelConfig& c = *s.config;
     if (c.attn_sink) sinks_ = s.store->add(s.name + ".sinks", {heads_}, ParamRole::vector, ParamInit::zeros());
     if (c.qk_norm) {
-      q_norm_ = norm_registry().build("rmsnorm", {s.name + ".q_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.store});
-      k_norm_ = norm_registry().build("rmsnorm", {s.name + ".k_norm", head_dim_, c.norm_eps, c.qk_norm_affine, s.store});
+      const auto qk_norm = [&](const char* name) {
+        return norm_registry().build("rmsnorm", {s.name + name, head_dim_, c.norm_eps, c.qk_norm_affine, s.store});
+      };
+      q_norm_ = qk_norm(".q_norm");
+      k_norm_ = qk_norm(".k_norm");
     }
     options_.softmax_scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     options_.window = s.window;

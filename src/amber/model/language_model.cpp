@@ -67,8 +67,8 @@ void LanguageModel::restart_grads() {
   // are zeroed together: a buffer without product gradients whole, in one pass.
   std::vector<Tensor> zeroed;
   for (const ParamStore::Buffer& b : store_.buffers()) {
-    const bool products = std::any_of(b.params.begin(), b.params.end(), [](const Param* p) { return p->product_gradient; });
-    if (!products) {
+    const auto product = [](const Param* p) { return p->product_gradient; };
+    if (std::none_of(b.params.begin(), b.params.end(), product)) {
       zeroed.push_back(b.grad);
       continue;
     }

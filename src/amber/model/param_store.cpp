@@ -7,7 +7,10 @@
 namespace amber {
 namespace {
 
-int64_t aligned(int64_t n) { return (n + ParamStore::kAlignment - 1) / ParamStore::kAlignment * ParamStore::kAlignment; }
+int64_t aligned(int64_t n) {
+  constexpr int64_t a = ParamStore::kAlignment;
+  return (n + a - 1) / a * a;
+}
 
 // Points p's tensors at `numel` elements of b from `offset`, viewed as `shape`.
 void bind(Param& p, const ParamStore::Buffer& b, int index, int64_t offset, const Shape& shape) {
