@@ -226,7 +226,7 @@ EvalResult evaluate(LanguageModel& model, const std::vector<data::Batch>& batche
     r.tokens += l.tokens;
     const int32_t* t = b.targets.data<int32_t>();
     for (int64_t i = 0; i < b.targets.numel(); ++i)
-      if (t[i] != data::kNoTarget) unigram -= unigram_log_prob[static_cast<size_t>(t[i])];
+      if (t[i] != kNoTarget) unigram -= unigram_log_prob[static_cast<size_t>(t[i])];
   }
   if (r.tokens > 0) {
     r.loss = loss / static_cast<double>(r.tokens);
