@@ -12,20 +12,12 @@
 #include "amber/core/random.h"
 #include "amber/data/shard.h"
 #include "amber/train/run_config.h"
+#include "tiny_model.h"
 
 namespace amber::run_testing {
 namespace fs = std::filesystem;
 
-inline ModelConfig tiny_model() {
-  ModelConfig c;
-  c.vocab_size = 64;
-  c.dim = 32;
-  c.depth = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.mlp_hidden = 64;
-  return c;
-}
+using testing::tiny_model;
 
 // Documents whose tokens follow a learnable pattern (each token predicts the next).
 inline std::vector<std::vector<int32_t>> make_documents(int count, uint64_t seed) {
