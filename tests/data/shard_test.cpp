@@ -99,17 +99,22 @@ class TokenizeCorpus : public ::testing::Test {
     tokenizer_ = new Tokenizer(t.train());
   }
   static void TearDownTestSuite() { delete tokenizer_; }
+  // The fortunes subset into `out`, in shards of 100 kB with 5% held out.
+  static TokenizeCorpusOptions subset_options(const std::string& out) {
+    TokenizeCorpusOptions o;
+    o.inputs = testing::fortune_subset();
+    o.out_dir = out;
+    o.val_fraction = 0.05;
+    o.shard_bytes = 100000;
+    return o;
+  }
   static Tokenizer* tokenizer_;
 };
 Tokenizer* TokenizeCorpus::tokenizer_ = nullptr;
 
 TEST_F(TokenizeCorpus, ShardsHoldEveryDocumentOnceWithAStableValSplit) {
   testing::TempDir dir;
-  TokenizeCorpusOptions o;
-  o.inputs = testing::fortune_subset();
-  o.out_dir = dir.file("out");
-  o.val_fraction = 0.05;
-  o.shard_bytes = 100000;
+  TokenizeCorpusOptions o = subset_options(dir.file("out"));
   std::vector<std::string> docs;
   read_corpus(o.inputs, {}, [&](std::string&& d) { docs.push_back(std::move(d)); });
   const TokenizeCorpusReport r = tokenize_corpus(*tokenizer_, o);
@@ -166,11 +171,7 @@ TEST_F(TokenizeCorpus, NoValidationFractionListsNoValShards) {
 // keeps every shard; a damaged counts file is refused by name.
 TEST_F(TokenizeCorpus, StoredTokenCountsEqualTheShardsCounts) {
   testing::TempDir dir;
-  TokenizeCorpusOptions o;
-  o.inputs = testing::fortune_subset();
-  o.out_dir = dir.file("out");
-  o.val_fraction = 0.05;
-  o.shard_bytes = 100000;
+  const TokenizeCorpusOptions o = subset_options(dir.file("out"));
   const TokenizeCorpusReport first = tokenize_corpus(*tokenizer_, o);
   const TokenizeCorpusReport again = tokenize_corpus(*tokenizer_, o);
   EXPECT_EQ(again.shards_reused, first.shards_written);

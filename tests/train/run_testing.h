@@ -78,16 +78,18 @@ inline RunConfig small_run(const std::string& corpus, const std::string& out) {
   return c;
 }
 
-// The "train" records of a run's metrics.jsonl, in order.
-inline std::vector<nlohmann::json> train_records(const std::string& out) {
+// The records of one type ("train", "eval") of a run's metrics.jsonl, in order.
+inline std::vector<nlohmann::json> metrics_records(const std::string& out, const std::string& type) {
   std::ifstream in(fs::path(out) / "metrics.jsonl");
   std::vector<nlohmann::json> records;
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    if (j["type"] == "train") records.push_back(std::move(j));
+    if (j["type"] == type) records.push_back(std::move(j));
   }
   return records;
 }
+
+inline std::vector<nlohmann::json> train_records(const std::string& out) { return metrics_records(out, "train"); }
 
 }  // namespace amber::run_testing

@@ -184,18 +184,6 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   expect_error([&] { Trainer(c, {}); }, {"validation token id 300 is outside model.vocab_size 272"});
 }
 
-// The "eval" records of a run's metrics.jsonl, in order.
-std::vector<nlohmann::json> eval_records(const std::string& out) {
-  std::ifstream in(std::filesystem::path(out) / "metrics.jsonl");
-  std::vector<nlohmann::json> records;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == "eval") records.push_back(std::move(j));
-  }
-  return records;
-}
-
 // Shards from an amber that stored no token counts still train: the trainer counts the
 // training split itself and says so once; with the counts stored beside the shards (as
 // amber tokenize writes them) it says nothing and reaches the same baseline, bit for bit.
@@ -206,7 +194,7 @@ TEST(TrainerOutput, ShardsWithoutStoredTokenCountsTrainOnTheSameBaseline) {
   const std::string counted_out = printed_by(c);
   EXPECT_NE(counted_out.find(note), npos) << counted_out;
   EXPECT_EQ(counted_out.find(note), counted_out.rfind(note)) << "said more than once:\n" << counted_out;
-  const std::vector<nlohmann::json> counted = eval_records(c.train.out_dir);
+  const std::vector<nlohmann::json> counted = metrics_records(c.train.out_dir, "eval");
 
   const std::filesystem::path corpus(run.corpus);
   const data::TokenCounts counts = data::count_shard_tokens(data::list_shards(run.corpus, "train"));
@@ -217,7 +205,7 @@ TEST(TrainerOutput, ShardsWithoutStoredTokenCountsTrainOnTheSameBaseline) {
   c.train.out_dir = run.dir.file("stored");
   const std::string stored_out = printed_by(c);
   EXPECT_EQ(stored_out.find(note), npos) << stored_out;
-  const std::vector<nlohmann::json> stored = eval_records(c.train.out_dir);
+  const std::vector<nlohmann::json> stored = metrics_records(c.train.out_dir, "eval");
   ASSERT_EQ(stored.size(), counted.size());
   ASSERT_FALSE(stored.empty());
   for (size_t i = 0; i < stored.size(); ++i) {

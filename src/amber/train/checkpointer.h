@@ -20,9 +20,7 @@ namespace amber {
 
 // How far a run has come: what a checkpoint stores beside the weights and the loader.
 struct RunProgress {
-  int64_t step = 0;
-  int64_t tokens_seen = 0;
-  int64_t skipped_steps = 0;
+  int64_t step = 0, tokens_seen = 0, skipped_steps = 0;
 };
 
 class Checkpointer {

@@ -32,12 +32,12 @@ std::string format_count(double x);
 class CardTelemetry {
  public:
   explicit CardTelemetry(Device device);
-  ~CardTelemetry();
-  CardTelemetry(const CardTelemetry&) = delete;
-  CardTelemetry& operator=(const CardTelemetry&) = delete;
   // The card's means since the last take (or the start); sampling goes on when `again`.
   // Not available on the CPU.
   cuda::CardState take(bool again);
+  ~CardTelemetry();
+  CardTelemetry(const CardTelemetry&) = delete;
+  CardTelemetry& operator=(const CardTelemetry&) = delete;
 
  private:
   Device device_;

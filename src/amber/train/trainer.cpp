@@ -68,6 +68,7 @@ struct Trainer::State {
   Issued issue(Clock::time_point start);
   void finish(const Issued& step, const AccumulatedStep& acc, Clock::time_point end, CardTelemetry& cards);
   void finish_waited(const Issued& step, CardTelemetry& cards);
+  Issued finish_while_next_runs(const Issued& running, CardTelemetry& cards);
   void evaluate();
   void preview_samples();
   void save_checkpoint();
@@ -169,6 +170,18 @@ void Trainer::State::finish_waited(const Issued& step, CardTelemetry& cards) {
   finish(step, acc, Clock::now(), cards);
 }
 
+// Issues the next step, then logs the running one while the next runs; returns the next.
+Issued Trainer::State::finish_while_next_runs(const Issued& running, CardTelemetry& cards) {
+  Issued next = issue(Clock::now());
+  const AccumulatedStep acc = train_step->previous();
+  // On a GPU the running step is over once the next has begun, which previous() waited
+  // for; the CPU ran it within its run().
+  Clock::time_point end = running.issued;
+  if (device.is_cuda()) end = next.start = Clock::now();
+  finish(running, acc, end, cards);
+  return next;
+}
+
 void Trainer::State::evaluate() {
   if (!evaluator.has_eval_set()) return;
   const EvalResult e = evaluator.evaluate(*model);
@@ -223,14 +236,7 @@ double Trainer::run() {
     const bool samples = due(t.sample_every, step) || (last && t.sample_every > 0);
     const bool checkpoint = due(t.checkpoint_every, step) || last;
     if (!eval && !samples && !checkpoint) {
-      Issued next = s.issue(Clock::now());
-      const AccumulatedStep acc = s.train_step->previous();
-      // On a GPU the running step is over once the next has begun, which previous()
-      // waited for; the CPU ran it within its run().
-      Clock::time_point end = running->issued;
-      if (s.device.is_cuda()) end = next.start = Clock::now();
-      s.finish(*running, acc, end, cards);
-      running = std::move(next);
+      running = s.finish_while_next_runs(*running, cards);
       continue;
     }
     s.finish_waited(*running, cards);
