@@ -2,6 +2,8 @@
 // shards, a small CPU run over it, and the "train" records its metrics.jsonl holds.
 #pragma once
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -54,9 +56,11 @@ inline std::string write_corpus_at(const fs::path& dir, int vocab = 64) {
   return dir.string();
 }
 
-// The same under the system's temporary folder, named after `name`.
+// The same under the system's temporary folder, named after `name` and the process, so
+// that test runs of several checkouts on one machine never share a folder.
 inline std::string write_corpus(const std::string& name, int vocab = 64) {
-  return write_corpus_at(fs::temp_directory_path() / ("amber_trainer_" + name), vocab);
+  return write_corpus_at(
+      fs::temp_directory_path() / ("amber_trainer_" + name + "_" + std::to_string(::getpid())), vocab);
 }
 
 inline RunConfig small_run(const std::string& corpus, const std::string& out) {
