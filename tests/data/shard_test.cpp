@@ -4,6 +4,7 @@
 
 #include "amber/data/bpe_trainer.h"
 #include "amber/data/shard.h"
+#include "amber/data/token_counts.h"
 #include "amber/data/tokenize_corpus.h"
 #include "data/testing.h"
 
@@ -98,17 +99,22 @@ class TokenizeCorpus : public ::testing::Test {
     tokenizer_ = new Tokenizer(t.train());
   }
   static void TearDownTestSuite() { delete tokenizer_; }
+  // The fortunes subset into `out`, in shards of 100 kB with 5% held out.
+  static TokenizeCorpusOptions subset_options(const std::string& out) {
+    TokenizeCorpusOptions o;
+    o.inputs = testing::fortune_subset();
+    o.out_dir = out;
+    o.val_fraction = 0.05;
+    o.shard_bytes = 100000;
+    return o;
+  }
   static Tokenizer* tokenizer_;
 };
 Tokenizer* TokenizeCorpus::tokenizer_ = nullptr;
 
 TEST_F(TokenizeCorpus, ShardsHoldEveryDocumentOnceWithAStableValSplit) {
   testing::TempDir dir;
-  TokenizeCorpusOptions o;
-  o.inputs = testing::fortune_subset();
-  o.out_dir = dir.file("out");
-  o.val_fraction = 0.05;
-  o.shard_bytes = 100000;
+  TokenizeCorpusOptions o = subset_options(dir.file("out"));
   std::vector<std::string> docs;
   read_corpus(o.inputs, {}, [&](std::string&& d) { docs.push_back(std::move(d)); });
   const TokenizeCorpusReport r = tokenize_corpus(*tokenizer_, o);
@@ -158,6 +164,32 @@ TEST_F(TokenizeCorpus, NoValidationFractionListsNoValShards) {
   EXPECT_EQ(r.val_docs, 0);
   EXPECT_TRUE(list_shards(o.out_dir, "val").empty());
   EXPECT_FALSE(list_shards(o.out_dir, "train").empty());
+}
+
+// amber tokenize stores the training split's token counts (the unigram baseline's) beside
+// the shards: they equal the counts read back from the shards, also after a restart that
+// keeps every shard; a damaged counts file is refused by name.
+TEST_F(TokenizeCorpus, StoredTokenCountsEqualTheShardsCounts) {
+  testing::TempDir dir;
+  const TokenizeCorpusOptions o = subset_options(dir.file("out"));
+  const TokenizeCorpusReport first = tokenize_corpus(*tokenizer_, o);
+  const TokenizeCorpusReport again = tokenize_corpus(*tokenizer_, o);
+  EXPECT_EQ(again.shards_reused, first.shards_written);
+  const std::optional<TokenCounts> stored = stored_token_counts(o.out_dir, "train");
+  ASSERT_TRUE(stored.has_value());
+  const TokenCounts counted = count_shard_tokens(list_shards(o.out_dir, "train"));
+  EXPECT_EQ(stored->counts, counted.counts);
+  EXPECT_EQ(stored->counts.size(), static_cast<size_t>(tokenizer_->vocab_size()));
+  EXPECT_EQ(stored->documents, first.train_docs);
+  EXPECT_EQ(stored->tokens, first.train_tokens);
+  EXPECT_EQ(counted.documents, first.train_docs);
+  EXPECT_EQ(counted.tokens, first.train_tokens);
+  EXPECT_FALSE(stored_token_counts(o.out_dir, "val").has_value());
+
+  const std::string path = dir.file("out/train-token-counts.json");
+  testing::write_file(path, R"({"documents": 2, "tokens": 5, "counts": [1, 3]})");
+  testing::expect_error([&] { stored_token_counts(o.out_dir, "train"); },
+                        {"train-token-counts.json", "do not add up", "damaged"});
 }
 
 TEST(ValSplit, HashIsStableAndSeeded) {

@@ -5,17 +5,16 @@
 
 #include "amber/gen/generate.h"
 #include "ops/testing.h"
+#include "tiny_model.h"
 
 namespace amber {
 namespace {
 
+// The tiny model at half width, with every attention variant the cache must serve.
 ModelConfig tiny() {
-  ModelConfig c;
+  ModelConfig c = testing::tiny_model();
   c.vocab_size = 23;
   c.dim = 16;
-  c.depth = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
   c.mlp_hidden = 24;
   c.init_std = 0.3;
   c.attn_sink = true;

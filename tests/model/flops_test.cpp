@@ -1,17 +1,15 @@
 #include <gtest/gtest.h>
 
 #include "amber/model/flops.h"
+#include "tiny_model.h"
 
 namespace amber {
 namespace {
 
 ModelConfig small_config() {
-  ModelConfig c;
+  ModelConfig c = testing::tiny_model();
   c.vocab_size = 1000;
   c.dim = 64;
-  c.depth = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
   c.mlp_hidden = 96;
   return c;
 }

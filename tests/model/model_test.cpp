@@ -4,16 +4,16 @@
 #include "amber/model/flops.h"
 #include "amber/model/language_model.h"
 #include "ops/testing.h"
+#include "tiny_model.h"
 
 namespace amber {
 namespace {
 
+// The tiny model at half width, small enough for f64 finite differences.
 ModelConfig tiny(int kv_heads = 2) {
-  ModelConfig c;
+  ModelConfig c = testing::tiny_model();
   c.vocab_size = 41;
   c.dim = 16;
-  c.depth = 2;
-  c.heads = 4;
   c.kv_heads = kv_heads;
   c.mlp_hidden = 24;
   c.init_std = 0.3;  // larger than usual so every path carries a real gradient

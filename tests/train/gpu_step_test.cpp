@@ -12,18 +12,16 @@
 #include "amber/train/checkpoint.h"
 #include "amber/train/trainer.h"
 #include "ops/testing.h"
+#include "tiny_model.h"
 
 namespace amber {
 namespace {
 namespace fs = std::filesystem;
 
 ModelConfig small_model() {
-  ModelConfig c;
+  ModelConfig c = testing::tiny_model();
   c.vocab_size = 300;
   c.dim = 128;  // head_dim 32: a size the CUDA attention kernel takes
-  c.depth = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
   c.mlp_hidden = 128;
   c.attn_sink = true;
   c.sliding_window = 24;

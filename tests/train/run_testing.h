@@ -2,6 +2,8 @@
 // shards, a small CPU run over it, and the "train" records its metrics.jsonl holds.
 #pragma once
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,20 +14,12 @@
 #include "amber/core/random.h"
 #include "amber/data/shard.h"
 #include "amber/train/run_config.h"
+#include "tiny_model.h"
 
 namespace amber::run_testing {
 namespace fs = std::filesystem;
 
-inline ModelConfig tiny_model() {
-  ModelConfig c;
-  c.vocab_size = 64;
-  c.dim = 32;
-  c.depth = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.mlp_hidden = 64;
-  return c;
-}
+using testing::tiny_model;
 
 // Documents whose tokens follow a learnable pattern (each token predicts the next).
 inline std::vector<std::vector<int32_t>> make_documents(int count, uint64_t seed) {
@@ -62,9 +56,11 @@ inline std::string write_corpus_at(const fs::path& dir, int vocab = 64) {
   return dir.string();
 }
 
-// The same under the system's temporary folder, named after `name`.
+// The same under the system's temporary folder, named after `name` and the process, so
+// that test runs of several checkouts on one machine never share a folder.
 inline std::string write_corpus(const std::string& name, int vocab = 64) {
-  return write_corpus_at(fs::temp_directory_path() / ("amber_trainer_" + name), vocab);
+  return write_corpus_at(
+      fs::temp_directory_path() / ("amber_trainer_" + name + "_" + std::to_string(::getpid())), vocab);
 }
 
 inline RunConfig small_run(const std::string& corpus, const std::string& out) {
@@ -86,16 +82,18 @@ inline RunConfig small_run(const std::string& corpus, const std::string& out) {
   return c;
 }
 
-// The "train" records of a run's metrics.jsonl, in order.
-inline std::vector<nlohmann::json> train_records(const std::string& out) {
+// The records of one type ("train", "eval") of a run's metrics.jsonl, in order.
+inline std::vector<nlohmann::json> metrics_records(const std::string& out, const std::string& type) {
   std::ifstream in(fs::path(out) / "metrics.jsonl");
   std::vector<nlohmann::json> records;
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    if (j["type"] == "train") records.push_back(std::move(j));
+    if (j["type"] == type) records.push_back(std::move(j));
   }
   return records;
 }
+
+inline std::vector<nlohmann::json> train_records(const std::string& out) { return metrics_records(out, "train"); }
 
 }  // namespace amber::run_testing

@@ -14,18 +14,15 @@
 #include "amber/core/op_repeat.h"
 #include "amber/ops/attention_bench.h"
 #include "amber/train/step_bench.h"
+#include "tiny_model.h"
 
 namespace amber {
 namespace {
 
 StepBenchOptions tiny_cpu_bench() {
   StepBenchOptions o;
-  o.model.vocab_size = 64;
-  o.model.dim = 32;
+  o.model = testing::tiny_model();
   o.model.depth = 1;
-  o.model.heads = 4;
-  o.model.kv_heads = 2;
-  o.model.mlp_hidden = 64;
   o.device = "cpu";
   o.compute_dtype = "f32";
   o.tokens = 256;

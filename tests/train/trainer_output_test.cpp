@@ -8,6 +8,8 @@
 
 #include "amber/data/bpe_trainer.h"
 #include "amber/data/shard.h"
+#include "amber/data/token_counts.h"
+#include "amber/data/tokenize_corpus.h"
 #include "amber/data/tokenizer_json.h"
 #include "amber/train/trainer.h"
 #include "data/testing.h"
@@ -180,6 +182,36 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   const std::vector<uint64_t> offsets = {0, 4};
   data::write_shard((std::filesystem::path(run.corpus) / "val-00000.bin").string(), tokens, offsets, 512);
   expect_error([&] { Trainer(c, {}); }, {"validation token id 300 is outside model.vocab_size 272"});
+}
+
+// Shards from an amber that stored no token counts still train: the trainer counts the
+// training split itself and says so once; with the counts stored beside the shards (as
+// amber tokenize writes them) it says nothing and reaches the same baseline, bit for bit.
+TEST(TrainerOutput, ShardsWithoutStoredTokenCountsTrainOnTheSameBaseline) {
+  SmallRun run;  // its manifest names no token counts, as an older amber tokenize wrote it
+  RunConfig& c = run.config;
+  const std::string note = "has no stored token counts";
+  const std::string counted_out = printed_by(c);
+  EXPECT_NE(counted_out.find(note), npos) << counted_out;
+  EXPECT_EQ(counted_out.find(note), counted_out.rfind(note)) << "said more than once:\n" << counted_out;
+  const std::vector<nlohmann::json> counted = metrics_records(c.train.out_dir, "eval");
+
+  const std::filesystem::path corpus(run.corpus);
+  const data::TokenCounts counts = data::count_shard_tokens(data::list_shards(run.corpus, "train"));
+  std::ofstream(corpus / "train-token-counts.json") << data::token_counts_json(counts).dump();
+  std::ofstream(corpus / "manifest.json") << R"({"train": [{"file": "train-00000.bin"}],)"
+                                          << R"( "val": [{"file": "val-00000.bin"}],)"
+                                          << R"( "train_token_counts": "train-token-counts.json"})";
+  c.train.out_dir = run.dir.file("stored");
+  const std::string stored_out = printed_by(c);
+  EXPECT_EQ(stored_out.find(note), npos) << stored_out;
+  const std::vector<nlohmann::json> stored = metrics_records(c.train.out_dir, "eval");
+  ASSERT_EQ(stored.size(), counted.size());
+  ASSERT_FALSE(stored.empty());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    EXPECT_EQ(stored[i]["unigram_loss"].get<double>(), counted[i]["unigram_loss"].get<double>());
+    EXPECT_EQ(stored[i]["val_loss"].get<double>(), counted[i]["val_loss"].get<double>());
+  }
 }
 
 }  // namespace

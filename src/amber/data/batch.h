@@ -1,16 +1,15 @@
 // Batch: one packed micro-batch as the trainer consumes it. Documents sit end to end;
-// targets are next tokens within a document, -100 where there is none.
+// targets are next tokens within a document, kNoTarget (core/targets.h) where there is none.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "amber/core/seq_info.h"
+#include "amber/core/targets.h"
 #include "amber/core/tensor.h"
 
 namespace amber::data {
-
-inline constexpr int32_t kNoTarget = -100;
 
 struct Batch {
   Tensor tokens;               // int32 [T]

@@ -14,6 +14,7 @@
 #include "amber/core/error.h"
 #include "amber/data/permutation.h"
 #include "amber/data/shard.h"
+#include "amber/data/token_counts.h"
 #include "amber/data/tokenizer_json.h"
 
 namespace amber::data {
@@ -28,12 +29,13 @@ uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-void write_json_atomically(const std::string& path, const ojson& j) {
+// indent -1: one line (the token counts, one number per id).
+void write_json_atomically(const std::string& path, const ojson& j, int indent = 2) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     AMBER_CHECK(out.good(), "cannot write ", tmp);
-    out << j.dump(2) << "\n";
+    out << j.dump(indent) << "\n";
     AMBER_CHECK(out.good(), "writing ", tmp, " failed (disk full?)");
   }
   std::error_code ec;
@@ -106,6 +108,8 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   TokenizeCorpusReport report;
   std::vector<ShardEntry> train_shards, val_shards;
   const int32_t vocab_size = tokenizer.vocab_size();
+  TokenCounts train_counts;  // the unigram baseline's, stored beside the shards
+  train_counts.counts.assign(static_cast<size_t>(vocab_size), 0);
 
   auto flush = [&](Group& g) {
     if (g.docs.empty()) return;
@@ -122,10 +126,13 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
         reuse = false;  // damaged: rewritten below
       }
     }
+    const bool val = g.split == "val";
     int64_t tokens = 0;
     if (reuse) {
       tokens = existing.num_tokens();
       report.shards_reused += 1;
+      if (!val)
+        for (int64_t d = 0; d < existing.num_docs(); ++d) train_counts.add_document(existing.document(d));
     } else {
       std::vector<std::vector<int32_t>> ids(g.docs.size());
       std::exception_ptr error;
@@ -144,12 +151,12 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
       for (const auto& v : ids) {
         flat.insert(flat.end(), v.begin(), v.end());
         offsets.push_back(flat.size());
+        if (!val) train_counts.add_document(v);
       }
       write_shard(path, flat, offsets, vocab_size);
       tokens = static_cast<int64_t>(flat.size());
       report.shards_written += 1;
     }
-    const bool val = g.split == "val";
     (val ? val_shards : train_shards).push_back({name, static_cast<int64_t>(g.docs.size()), tokens});
     (val ? report.val_docs : report.train_docs) += static_cast<int64_t>(g.docs.size());
     (val ? report.val_tokens : report.train_tokens) += tokens;
@@ -181,6 +188,8 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
     for (const ShardEntry& s : shards) a.push_back({{"file", s.file}, {"documents", s.docs}, {"tokens", s.tokens}});
     return a;
   };
+  const std::string counts_file = "train-token-counts.json";
+  write_json_atomically((fs::path(options.out_dir) / counts_file).string(), token_counts_json(train_counts), -1);
   ojson manifest;
   manifest["format"] = "amber-token-shards";
   manifest["version"] = kShardVersion;
@@ -192,6 +201,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   manifest["train_tokens"] = report.train_tokens;
   manifest["val_documents"] = report.val_docs;
   manifest["val_tokens"] = report.val_tokens;
+  manifest["train_token_counts"] = counts_file;
   manifest["repaired_utf8_bytes"] = stats.repaired_bytes;
   write_json_atomically(manifest_path, manifest);
   return report;

@@ -25,12 +25,12 @@ LMHead::LMHead(const ModelConfig& c, ParamStore& store, std::shared_ptr<Param> t
   options_.chunk_tokens = c.loss_chunk_tokens;
 }
 
-Tensor LMHead::Loss::zero_sums(Device device) { return Tensor::zeros({3}, DType::f64, device); }
+Tensor LMHead::Loss::zero_sums(Device device) { return Tensor::zeros({kLossSums}, DType::f64, device); }
 
 LMHead::Loss LMHead::Loss::read(const Tensor& sums) {
   const std::vector<double> v = sums.to_doubles();
   AMBER_CHECK(v.size() == 3, "LMHead::Loss::read: sums must hold 3 values, got ", sums.shape());
-  return {v[0], v[1], static_cast<int64_t>(v[2])};
+  return {v[step_slot::loss_sum], v[step_slot::z_loss_sum], static_cast<int64_t>(v[step_slot::trained_tokens])};
 }
 
 void LMHead::forward(const Tensor& hidden, const Tensor& targets, Arena& arena, Tensor& sums) const {

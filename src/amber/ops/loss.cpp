@@ -66,8 +66,8 @@ void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Te
               " and lse ", lse.shape(), " must be one [tokens] vector each");
   AMBER_CHECK(targets.dtype() == DType::i32 && targets.numel() == tokens, op, ": targets must be int32 [",
               tokens, "], got ", dtype_name(targets.dtype()), " ", targets.shape());
-  AMBER_CHECK(sums.dtype() == DType::f64 && sums.numel() == 3, op,
-              ": sums must be f64 [3] (loss, z-loss, tokens), got ", dtype_name(sums.dtype()), " ", sums.shape());
+  AMBER_CHECK(sums.dtype() == DType::f64 && sums.numel() == kLossSums, op, ": sums must be f64 [",
+              kLossSums, "] (loss, z-loss, tokens), got ", dtype_name(sums.dtype()), " ", sums.shape());
   for (const Tensor* t : {&losses, &lse, &targets, static_cast<const Tensor*>(&sums)}) require_contiguous(*t, op);
   AMBER_ON_DEVICE(ops::common_device(op, {&losses, &lse, &targets, &sums}), op,
                   cuda::linear_cross_entropy_sums(losses, lse, targets, o, sums),

@@ -6,13 +6,15 @@
 
 #include <cstdint>
 
+#include "amber/core/targets.h"
 #include "amber/core/tensor.h"
+#include "amber/ops/step_slots.h"
 
 namespace amber {
 
 struct CrossEntropyOptions {
   double z_loss_weight = 0.0;  // adds z * logsumexp(logits)^2 per token
-  int32_t ignore_index = -100;
+  int32_t ignore_index = kNoTarget;
   int64_t chunk_tokens = 2048;  // rows of logits alive at once: chunk_tokens x V
 };
 
@@ -38,9 +40,12 @@ void linear_cross_entropy_forward_backward(const Tensor& dlosses, const Tensor& 
                                            Tensor& losses, Tensor& lse, Tensor& dx, Tensor& dw,
                                            bool accumulate_dw = true);
 
-// sums (f64 [3], contiguous, on the device of `losses`) += {sum of losses[t], sum of
-// z_loss_weight * lse[t]^2, number of tokens t} over the tokens whose target is not
-// ignore_index; losses and lse [T] as linear_cross_entropy_forward wrote them. It never
+// The loss sums' size: the step statistics' slots loss_sum, z_loss_sum, trained_tokens.
+inline constexpr int kLossSums = step_slot::loss_sums_end - step_slot::loss_sums_begin;
+
+// sums (f64 [kLossSums], contiguous, on the device of `losses`) += {sum of losses[t],
+// sum of z_loss_weight * lse[t]^2, number of tokens t}, at their step_slot indices,
+// over the tokens whose target is not ignore_index; losses and lse [T] as linear_cross_entropy_forward wrote them. It never
 // waits for the host, and gives the same bits on every run: on the CPU one running
 // double sum per call in token order, on the GPU fixed chunks of tokens whose sums
 // are added in chunk order.

@@ -38,8 +38,8 @@ void require_gated_pair(const Tensor& target, const Tensor& source, const Tensor
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
   const char* op = "advance_schedule";
   require_schedule(schedule, op);
-  AMBER_CHECK(gate.dtype() == DType::f64 && gate.numel() == 3 && gate.is_contiguous(), op,
-              ": the gate must be 3 contiguous f64 elements (apply, lr multiplier, gradient scale), got ",
+  AMBER_CHECK(gate.dtype() == DType::f64 && gate.numel() == kGateSlots && gate.is_contiguous(), op,
+              ": the gate must be ", kGateSlots, " contiguous f64 elements (apply, lr multiplier, gradient scale), got ",
               gate.shape());
   AMBER_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, op, ": betas must lie in [0, 1), got ", beta1,
               " and ", beta2);

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "amber/core/tensor.h"
+#include "amber/ops/step_slots.h"
 
 namespace amber {
 
@@ -33,8 +34,14 @@ inline constexpr int kScheduleSteps = 4;         // t
 inline constexpr int kScheduleGradScale = 5;
 inline constexpr int kScheduleSize = 6;
 
-// From gate (f64 [3] on the device: apply flag, lr multiplier, gradient scale): copies
-// them into the schedule and, where the step applies, advances t and its bias corrections.
+// The gate: the step statistics' slots apply, lr multiplier and gradient scale, as
+// advance_schedule indexes the slice it is handed.
+inline constexpr int kGateApply = step_slot::apply - step_slot::gate_begin;
+inline constexpr int kGateLrMultiplier = step_slot::lr_multiplier - step_slot::gate_begin;
+inline constexpr int kGateGradScale = step_slot::grad_scale - step_slot::gate_begin;
+inline constexpr int kGateSlots = step_slot::gate_end - step_slot::gate_begin;
+
+// From gate (f64 [kGateSlots] on the device): copies it into the schedule and, where the step applies, advances t and its bias corrections.
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2);
 
 // flag (f64, one element) = 1 when every element of values (f64) is finite, else 0.

@@ -15,10 +15,12 @@
 namespace amber {
 
 namespace {
-constexpr int kValues = 8;
+constexpr int kValues = step_slot::count;
 
 AccumulatedStep accumulated_step(const double* v) {
-  return {v[0], v[1], static_cast<int64_t>(v[2]), v[3], v[6], v[4] != 0.0};
+  using namespace step_slot;
+  return {v[loss_sum], v[z_loss_sum], static_cast<int64_t>(v[trained_tokens]), v[grad_norm], v[grad_scale],
+          v[apply] != 0.0};
 }
 
 // The step's own GPU work outside any op (the kept statistics, the batch's copies, the
@@ -56,7 +58,7 @@ StepStats::~StepStats() {
   }
 }
 
-void StepStats::zero() { values_.slice(0, 0, 5).zero(); }
+void StepStats::zero() { slots(step_slot::results_begin, step_slot::results_end).zero(); }
 
 AccumulatedStep StepStats::read() const { return accumulated_step(values_.to_doubles().data()); }
 
@@ -159,7 +161,7 @@ struct TrainStep::Slots {
       std::memcpy(t, tok.data<int32_t>(), n * 4);
       std::memcpy(g, tgt.data<int32_t>(), n * 4);
       std::memcpy(p, pos.data<int32_t>(), n * 4);
-      for (int64_t j = n; j < tokens; ++j) t[j] = 0, g[j] = data::kNoTarget, p[j] = static_cast<int32_t>(j - n);
+      for (int64_t j = n; j < tokens; ++j) t[j] = 0, g[j] = kNoTarget, p[j] = static_cast<int32_t>(j - n);
       const std::vector<int32_t>& host_cu = b.seq.cu_seqlens_host;
       std::copy(host_cu.begin(), host_cu.end(), cu);
       std::fill(cu + host_cu.size(), cu + docs + 1, static_cast<int32_t>(tokens));
@@ -218,7 +220,10 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   }
   // The token count comes from the batches' host metadata, so the scale is known
   // before any kernel runs.
-  const double inputs[kStepInputs] = {lr_multiplier, 1.0, 1.0 / static_cast<double>(trained_tokens)};
+  double inputs[kStepInputs];
+  inputs[step_slot::lr_multiplier - step_slot::inputs_begin] = lr_multiplier;
+  inputs[step_slot::grad_scale - step_slot::inputs_begin] = 1.0;
+  inputs[step_slot::loss_scale - step_slot::inputs_begin] = 1.0 / static_cast<double>(trained_tokens);
   // Every step first keeps the previous step's statistics (previous()), before its
   // inputs and its zeroing overwrite them.
   if (!model_.device().is_cuda()) {

@@ -14,6 +14,7 @@
 
 #include "amber/data/batch.h"
 #include "amber/model/language_model.h"
+#include "amber/ops/step_slots.h"
 #include "amber/train/optimizer.h"
 
 namespace amber {
@@ -28,28 +29,26 @@ struct AccumulatedStep {
   bool applied = false;    // whether the update ran (finite loss and norm, an optimizer set)
 };
 
-// The values the host hands each step, in this order: the lr multiplier, the gradient
-// scale (1; clipping lowers it on the device) and the loss scale (1 / trained tokens).
-inline constexpr int kStepInputs = 3;
+// The values the host hands each step: the step_slot inputs (ops/step_slots.h).
+inline constexpr int kStepInputs = step_slot::inputs_end - step_slot::inputs_begin;
 
-// Device buffers of one step, allocated once per model: f64 {loss sum, z-loss sum,
-// trained tokens, global gradient norm, apply, lr multiplier, gradient scale, loss
-// scale} and one squared-norm slot per parameter.
+// Device buffers of one step, allocated once per model: the f64 statistics, one per
+// step_slot (ops/step_slots.h), and one squared-norm slot per parameter.
 class StepStats {
  public:
   explicit StepStats(const LanguageModel& model);
   ~StepStats();
   StepStats(const StepStats&) = delete;
   StepStats& operator=(const StepStats&) = delete;
-  Tensor loss_sums() const { return values_.slice(0, 0, 3); }  // what LMHead accumulates into
-  Tensor grad_norm() const { return values_.slice(0, 3, 4); }
-  Tensor checked() const { return values_.slice(0, 0, 4); }  // what must be finite to apply
-  Tensor apply() const { return values_.slice(0, 4, 5); }
-  // apply, lr multiplier, gradient scale: the optimizer's input
-  Tensor gate() const { return values_.slice(0, 4, 7); }
-  Tensor grad_scale() const { return values_.slice(0, 6, 7); }
-  Tensor inputs() const { return values_.slice(0, 5, 8); }  // kStepInputs, from the host
-  Tensor loss_scale() const { return values_.slice(0, 7, 8); }
+  // Views of the statistics by slot; the ranges are the slices that ops take whole.
+  Tensor loss_sums() const { return slots(step_slot::loss_sums_begin, step_slot::loss_sums_end); }  // LMHead adds
+  Tensor grad_norm() const { return slot(step_slot::grad_norm); }
+  Tensor checked() const { return slots(step_slot::checked_begin, step_slot::checked_end); }  // finite to apply
+  Tensor apply() const { return slot(step_slot::apply); }
+  Tensor gate() const { return slots(step_slot::gate_begin, step_slot::gate_end); }  // the optimizer's input
+  Tensor grad_scale() const { return slot(step_slot::grad_scale); }
+  Tensor inputs() const { return slots(step_slot::inputs_begin, step_slot::inputs_end); }  // from the host
+  Tensor loss_scale() const { return slot(step_slot::loss_scale); }
   Tensor squares() const { return squares_; }  // [params], one squared gradient norm each
   // Zeroes the sums, the norm and the apply flag (not the inputs).
   void zero();
@@ -63,8 +62,11 @@ class StepStats {
   AccumulatedStep kept() const;
 
  private:
+  Tensor slots(int begin, int end) const { return values_.slice(0, begin, end); }
+  Tensor slot(int s) const { return values_.slice(0, s, s + 1); }
+
   Tensor values_, squares_;
-  double* kept_values_;           // kValues doubles; pinned on a GPU
+  double* kept_values_;           // step_slot::count doubles; pinned on a GPU
   void* kept_copied_ = nullptr;  // on a GPU, the marker placed after keep()'s copy
 };
 

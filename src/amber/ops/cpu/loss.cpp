@@ -125,9 +125,9 @@ void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Te
       count += 1;
     }
     double* s = sums.data<double>();
-    s[0] += loss;
-    s[1] += z_loss;
-    s[2] += count;
+    s[step_slot::loss_sum] += loss;
+    s[step_slot::z_loss_sum] += z_loss;
+    s[step_slot::trained_tokens] += count;
   });
 }
 

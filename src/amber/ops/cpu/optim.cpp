@@ -15,10 +15,10 @@ namespace amber::cpu {
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
   double* s = schedule.data<double>();
   const double* g = gate.data<double>();
-  s[kScheduleApply] = g[0];
-  s[kScheduleLrMultiplier] = g[1];
-  s[kScheduleGradScale] = g[2];
-  if (g[0] == 0.0) return;
+  s[kScheduleApply] = g[kGateApply];
+  s[kScheduleLrMultiplier] = g[kGateLrMultiplier];
+  s[kScheduleGradScale] = g[kGateGradScale];
+  if (g[kGateApply] == 0.0) return;
   const double t = s[kScheduleSteps] + 1.0;
   s[kScheduleSteps] = t;
   s[kScheduleBias1] = 1.0 / (1.0 - std::pow(beta1, t));

@@ -254,36 +254,36 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
 // butterfly and warp order: the same bits on every run.
 __global__ void loss_chunk_sums(const float* losses, const float* lse, const int32_t* targets, int64_t n,
                                 int32_t ignore, double z_weight, double* partial) {
-  __shared__ double scratch[3][32];
+  __shared__ double scratch[kLossSums][32];
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kSumChunk;
   const int64_t end = begin + kSumChunk < n ? begin + kSumChunk : n;
-  double v[3] = {0.0, 0.0, 0.0};
+  double v[kLossSums] = {};
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     if (targets[i] == ignore) continue;
     const double e = lse[i];
-    v[0] += static_cast<double>(losses[i]);
-    v[1] += z_weight * e * e;
-    v[2] += 1.0;
+    v[step_slot::loss_sum] += static_cast<double>(losses[i]);
+    v[step_slot::z_loss_sum] += z_weight * e * e;
+    v[step_slot::trained_tokens] += 1.0;
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < kLossSums; ++k) {
     v[k] = warp_sum_f64(v[k]);
     if (lane == 0) scratch[k][warp] = v[k];
   }
   __syncthreads();
   if (warp != 0) return;
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < kLossSums; ++k) {
     const double total = warp_sum_f64(lane < warps ? scratch[k][lane] : 0.0);
-    if (lane == 0) partial[3 * blockIdx.x + k] = total;
+    if (lane == 0) partial[kLossSums * blockIdx.x + k] = total;
   }
 }
 
 // sums[k] += the chunk partials of column k, added in chunk order (one thread each).
 __global__ void add_chunk_sums(const double* partial, int64_t chunks, double* sums) {
   const int k = threadIdx.x;
-  if (k >= 3) return;
+  if (k >= kLossSums) return;
   double s = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) s += partial[3 * c + k];
+  for (int64_t c = 0; c < chunks; ++c) s += partial[kLossSums * c + k];
   sums[k] += s;
 }
 
@@ -402,7 +402,7 @@ void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Te
   if (tokens == 0) return;
   // The partials come from the stream-ordered pool: nothing here waits for the host.
   const int64_t chunks = (tokens + kSumChunk - 1) / kSumChunk;
-  Tensor partial = Tensor::empty({chunks, 3}, DType::f64, losses.device());
+  Tensor partial = Tensor::empty({chunks, kLossSums}, DType::f64, losses.device());
   loss_chunk_sums<<<static_cast<unsigned>(chunks), kSumThreads, 0, cudaStreamPerThread>>>(
       static_cast<const float*>(losses.raw()), static_cast<const float*>(lse.raw()),
       static_cast<const int32_t*>(targets.raw()), tokens, o.ignore_index, o.z_loss_weight,

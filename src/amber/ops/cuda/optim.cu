@@ -18,10 +18,10 @@ constexpr int kThreads = 256;
 constexpr int64_t kChunk = 8192;  // elements per reduction block
 
 __global__ void advance_schedule_kernel(double* s, const double* gate, double beta1, double beta2) {
-  s[kScheduleApply] = gate[0];
-  s[kScheduleLrMultiplier] = gate[1];
-  s[kScheduleGradScale] = gate[2];
-  if (gate[0] == 0.0) return;
+  s[kScheduleApply] = gate[kGateApply];
+  s[kScheduleLrMultiplier] = gate[kGateLrMultiplier];
+  s[kScheduleGradScale] = gate[kGateGradScale];
+  if (gate[kGateApply] == 0.0) return;
   const double t = s[kScheduleSteps] + 1.0;
   s[kScheduleSteps] = t;
   s[kScheduleBias1] = 1.0 / (1.0 - pow(beta1, t));
