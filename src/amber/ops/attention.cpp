@@ -7,7 +7,7 @@
 
 #include "amber/core/op_repeat.h"
 #include "amber/ops/cpu/attention.h"
-#include "amber/ops/cuda/attention.h"
+#include "amber/ops/cuda/attention/attention.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {

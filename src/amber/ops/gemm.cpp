@@ -4,7 +4,7 @@
 
 #include "amber/core/op_repeat.h"
 #include "amber/ops/cpu/gemm.h"
-#include "amber/ops/cuda/gemm.h"
+#include "amber/ops/cuda/gemm/gemm.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {

@@ -4,7 +4,7 @@
 
 #include "amber/core/op_repeat.h"
 #include "amber/ops/activation.h"
-#include "amber/ops/cuda/glu_gemm.h"
+#include "amber/ops/cuda/gemm/glu_gemm.h"
 #include "amber/ops/device_switch.h"
 #include "amber/ops/gemm.h"
 

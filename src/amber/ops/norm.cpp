@@ -3,7 +3,7 @@
 
 #include "amber/core/op_repeat.h"
 #include "amber/ops/cpu/norm.h"
-#include "amber/ops/cuda/norm.h"
+#include "amber/ops/cuda/norm/norm.h"
 #include "amber/ops/device_switch.h"
 #include "amber/ops/elementwise.h"
 

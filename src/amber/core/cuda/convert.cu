@@ -4,8 +4,8 @@
 // contiguous; and Tensor::fill, as a bit pattern per element.
 #include <cstring>
 
+#include "amber/core/cuda/kernel_base.cuh"
 #include "amber/core/cuda_runtime.h"
-#include "amber/ops/cuda/common.cuh"
 
 namespace amber::cuda {
 namespace {

@@ -3,9 +3,9 @@
 // groups of a row, plain GELU grid-stride over one row.
 #include <initializer_list>
 
-#include "amber/ops/cuda/activation.h"
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/glu_math.cuh"
+#include "amber/ops/cuda/activation/activation.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/activation/glu_math.cuh"
 
 namespace amber::cuda {
 namespace {

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <string>
 
-#include "amber/ops/cuda/attention.h"
-#include "amber/ops/cuda/attention_tiles.cuh"
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/rope.h"
+#include "amber/ops/cuda/attention/attention.h"
+#include "amber/ops/cuda/attention/attention_tiles.cuh"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/rope/rope.h"
 
 namespace amber::cuda {
 

@@ -6,9 +6,9 @@
 // rows of 64-element panels in the 128-byte swizzle (wgmma.cuh).
 #pragma once
 
-#include "amber/ops/cuda/attention_tc.cuh"
-#include "amber/ops/cuda/tensor_map.h"
-#include "amber/ops/cuda/wgmma.cuh"
+#include "amber/ops/cuda/attention/attention_tc.cuh"
+#include "amber/ops/cuda/common/tensor_map.h"
+#include "amber/ops/cuda/common/wgmma.cuh"
 
 namespace amber::cuda::hopper {
 

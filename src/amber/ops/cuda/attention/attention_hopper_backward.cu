@@ -12,9 +12,9 @@
 // in shared memory.
 #include <algorithm>
 
-#include "amber/ops/cuda/attention_hopper.cuh"
-#include "amber/ops/cuda/ordered_sum.cuh"
-#include "amber/ops/cuda/rope.h"
+#include "amber/ops/cuda/attention/attention_hopper.cuh"
+#include "amber/ops/cuda/common/ordered_sum.cuh"
+#include "amber/ops/cuda/rope/rope.h"
 
 namespace amber::cuda::hopper {
 namespace {

@@ -15,7 +15,7 @@
 // probability.
 #include <algorithm>
 
-#include "amber/ops/cuda/attention_hopper.cuh"
+#include "amber/ops/cuda/attention/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
 namespace {

@@ -4,8 +4,8 @@
 // a fixed order, so gradients are bit-identical from run to run.
 #include <cmath>
 
-#include "amber/ops/cuda/attention_tiles.cuh"
-#include "amber/ops/cuda/common.cuh"
+#include "amber/ops/cuda/attention/attention_tiles.cuh"
+#include "amber/ops/cuda/common/common.cuh"
 
 namespace amber::cuda {
 namespace {

@@ -3,9 +3,9 @@
 // for one warp's 16 rows.
 #pragma once
 
-#include "amber/ops/cuda/attention_tiles.cuh"
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/mma.cuh"
+#include "amber/ops/cuda/attention/attention_tiles.cuh"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/common/mma.cuh"
 
 namespace amber::cuda::tensor_core {
 

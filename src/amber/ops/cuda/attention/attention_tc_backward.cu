@@ -7,7 +7,7 @@
 // head's query heads write fp32 partials, added afterwards in head order: one block
 // per query head keeps the grid as wide as the dQ kernel's, where one block walking
 // the whole group serially left most SMs idle at the end.
-#include "amber/ops/cuda/attention_tc.cuh"
+#include "amber/ops/cuda/attention/attention_tc.cuh"
 
 namespace amber::cuda::tensor_core {
 namespace {

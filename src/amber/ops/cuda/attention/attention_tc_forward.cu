@@ -3,7 +3,7 @@
 // tiles of 64 stream through a double-buffered cp.async pipeline, scores stay in
 // registers, and the online softmax runs in the log2 domain in fp32. Masks are applied
 // only on tiles that touch the diagonal or the window's edge.
-#include "amber/ops/cuda/attention_tc.cuh"
+#include "amber/ops/cuda/attention/attention_tc.cuh"
 
 namespace amber::cuda::tensor_core {
 namespace {

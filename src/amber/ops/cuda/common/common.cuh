@@ -1,5 +1,5 @@
-// Shared device plumbing of the CUDA ops: fp32 conversions for the three element
-// types, 16-byte packs, block reductions, the dtype switch and the launch check.
+// Shared device plumbing of the CUDA ops: 16-byte packs, block reductions, occupancy and
+// deterministic column sums, on top of the core's conversions and launch helpers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,20 +8,10 @@
 
 #include <cstdint>
 
+#include "amber/core/cuda/kernel_base.cuh"
 #include "amber/core/tensor.h"
 
 namespace amber::cuda {
-
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-
-template <class T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
 
 // 16 bytes of T: the widest access one thread makes in the memory-bound kernels.
 template <class T>
@@ -90,38 +80,12 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return m;
 }
 
-// Calls fn(T{}) with T the element type of a GPU float dtype (f32, bf16, f16).
-template <class Fn>
-void with_element_type(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::bf16: fn(__nv_bfloat16{}); return;
-    case DType::f16: fn(__half{}); return;
-    default:
-      fail(op, ": CUDA kernels take f32, bf16 or f16 tensors, got ", dtype_name(dtype),
-           "; run f64 (gradient checks) on the CPU");
-  }
-}
-
 // Raises a kernel's dynamic shared-memory limit (a host-side attribute, no sync); set
 // on every call because the attribute is per device.
 inline void allow_smem(const void* kernel, size_t bytes, const char* op) {
   AMBER_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    static_cast<int>(bytes)) == cudaSuccess,
               op, ": cannot raise the shared-memory limit to ", bytes, " bytes");
-}
-
-// Every launch is checked right away so a failure names the op and the shape.
-inline void check_launch(const char* op, const Shape& shape) {
-  const cudaError_t status = cudaGetLastError();
-  AMBER_CHECK(status == cudaSuccess, op, ": CUDA kernel launch failed for shape ", shape, ": ",
-              cudaGetErrorString(status));
-}
-
-// Blocks for a grid-stride loop over `work` items: enough to fill the GPU, no more.
-inline unsigned grid_for(int64_t work, int threads) {
-  const int64_t blocks = (work + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
 }
 
 // Multiprocessors of the current device, read once per device (inline: one cache

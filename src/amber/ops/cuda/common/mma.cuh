@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "amber/ops/cuda/async_copy.cuh"
+#include "amber/ops/cuda/common/async_copy.cuh"
 
 namespace amber::cuda {
 

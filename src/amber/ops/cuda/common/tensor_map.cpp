@@ -1,4 +1,4 @@
-#include "amber/ops/cuda/tensor_map.h"
+#include "amber/ops/cuda/common/tensor_map.h"
 
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>

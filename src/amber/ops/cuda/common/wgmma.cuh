@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "amber/ops/cuda/mma.cuh"
+#include "amber/ops/cuda/common/mma.cuh"
 
 namespace amber::cuda::hopper {
 

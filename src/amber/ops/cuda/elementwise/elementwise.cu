@@ -1,7 +1,7 @@
 // CUDA residual-stream helpers: one grid-stride map kernel, 16-byte packs when every
 // pointer is aligned, a scalar tail for the remainder.
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/elementwise.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/elementwise/elementwise.h"
 
 namespace amber::cuda {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <cstdio>
 
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/embedding.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/embedding/embedding.h"
 
 namespace amber::cuda {
 namespace {

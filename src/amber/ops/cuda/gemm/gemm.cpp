@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "amber/core/error.h"
-#include "amber/ops/cuda/elementwise.h"
-#include "amber/ops/cuda/gemm.h"
+#include "amber/ops/cuda/elementwise/elementwise.h"
+#include "amber/ops/cuda/gemm/gemm.h"
 
 namespace amber::cuda {
 namespace {

@@ -7,7 +7,7 @@
 // stored. Against cuBLASLt's product plus the GLU pass this saved 39 us (backward) and
 // 10 us (forward) a layer at Kohaku-200M's shapes (docs/perf/kernels.md, session 23).
 // The 64x64 epilogue tile was the fastest of the tiles timed there at 200M and 500M.
-#include "amber/ops/cuda/glu_gemm.h"
+#include "amber/ops/cuda/gemm/glu_gemm.h"
 
 #include <cuda_runtime.h>
 
@@ -15,11 +15,11 @@
 #include <limits>
 
 #include "amber/core/error.h"
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/gemm.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/gemm/gemm.h"
 
 #if defined(AMBER_CUTLASS) && defined(AMBER_HOPPER_KERNELS)
-#include "amber/ops/cuda/glu_math.cuh"
+#include "amber/ops/cuda/activation/glu_math.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"

@@ -1,7 +1,7 @@
 // The linear layer's bias on the GPU: the broadcast add and the bias gradient in a
 // fixed order (row blocks, then the ordered column sums).
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/gemm.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/gemm/gemm.h"
 
 namespace amber::cuda {
 namespace {

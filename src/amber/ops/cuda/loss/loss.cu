@@ -14,9 +14,9 @@
 #include <cstdio>
 #include <type_traits>
 
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/gemm.h"
-#include "amber/ops/cuda/loss.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/gemm/gemm.h"
+#include "amber/ops/cuda/loss/loss.h"
 
 namespace amber::cuda {
 namespace {

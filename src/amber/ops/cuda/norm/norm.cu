@@ -7,10 +7,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "amber/ops/cuda/async_copy.cuh"
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/norm.h"
-#include "amber/ops/cuda/row_pitch.cuh"
+#include "amber/ops/cuda/common/async_copy.cuh"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/norm/norm.h"
+#include "amber/ops/cuda/common/row_pitch.cuh"
 
 namespace amber::cuda {
 namespace {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <span>
 
-#include "amber/ops/cuda/common.cuh"
-#include "amber/ops/cuda/optim.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/optim/optim.h"
 
 namespace amber::cuda {
 namespace {

@@ -21,12 +21,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "amber/ops/cuda/async_copy.cuh"
-#include "amber/ops/cuda/norm.h"
-#include "amber/ops/cuda/ordered_sum.cuh"
-#include "amber/ops/cuda/rope.h"
-#include "amber/ops/cuda/rope_table.cuh"
-#include "amber/ops/cuda/row_pitch.cuh"
+#include "amber/ops/cuda/common/async_copy.cuh"
+#include "amber/ops/cuda/norm/norm.h"
+#include "amber/ops/cuda/common/ordered_sum.cuh"
+#include "amber/ops/cuda/rope/rope.h"
+#include "amber/ops/cuda/rope/rope_table.cuh"
+#include "amber/ops/cuda/common/row_pitch.cuh"
 
 namespace amber::cuda {
 namespace {

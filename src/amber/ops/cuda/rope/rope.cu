@@ -2,8 +2,8 @@
 // cos/sin rows in double from integer positions, exactly as the CPU does, rounds them
 // to float in shared memory, and rotates every head of its tokens in 16-byte pieces;
 // y may alias x (each thread reads its elements before writing them).
-#include "amber/ops/cuda/rope.h"
-#include "amber/ops/cuda/rope_table.cuh"
+#include "amber/ops/cuda/rope/rope.h"
+#include "amber/ops/cuda/rope/rope_table.cuh"
 
 namespace amber::cuda {
 namespace {

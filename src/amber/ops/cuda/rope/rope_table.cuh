@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "amber/ops/cuda/common.cuh"
+#include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/rope.h"
 
 namespace amber::cuda {
