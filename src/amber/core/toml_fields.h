@@ -10,11 +10,9 @@
 #include <vector>
 
 #include "amber/core/error.h"
+#include "amber/core/nearest_name.h"
 
 namespace amber {
-
-// The closest of `candidates` to `word` by edit distance, or "" when none is close.
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
 
 // Reads `path`, following `extends = "base.toml"` (relative to the file): the base is
 // read first and every key the file sets replaces the base's value.
