@@ -6,6 +6,7 @@
 
 #include "amber/core/cuda/kernel_base.cuh"
 #include "amber/core/cuda_runtime.h"
+#include "amber/core/stream.h"
 
 namespace amber::cuda {
 namespace {
@@ -29,7 +30,7 @@ void launch_fill(void* dst, const void* element, size_t n) {
   Bits value;
   std::memcpy(&value, element, sizeof(Bits));
   const int threads = 256;
-  fill_kernel<Bits><<<grid_for(static_cast<int64_t>(n), threads), threads, 0, cudaStreamPerThread>>>(
+  fill_kernel<Bits><<<grid_for(static_cast<int64_t>(n), threads), threads, 0, current_stream()>>>(
       static_cast<Bits*>(dst), value, static_cast<int64_t>(n));
 }
 
@@ -74,7 +75,7 @@ bool convert(void* dst, DType dst_type, const void* src, DType src_type, size_t 
     with_element_type(src_type, op, [&](auto in_tag) {
       using In = decltype(in_tag);
       const int threads = 256;
-      convert_kernel<Out, In><<<grid_for(static_cast<int64_t>(n), threads), threads, 0, cudaStreamPerThread>>>(
+      convert_kernel<Out, In><<<grid_for(static_cast<int64_t>(n), threads), threads, 0, current_stream()>>>(
           static_cast<Out*>(dst), static_cast<const In*>(src), static_cast<int64_t>(n));
     });
   });
@@ -105,7 +106,7 @@ void copy_rows(void* dst, const int64_t* dst_strides, const void* src, const int
     using Word = decltype(word);
     const int64_t words = row_bytes / sizeof(Word);
     const int threads = 256;
-    copy_rows_kernel<Word><<<grid_for(v.rows * words, threads), threads, 0, cudaStreamPerThread>>>(
+    copy_rows_kernel<Word><<<grid_for(v.rows * words, threads), threads, 0, current_stream()>>>(
         static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), v, words, static_cast<int64_t>(element_bytes));
   };
   if (common % 16 == 0) launch(uint4{});

@@ -4,6 +4,7 @@
 
 #include "amber/core/philox.h"
 #include "amber/core/random.h"
+#include "amber/core/stream.h"
 
 namespace amber::cuda {
 namespace {
@@ -38,13 +39,13 @@ void fill_as_f32(Tensor& t, Launch launch) {
 
 void fill_uniform(Tensor& t, uint64_t seed, uint64_t offset, float low, float high) {
   fill_as_f32(t, [&](float* out, int64_t n, unsigned blocks, int threads) {
-    uniform_kernel<<<blocks, threads, 0, cudaStreamPerThread>>>(out, n, seed, offset, low, high - low);
+    uniform_kernel<<<blocks, threads, 0, current_stream()>>>(out, n, seed, offset, low, high - low);
   });
 }
 
 void fill_normal(Tensor& t, uint64_t seed, uint64_t offset, float mean, float std) {
   fill_as_f32(t, [&](float* out, int64_t n, unsigned blocks, int threads) {
-    normal_kernel<<<blocks, threads, 0, cudaStreamPerThread>>>(out, n, seed, offset, mean, std);
+    normal_kernel<<<blocks, threads, 0, current_stream()>>>(out, n, seed, offset, mean, std);
   });
 }
 

@@ -3,9 +3,10 @@
 // groups of a row, plain GELU grid-stride over one row.
 #include <initializer_list>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/activation/activation.h"
-#include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/activation/glu_math.cuh"
+#include "amber/ops/cuda/common/common.cuh"
 
 namespace amber::cuda {
 namespace {
@@ -136,10 +137,10 @@ void glu_forward(const Tensor& gate_up, Tensor& h, const char* op) {
     T* out = static_cast<T*>(h.raw());
     if (packed)
       glu_forward_kernel<Act, T, N>
-          <<<glu_grid(rows, width, N), kThreads, 0, cudaStreamPerThread>>>(in, out, rows, width);
+          <<<glu_grid(rows, width, N), kThreads, 0, current_stream()>>>(in, out, rows, width);
     else
       glu_forward_kernel<Act, T, 1>
-          <<<glu_grid(rows, width, 1), kThreads, 0, cudaStreamPerThread>>>(in, out, rows, width);
+          <<<glu_grid(rows, width, 1), kThreads, 0, current_stream()>>>(in, out, rows, width);
   });
 }
 
@@ -155,10 +156,10 @@ void glu_backward(const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up, con
     T* out = static_cast<T*>(dgate_up.raw());
     if (packed)
       glu_backward_kernel<Act, T, N>
-          <<<glu_grid(rows, width, N), kThreads, 0, cudaStreamPerThread>>>(g, in, out, rows, width);
+          <<<glu_grid(rows, width, N), kThreads, 0, current_stream()>>>(g, in, out, rows, width);
     else
       glu_backward_kernel<Act, T, 1>
-          <<<glu_grid(rows, width, 1), kThreads, 0, cudaStreamPerThread>>>(g, in, out, rows, width);
+          <<<glu_grid(rows, width, 1), kThreads, 0, current_stream()>>>(g, in, out, rows, width);
   });
 }
 
@@ -185,9 +186,9 @@ void gelu_forward(const Tensor& x, Tensor& y) {
     const T* in = static_cast<const T*>(x.raw());
     T* out = static_cast<T*>(y.raw());
     if (packed)
-      gelu_forward_kernel<T, N><<<grid_for(n / N, kThreads), kThreads, 0, cudaStreamPerThread>>>(in, out, n);
+      gelu_forward_kernel<T, N><<<grid_for(n / N, kThreads), kThreads, 0, current_stream()>>>(in, out, n);
     else
-      gelu_forward_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(in, out, n);
+      gelu_forward_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(in, out, n);
   });
 }
 
@@ -201,9 +202,9 @@ void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
     const T* in = static_cast<const T*>(x.raw());
     T* out = static_cast<T*>(dx.raw());
     if (packed)
-      gelu_backward_kernel<T, N><<<grid_for(n / N, kThreads), kThreads, 0, cudaStreamPerThread>>>(g, in, out, n);
+      gelu_backward_kernel<T, N><<<grid_for(n / N, kThreads), kThreads, 0, current_stream()>>>(g, in, out, n);
     else
-      gelu_backward_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(g, in, out, n);
+      gelu_backward_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(g, in, out, n);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/attention/attention.h"
 #include "amber/ops/cuda/attention/attention_tiles.cuh"
 #include "amber/ops/cuda/common/common.cuh"
@@ -201,7 +202,7 @@ WorkList with_work_list(const Layout& g, int rows, GroupedTiles rule, bool last_
   const Tensor* items = plans.find(key);
   if (!items) {
     items = &plans.keep(key, Tensor::empty({capacity, 4}, DType::i32, device));
-    work_list_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(
+    work_list_kernel<<<1, kPlanThreads, 0, current_stream()>>>(
         g.cu_seqlens, g.num_docs, rows, g.heads, g.kv_heads, rule, last_first, static_cast<int>(capacity),
         static_cast<int4*>(items->raw()));
     check_launch(op, items->shape());
@@ -239,7 +240,7 @@ Layout with_tile_plan(const Layout& g, int rows, bool pack, Device device, Deriv
     planned.pack_rows = rows;
   }
   if (made) return planned;
-  tile_plan_kernel<<<1, kPlanThreads, 0, cudaStreamPerThread>>>(g.cu_seqlens, g.num_docs, rows, segments, doc_starts,
+  tile_plan_kernel<<<1, kPlanThreads, 0, current_stream()>>>(g.cu_seqlens, g.num_docs, rows, segments, doc_starts,
                                                                 planned.tile_slots, reinterpret_cast<int2*>(words));
   check_launch(op, storage->shape());
   return planned;
@@ -285,9 +286,9 @@ void row_deltas(const T* dout, const T* out, int64_t rows, int dim, float* delta
   while (lanes < 32 && 2 * lanes <= loads) lanes *= 2;
   const unsigned blocks = static_cast<unsigned>((rows * lanes + kThreads - 1) / kThreads);
   if (wide)
-    delta_kernel<T, kWide><<<blocks, kThreads, 0, cudaStreamPerThread>>>(dout, out, rows, dim, lanes, delta);
+    delta_kernel<T, kWide><<<blocks, kThreads, 0, current_stream()>>>(dout, out, rows, dim, lanes, delta);
   else
-    delta_kernel<T, 1><<<blocks, kThreads, 0, cudaStreamPerThread>>>(dout, out, rows, dim, lanes, delta);
+    delta_kernel<T, 1><<<blocks, kThreads, 0, current_stream()>>>(dout, out, rows, dim, lanes, delta);
 }
 
 // partial[h] = -sum over tokens of exp(sink_h - lse[t, h]) * delta[t, h]: a sink moves
@@ -317,7 +318,7 @@ Tensor sinks_f32(const Tensor& sinks, const char* op) {
   const int n = static_cast<int>(sinks.numel());
   with_element_type(sinks.dtype(), op, [&](auto tag) {
     using S = decltype(tag);
-    widen_kernel<S><<<(n + 255) / 256, 256, 0, cudaStreamPerThread>>>(
+    widen_kernel<S><<<(n + 255) / 256, 256, 0, current_stream()>>>(
         static_cast<const S*>(sinks.raw()), n, static_cast<float*>(out.raw()));
   });
   check_launch(op, sinks.shape());
@@ -377,7 +378,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   if (!sinks.defined()) return;
   const Tensor sinks32 = sinks_f32(sinks, op);
   Tensor partial = Tensor::empty({1, g.heads}, DType::f32, q.device());
-  dsinks_kernel<<<static_cast<unsigned>(g.heads), kThreads, 0, cudaStreamPerThread>>>(
+  dsinks_kernel<<<static_cast<unsigned>(g.heads), kThreads, 0, current_stream()>>>(
       f32_or_null(sinks32), static_cast<const float*>(lse.raw()),
       static_cast<const float*>(delta.raw()), seq.total_tokens, g.heads,
       static_cast<float*>(partial.raw()));

@@ -12,6 +12,7 @@
 // in shared memory.
 #include <algorithm>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/attention/attention_hopper.cuh"
 #include "amber/ops/cuda/common/ordered_sum.cuh"
 #include "amber/ops/cuda/rope/rope.h"
@@ -588,7 +589,7 @@ void from_sums(const SumParts<T>& parts, int64_t tokens, const Shape& shape, con
   for (int p = 0; p < parts.count; ++p) count += tokens * parts.part[p].heads * (D / 4);
   AMBER_CHECK(count < (int64_t{1} << 31), op, ": ", tokens, " tokens of ", D,
               "-wide gradients exceed the gradient conversion's 32-bit count; use fewer tokens per micro-batch");
-  from_sums_kernel<T, D><<<grid_for(count, 256), 256, 0, cudaStreamPerThread>>>(parts, static_cast<uint32_t>(tokens));
+  from_sums_kernel<T, D><<<grid_for(count, 256), 256, 0, current_stream()>>>(parts, static_cast<uint32_t>(tokens));
   check_launch(op, shape);
 }
 
@@ -614,7 +615,7 @@ bool backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     }
     Tensor counters =
         Tensor::empty({OrderedSums::final_kv_offset(g) + (grouped ? tokens : 0)}, DType::i32, q.device());
-    AMBER_CHECK(cudaMemsetAsync(counters.raw(), 0, counters.bytes(), cudaStreamPerThread) == cudaSuccess, op,
+    AMBER_CHECK(cudaMemsetAsync(counters.raw(), 0, counters.bytes(), current_stream()) == cudaSuccess, op,
                 ": cannot clear the ordered sums' counters");
     const OrderedSums sums{f32(dq_sum), f32(dk_sum), f32(dv_sum), static_cast<int*>(counters.raw())};
     // Under GQA dk and dv come from the ordered sums, so no per-head partials.
@@ -627,7 +628,7 @@ bool backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     if constexpr (!kFoldDq) {
       constexpr int dq_smem = DqRing<D>::kSmemBytes;
       allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
-      dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem, cudaStreamPerThread>>>(
+      dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem, current_stream()>>>(
           make_maps<2>(q, dout, k, v, kDqKeys, op), g, args);
       check_launch(op, q.shape());
     }
@@ -635,7 +636,7 @@ bool backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D, kFoldDq>), smem, op);
     const WorkList work = with_work_list(unplanned, kOwnRows, grouped_tiles<D>(g), kFoldDq, q.device(), plans, op);
     const unsigned blocks = static_cast<unsigned>(std::min(work.capacity, sm_count()));  // one per SM
-    dkdv_kernel<T, D, kFoldDq><<<blocks, kThreads, smem, cudaStreamPerThread>>>(dkdv_maps, g, args, sums, work);
+    dkdv_kernel<T, D, kFoldDq><<<blocks, kThreads, smem, current_stream()>>>(dkdv_maps, g, args, sums, work);
     check_launch(op, k.shape());
     SumParts<T> parts{};
     const auto add_part = [&](const Tensor& sum, T* out, int heads, float scale, const int* skip) {

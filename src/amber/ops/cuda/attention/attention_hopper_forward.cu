@@ -15,6 +15,7 @@
 // probability.
 #include <algorithm>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/attention/attention_hopper.cuh"
 
 namespace amber::cuda::hopper {
@@ -275,9 +276,9 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& un
                 " heads exceed the work items a launch can count");
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));  // one per SM
     Tensor ticket = Tensor::empty({1}, DType::i32, q.device());
-    AMBER_CHECK(cudaMemsetAsync(ticket.raw(), 0, sizeof(int), cudaStreamPerThread) == cudaSuccess, op,
+    AMBER_CHECK(cudaMemsetAsync(ticket.raw(), 0, sizeof(int), current_stream()) == cudaSuccess, op,
                 ": cannot clear the work ticket");
-    kernel<<<blocks, kForwardThreads<D>, smem, cudaStreamPerThread>>>(
+    kernel<<<blocks, kForwardThreads<D>, smem, current_stream()>>>(
         maps, g,
         ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
                        static_cast<const T*>(v.raw()), sinks, static_cast<T*>(out.raw()),

@@ -4,6 +4,7 @@
 // a fixed order, so gradients are bit-identical from run to run.
 #include <cmath>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/attention/attention_tiles.cuh"
 #include "amber/ops/cuda/common/common.cuh"
 
@@ -345,7 +346,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& un
     with_head_dim(q.size(2), q.shape(), op, [&]<int D>() {
       const size_t smem = ((kRows + 2 * kCols) * stride_of<D>() + kRows * kCols) * sizeof(float);
       allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
-      forward_kernel<T, D><<<grid, kThreads, smem, cudaStreamPerThread>>>(
+      forward_kernel<T, D><<<grid, kThreads, smem, current_stream()>>>(
           g, ForwardArgs<T>{ptr<T>(q), ptr<T>(k), ptr<T>(v), sinks, static_cast<T*>(out.raw()),
                             static_cast<float*>(lse.raw())});
     });
@@ -369,14 +370,14 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
           ((2 * kRows + 2 * kCols) * stride_of<D>() + kRows * kCols) * sizeof(float);
       allow_smem(reinterpret_cast<const void*>(backward_dq_kernel<T, D>), dq_smem, op);
       backward_dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem,
-                                 cudaStreamPerThread>>>(g, a);
+                                 current_stream()>>>(g, a);
       check_launch(op, q.shape());
       const size_t dkdv_smem =
           ((2 * kRows + 2 * kCols) * stride_of<D>() + 2 * kRows * kCols + 2 * kCols) *
           sizeof(float);
       allow_smem(reinterpret_cast<const void*>(backward_dkdv_kernel<T, D>), dkdv_smem, op);
       backward_dkdv_kernel<T, D><<<attention_grid(g, g.kv_heads, op), kThreads,
-                                   dkdv_smem, cudaStreamPerThread>>>(g, a);
+                                   dkdv_smem, current_stream()>>>(g, a);
       check_launch(op, k.shape());
     });
   });

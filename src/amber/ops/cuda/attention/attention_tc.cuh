@@ -3,6 +3,7 @@
 // for one warp's 16 rows.
 #pragma once
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/attention/attention_tiles.cuh"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/common/mma.cuh"
@@ -370,9 +371,9 @@ void with_backward_args(const Tensor& dout, const Tensor& q, const Tensor& k, co
                          f32(dk_heads), f32(dv_heads)});
   if (!grouped) return;
   const unsigned blocks = grid_for(tokens * g.kv_heads * D / 2, 256);
-  sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dk_heads), tokens, g.heads, g.kv_heads, D,
+  sum_group_kernel<T><<<blocks, 256, 0, current_stream()>>>(f32(dk_heads), tokens, g.heads, g.kv_heads, D,
                                                              static_cast<T*>(dk.raw()));
-  sum_group_kernel<T><<<blocks, 256, 0, cudaStreamPerThread>>>(f32(dv_heads), tokens, g.heads, g.kv_heads, D,
+  sum_group_kernel<T><<<blocks, 256, 0, current_stream()>>>(f32(dv_heads), tokens, g.heads, g.kv_heads, D,
                                                              static_cast<T*>(dv.raw()));
   check_launch(op, k.shape());
 }

@@ -7,6 +7,7 @@
 // head's query heads write fp32 partials, added afterwards in head order: one block
 // per query head keeps the grid as wide as the dQ kernel's, where one block walking
 // the whole group serially left most SMs idle at the end.
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/attention/attention_tc.cuh"
 
 namespace amber::cuda::tensor_core {
@@ -191,12 +192,12 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     with_backward_args<T, D>(dout, q, k, v, lse, delta, g, dq, dk, dv, op, [&](const BackwardArgs<T>& args) {
       const size_t dq_smem = DqShape<D>::kSmemElems * sizeof(T);
       allow_smem(reinterpret_cast<const void*>(dq_kernel<T, D>), dq_smem, op);
-      dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem, cudaStreamPerThread>>>(g,
+      dq_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dq_smem, current_stream()>>>(g,
                                                                                                           args);
       check_launch(op, q.shape());
       const size_t dkdv_smem = dkdv_smem_bytes<T, D>();
       allow_smem(reinterpret_cast<const void*>(dkdv_kernel<T, D>), dkdv_smem, op);
-      dkdv_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dkdv_smem, cudaStreamPerThread>>>(
+      dkdv_kernel<T, D><<<attention_grid(g, g.heads, op), kThreads, dkdv_smem, current_stream()>>>(
           g, args);
       check_launch(op, k.shape());
     });

@@ -3,6 +3,7 @@
 // tiles of 64 stream through a double-buffered cp.async pipeline, scores stay in
 // registers, and the online softmax runs in the log2 domain in fp32. Masks are applied
 // only on tiles that touch the diagonal or the window's edge.
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/attention/attention_tc.cuh"
 
 namespace amber::cuda::tensor_core {
@@ -79,7 +80,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& un
     const size_t smem = F::kSmemElems * sizeof(T);
     allow_smem(reinterpret_cast<const void*>(forward_kernel<T, D>), smem, op);
     forward_kernel<T, D><<<attention_grid(g, g.heads, op), F::kThreads, smem,
-                           cudaStreamPerThread>>>(
+                           current_stream()>>>(
         g, ForwardArgs<T>{static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()),
                           static_cast<const T*>(v.raw()), sinks, static_cast<T*>(out.raw()),
                           static_cast<float*>(lse.raw())});

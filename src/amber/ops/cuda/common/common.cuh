@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "amber/core/cuda/kernel_base.cuh"
+#include "amber/core/stream.h"
 #include "amber/core/tensor.h"
 
 namespace amber::cuda {
@@ -166,12 +167,12 @@ inline void add_column_sums(const Tensor& partial, Tensor& grad, const char* op)
     sum_rows = (rows + kRowsPerGroup - 1) / kRowsPerGroup;
     grouped = Tensor::empty({sum_rows, d}, DType::f32, partial.device());
     column_sums_kernel<float, false><<<dim3(column_blocks, static_cast<unsigned>(sum_rows)), 32 * kColumnSumWarps,
-                                       0, cudaStreamPerThread>>>(sums, rows, d, static_cast<float*>(grouped.raw()));
+                                       0, current_stream()>>>(sums, rows, d, static_cast<float*>(grouped.raw()));
     sums = static_cast<const float*>(grouped.raw());
   }
   with_element_type(grad.dtype(), op, [&](auto tag) {
     using P = decltype(tag);
-    column_sums_kernel<P, true><<<column_blocks, 32 * kColumnSumWarps, 0, cudaStreamPerThread>>>(
+    column_sums_kernel<P, true><<<column_blocks, 32 * kColumnSumWarps, 0, current_stream()>>>(
         sums, sum_rows, d, static_cast<P*>(grad.raw()));
   });
   check_launch(op, grad.shape());

@@ -1,5 +1,6 @@
 // CUDA residual-stream helpers: one grid-stride map kernel, 16-byte packs when every
 // pointer is aligned, a scalar tail for the remainder.
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/elementwise/elementwise.h"
 
@@ -46,7 +47,7 @@ void axpy(Tensor& out, const Tensor* x, const Tensor& y, double alpha, const cha
     const T* b = static_cast<const T*>(y.raw());
     const bool packed = aligned16(o) && aligned16(b) && (!a || aligned16(a));
     const int threads = 256;
-    axpy_kernel<T><<<grid_for(packed ? n / Pack<T>::n + 1 : n, threads), threads, 0, cudaStreamPerThread>>>(
+    axpy_kernel<T><<<grid_for(packed ? n / Pack<T>::n + 1 : n, threads), threads, 0, current_stream()>>>(
         o, a, b, static_cast<float>(alpha), n, packed);
   });
   check_launch(op, out.shape());
@@ -74,7 +75,7 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar) {
   if (n == 0) return;
   with_element_type(out.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    fill_from_scalar_kernel<T><<<grid_for(n, 256), 256, 0, cudaStreamPerThread>>>(
+    fill_from_scalar_kernel<T><<<grid_for(n, 256), 256, 0, current_stream()>>>(
         static_cast<T*>(out.raw()), n, static_cast<const double*>(scalar.raw()));
   });
   check_launch(op, out.shape());
@@ -123,7 +124,7 @@ void zero_all(std::span<Tensor> tensors) {
     AMBER_CHECK(chunks < (int64_t{1} << 31), op, ": ", chunks, " chunks of ", ZeroTable::kBytes,
                 " bytes exceed the launch grid");
     if (chunks == 0) continue;
-    zero_chunks_kernel<<<static_cast<unsigned>(chunks), 256, 0, cudaStreamPerThread>>>(table);
+    zero_chunks_kernel<<<static_cast<unsigned>(chunks), 256, 0, current_stream()>>>(table);
     check_launch(op, tensors[next - 1].shape());
   }
 }

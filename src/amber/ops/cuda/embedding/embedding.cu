@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/embedding/embedding.h"
 
@@ -83,11 +84,11 @@ void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
   AMBER_CHECK(row_bytes % 2 == 0 && dtype_size(table.dtype()) >= 2, op, ": dtype ",
               dtype_name(table.dtype()), " is not supported on the GPU");
   if (wide)
-    gather_kernel<uint4><<<static_cast<unsigned>(tokens), threads, 0, cudaStreamPerThread>>>(
+    gather_kernel<uint4><<<static_cast<unsigned>(tokens), threads, 0, current_stream()>>>(
         static_cast<const uint4*>(table.raw()), static_cast<const int32_t*>(ids.raw()),
         static_cast<uint4*>(out.raw()), row_bytes / 16, table.size(0));
   else
-    gather_kernel<uint16_t><<<static_cast<unsigned>(tokens), threads, 0, cudaStreamPerThread>>>(
+    gather_kernel<uint16_t><<<static_cast<unsigned>(tokens), threads, 0, current_stream()>>>(
         static_cast<const uint16_t*>(table.raw()), static_cast<const int32_t*>(ids.raw()),
         static_cast<uint16_t*>(out.raw()), row_bytes / 2, table.size(0));
   check_launch(op, out.shape());
@@ -105,7 +106,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
   Tensor sorted_ids = Tensor::empty({tokens}, DType::i32, device);
   Tensor order_in = Tensor::empty({tokens}, DType::i32, device);
   Tensor order = Tensor::empty({tokens}, DType::i32, device);
-  iota_kernel<<<grid_for(tokens, 256), 256, 0, cudaStreamPerThread>>>(
+  iota_kernel<<<grid_for(tokens, 256), 256, 0, current_stream()>>>(
       static_cast<int32_t*>(order_in.raw()), tokens);
   check_launch(op, ids.shape());
 
@@ -116,12 +117,12 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
   const int end_bit = significant_bits(vocab);
   size_t temp_bytes = 0;
   cudaError_t status = cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, vals_in,
-                                                       vals_out, tokens, 0, end_bit, cudaStreamPerThread);
+                                                       vals_out, tokens, 0, end_bit, current_stream());
   AMBER_CHECK(status == cudaSuccess, op, ": sizing the id sort for ", tokens,
               " tokens failed: ", cudaGetErrorString(status));
   Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 4 + 1)}, DType::i32, device);
   status = cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, keys_in, keys_out, vals_in, vals_out,
-                                           tokens, 0, end_bit, cudaStreamPerThread);
+                                           tokens, 0, end_bit, current_stream());
   AMBER_CHECK(status == cudaSuccess, op, ": sorting ", tokens, " token ids failed: ",
               cudaGetErrorString(status));
 
@@ -129,7 +130,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
     using G = decltype(gtag);
     with_element_type(dtable.dtype(), op, [&](auto ptag) {
       using P = decltype(ptag);
-      scatter_add_kernel<G, P><<<static_cast<unsigned>(tokens), 128, 0, cudaStreamPerThread>>>(
+      scatter_add_kernel<G, P><<<static_cast<unsigned>(tokens), 128, 0, current_stream()>>>(
           static_cast<const G*>(dout.raw()), keys_out, vals_out, static_cast<P*>(dtable.raw()), tokens,
           dim, vocab);
     });

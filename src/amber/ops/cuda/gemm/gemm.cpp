@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "amber/core/error.h"
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/elementwise/elementwise.h"
 #include "amber/ops/cuda/gemm/gemm.h"
 
@@ -29,7 +30,7 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 using AlgoKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t>;
 
 // One handle, workspace and heuristic cache per host thread and device: each host
-// thread launches on its own cudaStreamPerThread, so sharing a workspace would race.
+// thread launches on its own stream (core/stream.h), so sharing a workspace would race.
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -194,7 +195,7 @@ struct Product {
   cublasStatus_t run(LtState& s, const cublasLtMatmulAlgo_t& algo, double alpha, double beta) const {
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     return cublasLtMatmul(s.handle, d.op, &alpha_f, b->raw(), d.a, a->raw(), d.b, &beta_f, addend->raw(), d.c,
-                          c->raw(), d.c, &algo, s.workspace, kWorkspaceBytes, cudaStreamPerThread);
+                          c->raw(), d.c, &algo, s.workspace, kWorkspaceBytes, current_stream());
   }
 };
 
@@ -243,9 +244,9 @@ std::vector<double> time_candidates(LtState& s, const Product& p,
     double best = -1.0;
     if (p.run(s, h.algo, 1.0, beta) == CUBLAS_STATUS_SUCCESS) {
       for (int r = 0; r < repeats; ++r) {
-        cudaEventRecord(start, cudaStreamPerThread);
+        cudaEventRecord(start, current_stream());
         for (int call = 0; call < kCallsPerSample; ++call) p.check(p.run(s, h.algo, 1.0, beta), "matmul");
-        cudaEventRecord(stop, cudaStreamPerThread);
+        cudaEventRecord(stop, current_stream());
         cudaEventSynchronize(stop);
         float total = 0;
         cudaEventElapsedTime(&total, start, stop);
@@ -355,7 +356,7 @@ std::pair<cublasLtMatmulAlgo_t, bool> choose(LtState& s, Product& p, double beta
   if (!t.measured) return {p.heuristics(s, 1)[0].algo, true};
   if (const auto found = t.table.find(p.key); found != t.table.end()) return {found->second, true};
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaStreamIsCapturing(cudaStreamPerThread, &capture);
+  cudaStreamIsCapturing(current_stream(), &capture);
   if (capture != cudaStreamCaptureStatusNone) return {p.heuristics(s, 1)[0].algo, false};
   const std::vector<cublasLtMatmulHeuristicResult_t> candidates = p.heuristics(s, kTuningCandidates);
   // Rows as far apart as c's, so the candidates are timed on c's layout.

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "amber/core/error.h"
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/gemm/gemm.h"
 
@@ -157,9 +158,9 @@ bool implementable(const typename Gemm::Arguments& args) {
 template <class Gemm>
 void launch(const typename Gemm::Arguments& args, const char* op, const Shape& shape) {
   Gemm gemm;
-  AMBER_CHECK(gemm.initialize(args, nullptr, cudaStreamPerThread) == cutlass::Status::kSuccess, op,
+  AMBER_CHECK(gemm.initialize(args, nullptr, current_stream()) == cutlass::Status::kSuccess, op,
               ": CUTLASS could not set up its product for shape ", shape);
-  AMBER_CHECK(gemm.run(cudaStreamPerThread) == cutlass::Status::kSuccess, op, ": CUTLASS's product did not launch");
+  AMBER_CHECK(gemm.run(current_stream()) == cutlass::Status::kSuccess, op, ": CUTLASS's product did not launch");
   check_launch(op, shape);
 }
 

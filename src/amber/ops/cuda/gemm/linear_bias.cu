@@ -1,5 +1,6 @@
 // The linear layer's bias on the GPU: the broadcast add and the bias gradient in a
 // fixed order (row blocks, then the ordered column sums).
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/gemm/gemm.h"
 
@@ -38,7 +39,7 @@ void add_bias(Tensor& y, const Tensor& bias) {
   if (rows * cols == 0) return;
   with_element_type(y.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    add_bias_kernel<T><<<grid_for(rows * cols, 256), 256, 0, cudaStreamPerThread>>>(
+    add_bias_kernel<T><<<grid_for(rows * cols, 256), 256, 0, current_stream()>>>(
         static_cast<T*>(y.raw()), static_cast<const T*>(bias.raw()), rows, cols);
   });
   check_launch(op, y.shape());
@@ -57,7 +58,7 @@ void bias_grad(const Tensor& dy, Tensor& dbias) {
   with_element_type(dy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(used));
-    column_partials_kernel<T><<<grid, 256, 0, cudaStreamPerThread>>>(
+    column_partials_kernel<T><<<grid, 256, 0, current_stream()>>>(
         static_cast<const T*>(dy.raw()), static_cast<float*>(partial.raw()), rows, cols, rows_per_block);
   });
   check_launch(op, dy.shape());

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/gemm/gemm.h"
 #include "amber/ops/cuda/loss/loss.h"
@@ -340,9 +341,9 @@ void chunked_gradient(const char* op, bool with_forward, const Tensor& dlosses, 
       using L = decltype(tag);
       L* z = static_cast<L*>(block.raw());
       if (with_forward)
-        ce_fused_kernel<L><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a);
+        ce_fused_kernel<L><<<row_grid(rows), kThreads, 0, current_stream()>>>(z, a);
       else
-        ce_backward_kernel<L><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(z, a);
+        ce_backward_kernel<L><<<row_grid(rows), kThreads, 0, current_stream()>>>(z, a);
     });
     check_launch(op, block.shape());
     Tensor dxs = dx.slice(0, t0, t0 + rows);
@@ -371,7 +372,7 @@ void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor
     const RowArgs a = row_args(o, targets, Tensor(), losses, lse, rows, vocab, t0);
     with_element_type(block.dtype(), op, [&](auto tag) {
       using L = decltype(tag);
-      ce_forward_kernel<L><<<row_grid(rows), kThreads, 0, cudaStreamPerThread>>>(static_cast<const L*>(block.raw()), a);
+      ce_forward_kernel<L><<<row_grid(rows), kThreads, 0, current_stream()>>>(static_cast<const L*>(block.raw()), a);
     });
     check_launch(op, block.shape());
   }
@@ -403,12 +404,12 @@ void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Te
   // The partials come from the stream-ordered pool: nothing here waits for the host.
   const int64_t chunks = (tokens + kSumChunk - 1) / kSumChunk;
   Tensor partial = Tensor::empty({chunks, 3}, DType::f64, losses.device());
-  loss_chunk_sums<<<static_cast<unsigned>(chunks), kSumThreads, 0, cudaStreamPerThread>>>(
+  loss_chunk_sums<<<static_cast<unsigned>(chunks), kSumThreads, 0, current_stream()>>>(
       static_cast<const float*>(losses.raw()), static_cast<const float*>(lse.raw()),
       static_cast<const int32_t*>(targets.raw()), tokens, o.ignore_index, o.z_loss_weight,
       static_cast<double*>(partial.raw()));
   check_launch(op, losses.shape());
-  add_chunk_sums<<<1, 32, 0, cudaStreamPerThread>>>(static_cast<const double*>(partial.raw()), chunks,
+  add_chunk_sums<<<1, 32, 0, current_stream()>>>(static_cast<const double*>(partial.raw()), chunks,
                                                     static_cast<double*>(sums.raw()));
   check_launch(op, losses.shape());
 }

@@ -7,10 +7,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/async_copy.cuh"
 #include "amber/ops/cuda/common/common.cuh"
-#include "amber/ops/cuda/norm/norm.h"
 #include "amber/ops/cuda/common/row_pitch.cuh"
+#include "amber/ops/cuda/norm/norm.h"
 
 namespace amber::cuda {
 namespace {
@@ -434,7 +435,7 @@ void norm_forward(const NormCall& c, const Tensor& x, const Tensor& weight, cons
         const int64_t rows_per_block = L ? threads / L : 1;
         norm_forward_kernel<T, V, decltype(packs)::value, L>
             <<<static_cast<unsigned>((c.rows + rows_per_block - 1) / rows_per_block), threads, 0,
-               cudaStreamPerThread>>>(ptr<T>(x), c.x_pitch, res, ptr<T>(weight), ptr<T>(bias),
+               current_stream()>>>(ptr<T>(x), c.x_pitch, res, ptr<T>(weight), ptr<T>(bias),
                                       static_cast<float>(eps), py, pm, pr, c.rows, c.d);
       });
     };
@@ -485,7 +486,7 @@ void norm_backward(const NormCall& c, const Tensor& dy, const Tensor& x, const T
         const int64_t blocks = (c.rows + rows_per_block - 1) / rows_per_block;
         if (want_dw) dw_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());
         if (want_db) db_partial = Tensor::empty({blocks, c.d}, DType::f32, x.device());
-        kernel<<<static_cast<unsigned>(blocks), threads, smem, cudaStreamPerThread>>>(
+        kernel<<<static_cast<unsigned>(blocks), threads, smem, current_stream()>>>(
             ptr<T>(dy), ptr<T>(x), c.x_pitch, ptr<T>(weight), mean.defined() ? ptr<float>(mean) : nullptr,
             ptr<float>(rstd), static_cast<T*>(dx.raw()), dx_pitch, accumulate,
             want_dw ? static_cast<float*>(dw_partial.raw()) : nullptr,

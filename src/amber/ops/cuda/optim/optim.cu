@@ -8,6 +8,7 @@
 #include <cmath>
 #include <span>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/optim/optim.h"
 
@@ -268,13 +269,13 @@ __global__ void non_finite_kernel(const T* x, int64_t n, int* flag) {
 }  // namespace
 
 void advance_schedule(Tensor& schedule, const Tensor& gate, double beta1, double beta2) {
-  advance_schedule_kernel<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<double*>(schedule.raw()),
+  advance_schedule_kernel<<<1, 1, 0, current_stream()>>>(static_cast<double*>(schedule.raw()),
                                                            static_cast<const double*>(gate.raw()), beta1, beta2);
   check_launch("advance_schedule", schedule.shape());
 }
 
 void finite_flag(const Tensor& values, Tensor& flag) {
-  finite_flag_kernel<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<const double*>(values.raw()), values.numel(),
+  finite_flag_kernel<<<1, 1, 0, current_stream()>>>(static_cast<const double*>(values.raw()), values.numel(),
                                                       static_cast<double*>(flag.raw()));
   check_launch("finite_flag", values.shape());
 }
@@ -292,7 +293,7 @@ DType work_type(const AdamWOperands& p) { return working_copy(p) ? p.work->dtype
 void launch_adamw(const AdamWTable& table, DType work, const Tensor& schedule, const char* op) {
   with_element_type(work, op, [&](auto tag) {
     using W = decltype(tag);
-    adamw_kernel<W><<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, cudaStreamPerThread>>>(
+    adamw_kernel<W><<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, current_stream()>>>(
         table, static_cast<const double*>(schedule.raw()));
   });
   check_launch(op, {table.count});
@@ -387,7 +388,7 @@ void for_muon_tables(std::span<const MuonOperands> params, const char* op, Launc
 void muon_momentum_steps(std::span<const MuonOperands> params, double mu, bool nesterov, const Tensor& schedule) {
   const char* op = "muon_momentum_steps";
   for_muon_tables(params, op, [&](const MuonTable& table, DType) {
-    muon_momentum_kernel<<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, cudaStreamPerThread>>>(
+    muon_momentum_kernel<<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, current_stream()>>>(
         table, static_cast<float>(mu), nesterov, static_cast<const double*>(schedule.raw()));
     check_launch(op, {table.count});
   });
@@ -398,7 +399,7 @@ void muon_apply_steps(std::span<const MuonOperands> params, const Tensor& schedu
   for_muon_tables(params, op, [&](const MuonTable& table, DType work) {
     with_element_type(work, op, [&](auto tag) {
       muon_apply_kernel<decltype(tag)>
-          <<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, cudaStreamPerThread>>>(
+          <<<static_cast<unsigned>(table.first_chunk[table.count]), kThreads, 0, current_stream()>>>(
               table, static_cast<const double*>(schedule.raw()));
     });
     check_launch(op, {table.count});
@@ -426,25 +427,25 @@ void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {
     Tensor partial = Tensor::empty({std::max<int64_t>(chunks, 1)}, DType::f64, squares.device());
     if (chunks > 0) {
       with_element_type(dtype, op, [&](auto tag) {
-        chunk_square_sums<decltype(tag)><<<static_cast<unsigned>(chunks), kThreads, 0, cudaStreamPerThread>>>(
+        chunk_square_sums<decltype(tag)><<<static_cast<unsigned>(chunks), kThreads, 0, current_stream()>>>(
             table, static_cast<double*>(partial.raw()));
       });
       check_launch(op, tensors[first].shape());
     }
-    tensor_square_sums<<<static_cast<unsigned>(table.count), kThreads, 0, cudaStreamPerThread>>>(
+    tensor_square_sums<<<static_cast<unsigned>(table.count), kThreads, 0, current_stream()>>>(
         table, static_cast<const double*>(partial.raw()), out + first);
     check_launch(op, squares.shape());
   }
 }
 
 void norm_from_squares(const Tensor& squares, Tensor& out) {
-  root_of_sum<<<1, kThreads, 0, cudaStreamPerThread>>>(static_cast<const double*>(squares.raw()), squares.numel(),
+  root_of_sum<<<1, kThreads, 0, current_stream()>>>(static_cast<const double*>(squares.raw()), squares.numel(),
                                                        static_cast<double*>(out.raw()));
   check_launch("norm_from_squares", squares.shape());
 }
 
 void clip_scale(Tensor& scale, const Tensor& norm, double max_norm) {
-  clip_scale_kernel<<<1, 1, 0, cudaStreamPerThread>>>(static_cast<double*>(scale.raw()),
+  clip_scale_kernel<<<1, 1, 0, current_stream()>>>(static_cast<double*>(scale.raw()),
                                                       static_cast<const double*>(norm.raw()), max_norm);
   check_launch("clip_scale", scale.shape());
 }
@@ -455,7 +456,7 @@ void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double marg
   if (n == 0) return;
   with_element_type(t.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    divide_by_norm_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+    divide_by_norm_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(
         static_cast<T*>(t.raw()), n, n / squares.numel(), static_cast<const double*>(squares.raw()), floor,
         margin);
   });
@@ -469,7 +470,7 @@ bool all_finite(const Tensor& t) {
   Tensor flag = Tensor::zeros({1}, DType::i32, t.device());
   with_element_type(t.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    non_finite_kernel<T><<<grid_for(n, kThreads), kThreads, 0, cudaStreamPerThread>>>(
+    non_finite_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(
         static_cast<const T*>(t.raw()), n, static_cast<int*>(flag.raw()));
   });
   check_launch(op, t.shape());

@@ -21,12 +21,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/common/async_copy.cuh"
-#include "amber/ops/cuda/norm/norm.h"
 #include "amber/ops/cuda/common/ordered_sum.cuh"
+#include "amber/ops/cuda/common/row_pitch.cuh"
+#include "amber/ops/cuda/norm/norm.h"
 #include "amber/ops/cuda/rope/rope.h"
 #include "amber/ops/cuda/rope/rope_table.cuh"
-#include "amber/ops/cuda/common/row_pitch.cuh"
 
 namespace amber::cuda {
 namespace {
@@ -581,7 +582,7 @@ void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k
     using T = decltype(tag);
     with_lanes_per_row(lanes, [&](auto lanes_tag) {
       qk_norm_rope_forward_kernel<T, decltype(lanes_tag)::value>
-          <<<static_cast<unsigned>((tokens + kWarps - 1) / kWarps), kThreads, 0, cudaStreamPerThread>>>(
+          <<<static_cast<unsigned>((tokens + kWarps - 1) / kWarps), kThreads, 0, current_stream()>>>(
               forward_side<T>(q, "q", op), forward_side<T>(k, "k", op), static_cast<const int32_t*>(positions.raw()),
               p, tokens);
     });
@@ -650,7 +651,7 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
         q_partial = partials(q);
         k_partial = partials(k);
         const auto partial_data = [](Tensor& t) { return t.defined() ? static_cast<float*>(t.raw()) : nullptr; };
-        kernel<<<blocks, kThreads, smem, cudaStreamPerThread>>>(
+        kernel<<<blocks, kThreads, smem, current_stream()>>>(
             backward_side<T>(q, q_dy_sum, partial_data(q_partial), "q", op),
             backward_side<T>(k, nullptr, partial_data(k_partial), "k", op),
             static_cast<const int32_t*>(positions.raw()), p, tokens);

@@ -2,6 +2,7 @@
 // cos/sin rows in double from integer positions, exactly as the CPU does, rounds them
 // to float in shared memory, and rotates every head of its tokens in 16-byte pieces;
 // y may alias x (each thread reads its elements before writing them).
+#include "amber/core/stream.h"
 #include "amber/ops/cuda/rope/rope.h"
 #include "amber/ops/cuda/rope/rope_table.cuh"
 
@@ -69,7 +70,7 @@ void rope_apply(const Tensor& x, const Tensor& positions, const RopeTable& table
     const int pass = table.head_dim - table.rotary_dim;
     const bool packed = half % N == 0 && pass % N == 0 && aligned16(x.raw()) && aligned16(y.raw());
     const auto launch = [&](auto kernel) {
-      kernel<<<static_cast<unsigned>((tokens + kTokens - 1) / kTokens), kThreads, 0, cudaStreamPerThread>>>(
+      kernel<<<static_cast<unsigned>((tokens + kTokens - 1) / kTokens), kThreads, 0, current_stream()>>>(
           static_cast<const T*>(x.raw()), static_cast<const int32_t*>(positions.raw()), p,
           static_cast<T*>(y.raw()), tokens, heads);
     };
