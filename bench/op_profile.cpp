@@ -1,9 +1,14 @@
-#include "amber/core/op_profile.h"
-
-#include <cuda_runtime.h>
+#include "bench/op_profile.h"
 
 #include <algorithm>
 #include <map>
+
+#include "bench/op_hooks.h"
+
+#ifdef AMBER_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "amber/core/stream.h"
 
 namespace amber::profile {
 namespace {
@@ -48,9 +53,9 @@ cudaEvent_t take_event() {
 // becomes a node that records the event at every replay.
 void record(cudaEvent_t e, bool in_graph) {
   if (in_graph)
-    cudaEventRecordWithFlags(e, cudaStreamPerThread, cudaEventRecordExternal);
+    cudaEventRecordWithFlags(e, cuda::current_stream(), cudaEventRecordExternal);
   else
-    cudaEventRecord(e, cudaStreamPerThread);
+    cudaEventRecord(e, cuda::current_stream());
 }
 
 bool captured(const std::vector<Record>& records) {
@@ -74,12 +79,13 @@ std::map<std::string, double> last_replay(const std::vector<Record>& records) {
 void start() {
   report(1);
   state().on = true;
+  update_hook();
 }
 
 void sample_replay() {
   State& s = state();
   if (!captured(s.records)) return;
-  cudaStreamSynchronize(cudaStreamPerThread);
+  cudaStreamSynchronize(cuda::current_stream());
   for (const auto& [op, ms] : last_replay(s.records)) s.sampled[op] += ms;
   ++s.samples;
 }
@@ -89,6 +95,7 @@ bool active() { return state().on; }
 std::vector<std::pair<std::string, double>> report(int64_t steps) {
   State& s = state();
   s.on = false;
+  update_hook();
   cudaDeviceSynchronize();
   const bool graph = captured(s.records);
   std::map<std::string, double> total;
@@ -115,21 +122,43 @@ std::vector<std::pair<std::string, double>> report(int64_t steps) {
   return out;
 }
 
-Scope::Scope(const char* op) {
+void enter(const char* op) {
   State& s = state();
   if (!s.on || s.depth++ > 0) return;
-  recording_ = true;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaStreamIsCapturing(cudaStreamPerThread, &capture);
+  cudaStreamIsCapturing(cuda::current_stream(), &capture);
   s.records.push_back({op, take_event(), take_event(), capture == cudaStreamCaptureStatusActive});
   record(s.records.back().begin, s.records.back().in_graph);
 }
 
-Scope::~Scope() {
+void leave() {
   State& s = state();
   if (!s.on) return;
-  --s.depth;
-  if (recording_) record(s.records.back().end, s.records.back().in_graph);
+  if (--s.depth == 0) record(s.records.back().end, s.records.back().in_graph);
 }
 
 }  // namespace amber::profile
+
+#else  // CPU-only builds time nothing; start() and report() still turn profiling on and off.
+
+namespace amber::profile {
+namespace {
+bool on = false;
+}  // namespace
+
+void start() {
+  on = true;
+  update_hook();
+}
+bool active() { return on; }
+void sample_replay() {}
+std::vector<std::pair<std::string, double>> report(int64_t) {
+  on = false;
+  update_hook();
+  return {};
+}
+void enter(const char*) {}
+void leave() {}
+
+}  // namespace amber::profile
+#endif

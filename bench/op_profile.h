@@ -1,7 +1,7 @@
-// Per-op GPU time for `amber bench step --profile`. While profiling is on, every CUDA
-// op entry point brackets its launches with a pair of CUDA events (no host wait); the
-// report waits once and sums the elapsed times per op name. Nested entry points count
-// only in the outermost op. Off, the cost is one branch per op call.
+// Per-op GPU time for `amber bench step --profile`. While profiling is on, the tools'
+// op hook (core/op_hook.h) brackets every CUDA op entry point's launches with a pair of
+// CUDA events (no host wait); the report waits once and sums the elapsed times per op
+// name. Nested entry points count only in the outermost op.
 // Ops issued while a CUDA graph is captured become event nodes of the graph, so every
 // replay records them again: the report then gives the mean of the replays sampled (or
 // else the last replay), the step as the graph runs it (at a card's power cap, without
@@ -26,16 +26,8 @@ void sample_replay();
 // sampled replays, or its last replay when none was sampled.
 std::vector<std::pair<std::string, double>> report(int64_t steps);
 
-// Brackets one op's launches on the current stream.
-class Scope {
- public:
-  explicit Scope(const char* op);
-  ~Scope();
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
-
- private:
-  bool recording_ = false;
-};
+// The hook's brackets around one op's launches on the current stream (bench/op_hooks.cpp).
+void enter(const char* op);
+void leave();
 
 }  // namespace amber::profile

@@ -1,10 +1,11 @@
-#include "amber/core/op_repeat.h"
+#include "bench/op_repeat.h"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 
 #include "amber/core/error.h"
+#include "bench/op_hooks.h"
 
 namespace amber::profile {
 namespace {
@@ -38,6 +39,7 @@ void set_twice(std::string_view op) {
          "choose one of ", repeatable_op_list());
   twice().op = op;
   twice().doubled = 0;
+  update_hook();
 }
 
 int runs(std::string_view op) {
@@ -46,6 +48,8 @@ int runs(std::string_view op) {
   ++t.doubled;
   return 2;
 }
+
+bool twice_op_set() { return !twice().op.empty(); }
 
 int64_t doubled_calls() { return twice().doubled; }
 

@@ -1,8 +1,9 @@
-// `amber bench step --twice OP`: the named op's entry point runs twice in each call, so
-// that the step's time shows what the op costs inside it. On a GPU held at its power
-// cap an op costs its energy, not its eager time: a memory-bound pass can cost more
-// than its duration, and one the step already overlaps nothing (docs/perf/step.md,
-// session 24). Only ops whose second run writes the same bits as the first take part.
+// `amber bench step --twice OP`: the named op's entry point runs twice in each call
+// (through the tools' op hook, bench/op_hooks.h), so that the step's time shows what
+// the op costs inside it. On a GPU held at its power cap an op costs its energy, not
+// its eager time: a memory-bound pass can cost more than its duration, and one the
+// step already overlaps nothing (docs/perf/step.md, session 24). Only ops whose second
+// run writes the same bits as the first take part.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@ std::string repeatable_op_list();
 void set_twice(std::string_view op);
 // How many times the op `op` runs in this call: 2 for the op set_twice named, else 1.
 int runs(std::string_view op);
+// Whether set_twice named an op.
+bool twice_op_set();
 // Calls that ran twice since set_twice.
 int64_t doubled_calls();
 
