@@ -5,10 +5,13 @@
 // as they always did. CPU-only builds compile this too: the handle is opaque here.
 #pragma once
 
+// cudaStream_t is a pointer to this struct; declaring it here keeps CUDA's headers out.
+struct CUstream_st;
+
 namespace amber::cuda {
 
-// cudaStream_t without the CUDA headers (the runtime's own typedef names this struct).
-using Stream = struct CUstream_st*;
+// cudaStream_t, in CPU-only builds too.
+using Stream = CUstream_st*;
 
 // CUDA's cudaStreamPerThread: the runtime fixes its handle at 0x2.
 inline Stream per_thread_stream() { return reinterpret_cast<Stream>(0x2); }
