@@ -1,4 +1,4 @@
-#include "amber/ops/attention_bench.h"
+#include "bench/attention_bench.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "amber/core/random.h"
 #include "amber/core/seq_info.h"
 #include "amber/ops/attention.h"
-#include "amber/ops/kernel_bench.h"
+#include "bench/kernel_bench.h"
 
 namespace amber {
 namespace {

@@ -1,4 +1,4 @@
-#include "amber/ops/kernel_bench.h"
+#include "bench/kernel_bench.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,17 +1,17 @@
-#include "amber/train/step_bench.h"
+#include "bench/step_bench.h"
 
 #include <chrono>
 #include <cmath>
 
 #include "amber/core/cuda_runtime.h"
-#include "amber/core/op_profile.h"
-#include "amber/core/op_repeat.h"
 #include "amber/core/random.h"
 #include "amber/model/flops.h"
 #include "amber/model/language_model.h"
-#include "amber/ops/attention_bench.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/step.h"
+#include "bench/attention_bench.h"
+#include "bench/op_profile.h"
+#include "bench/op_repeat.h"
 
 namespace amber {
 namespace {
