@@ -32,7 +32,7 @@ struct StepBenchOptions {
   uint64_t seed = 1;
   bool profile = false;    // GPU milliseconds per op and step (with a graph: mean of the timed replays)
   bool cuda_graph = true;  // replay the step from a captured CUDA graph (GPU)
-  // An op whose entry point runs twice in every call (core/op_repeat.h), or "".
+  // An op whose entry point runs twice in every call (bench/op_repeat.h), or "".
   std::string twice;
 };
 
