@@ -1,5 +1,5 @@
 """Document lengths both arms of a comparison use: the fixed sequence amber's
-spread_lengths produces (src/amber/ops/attention_bench.cpp), so amber and PyTorch
+spread_lengths produces (bench/attention_bench.cpp), so amber and PyTorch
 train and time on identical document boundaries."""
 
 

@@ -3,12 +3,12 @@
 #include <iomanip>
 #include <iostream>
 
-#include "amber/core/op_repeat.h"
-#include "amber/ops/attention_bench.h"
 #include "amber/ops/gemm.h"
-#include "amber/ops/kernel_bench.h"
 #include "amber/train/run_config.h"
-#include "amber/train/step_bench.h"
+#include "bench/attention_bench.h"
+#include "bench/kernel_bench.h"
+#include "bench/op_repeat.h"
+#include "bench/step_bench.h"
 #include "cli/commands.h"
 
 namespace amber::cli {

@@ -1,5 +1,5 @@
 // Device names as configs and the CLI spell them, and the per-op GPU profiler's
-// contract (core/op_profile.h).
+// contract (bench/op_profile.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,9 +10,9 @@
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
 #include "amber/core/error.h"
-#include "amber/core/op_profile.h"
 #include "amber/core/tensor.h"
 #include "amber/ops/elementwise.h"
+#include "bench/op_profile.h"
 
 namespace amber {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "amber/core/error.h"
-#include "amber/ops/attention_bench.h"
+#include "bench/attention_bench.h"
 #include "testing.h"
 
 namespace amber {

@@ -8,7 +8,7 @@
 #include "amber/ops/activation.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/glu_linear.h"
-#include "amber/ops/kernel_bench.h"
+#include "bench/kernel_bench.h"
 #include "testing.h"
 
 namespace amber {

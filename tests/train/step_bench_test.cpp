@@ -11,9 +11,9 @@
 #include <string_view>
 
 #include "amber/core/device.h"
-#include "amber/core/op_repeat.h"
-#include "amber/ops/attention_bench.h"
-#include "amber/train/step_bench.h"
+#include "bench/attention_bench.h"
+#include "bench/op_repeat.h"
+#include "bench/step_bench.h"
 #include "tiny_model.h"
 
 namespace amber {

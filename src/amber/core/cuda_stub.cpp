@@ -2,7 +2,6 @@
 #ifndef AMBER_WITH_CUDA
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/error.h"
-#include "amber/core/op_profile.h"
 
 namespace amber::cuda {
 namespace {
@@ -40,20 +39,4 @@ void copy_rows(void*, const int64_t*, const void*, const int64_t*, const int64_t
 void fill(void*, size_t, const void*, size_t) { no_cuda(); }
 
 }  // namespace amber::cuda
-namespace amber::profile {
-namespace {
-bool on = false;  // start() and report() turn it on and off as in a CUDA build
-}  // namespace
-
-void start() { on = true; }
-bool active() { return on; }
-void sample_replay() {}
-std::vector<std::pair<std::string, double>> report(int64_t) {
-  on = false;
-  return {};
-}
-Scope::Scope(const char*) {}
-Scope::~Scope() {}
-
-}  // namespace amber::profile
 #endif

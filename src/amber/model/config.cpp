@@ -1,5 +1,5 @@
 // Model config: derived values and validation; parsing goes through the shared
-// TOML binder (io/toml_fields.h) over ModelConfig::fields.
+// TOML binder (core/toml_fields.h) over ModelConfig::fields.
 #include "amber/model/config.h"
 
 
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "amber/core/error.h"
-#include "amber/io/toml_fields.h"
+#include "amber/core/toml_fields.h"
 
 namespace amber {
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "amber/core/nearest_name.h"
 #include "amber/core/random.h"
 #include "amber/ops/elementwise.h"
 

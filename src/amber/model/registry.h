@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "amber/core/error.h"
-#include "amber/io/toml_fields.h"
+#include "amber/core/nearest_name.h"
 
 namespace amber {
 

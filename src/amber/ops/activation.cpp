@@ -2,7 +2,7 @@
 #include "amber/ops/activation.h"
 
 #include "amber/ops/cpu/activation.h"
-#include "amber/ops/cuda/activation.h"
+#include "amber/ops/cuda/activation/activation.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {

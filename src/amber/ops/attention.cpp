@@ -5,9 +5,9 @@
 #include <cmath>
 #include <utility>
 
-#include "amber/core/op_repeat.h"
+#include "amber/core/op_hook.h"
 #include "amber/ops/cpu/attention.h"
-#include "amber/ops/cuda/attention.h"
+#include "amber/ops/cuda/attention/attention.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {
@@ -77,10 +77,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const AttentionOptions resolved = check_inputs(op, q, k, v, seq, options, sinks);
   check_output(op, "out", out, q.shape(), q.dtype());
   check_output(op, "lse", lse, Shape{q.size(0), q.size(1)}, lse_dtype(q.dtype()));
-  for (int run = profile::runs(op); run > 0; --run)
+  call_repeatable(op, [&] {
     AMBER_ON_DEVICE(ops::common_device(op, {&q, &k, &v, &sinks, &out, &lse}), op,
                     cuda::attention_forward(q, k, v, seq, resolved, sinks, out, lse),
                     cpu::attention_forward(q, k, v, seq, resolved, sinks, out, lse));
+  });
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,

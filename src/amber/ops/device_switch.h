@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <span>
 
-#include "amber/core/op_profile.h"
+#include "amber/core/op_hook.h"
 #include "amber/core/tensor.h"
 
 namespace amber::ops {
@@ -37,13 +37,13 @@ inline Device common_device(const char* op, std::initializer_list<const Tensor*>
 }  // namespace amber::ops
 
 // AMBER_ON_DEVICE(device, op, cuda_call, cpu_call): runs cuda_call for a GPU device
-// (only in CUDA builds, so CPU-only builds never reference a CUDA symbol), timed per
-// op when profiling is on (core/op_profile.h).
+// (only in CUDA builds, so CPU-only builds never reference a CUDA symbol), bracketed as
+// op `op`'s GPU work for an installed op hook (core/op_hook.h: the tools' profiler).
 #ifdef AMBER_WITH_CUDA
 #define AMBER_ON_DEVICE(device, op, cuda_call, cpu_call) \
   do {                                                   \
     if ((device).is_cuda()) {                            \
-      const ::amber::profile::Scope profile_scope_(op);  \
+      const ::amber::OpScope op_scope_(op);              \
       cuda_call;                                         \
     } else {                                             \
       cpu_call;                                          \

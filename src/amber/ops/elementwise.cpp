@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "amber/ops/cpu/elementwise.h"
-#include "amber/ops/cuda/elementwise.h"
+#include "amber/ops/cuda/elementwise/elementwise.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {

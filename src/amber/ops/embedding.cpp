@@ -2,7 +2,7 @@
 #include "amber/ops/embedding.h"
 
 #include "amber/ops/cpu/embedding.h"
-#include "amber/ops/cuda/embedding.h"
+#include "amber/ops/cuda/embedding/embedding.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {

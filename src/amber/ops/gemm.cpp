@@ -2,9 +2,9 @@
 // layer is composed here from gemm and the bias helpers of each device.
 #include "amber/ops/gemm.h"
 
-#include "amber/core/op_repeat.h"
+#include "amber/core/op_hook.h"
 #include "amber/ops/cpu/gemm.h"
-#include "amber/ops/cuda/gemm.h"
+#include "amber/ops/cuda/gemm/gemm.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {
@@ -44,9 +44,14 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
                 dtype_name(c.dtype()), " on the same device");
   // A product that reads c (beta, or c as its own addend) would not repeat its bits.
   const bool reads_c = beta != 0.0 || (addend.defined() && addend.raw() == c.raw());
-  for (int run = reads_c ? 1 : profile::runs("gemm"); run > 0; --run)
+  const auto work = [&] {
     AMBER_ON_DEVICE(ops::common_device("gemm", {&a, &b, &c}), "gemm", cuda::gemm(a, ta, b, tb, c, alpha, beta, addend),
                     cpu_gemm(a, ta, b, tb, c, alpha, beta, addend));
+  };
+  if (reads_c)
+    work();
+  else
+    call_repeatable("gemm", work);
 }
 
 void set_gemm_tuning(const GemmTuning& tuning) {

@@ -2,9 +2,9 @@
 // the product and the activation op.
 #include "amber/ops/glu_linear.h"
 
-#include "amber/core/op_repeat.h"
+#include "amber/core/op_hook.h"
 #include "amber/ops/activation.h"
-#include "amber/ops/cuda/glu_gemm.h"
+#include "amber/ops/cuda/gemm/glu_gemm.h"
 #include "amber/ops/device_switch.h"
 #include "amber/ops/gemm.h"
 
@@ -32,7 +32,7 @@ bool glu_linear_forward(Glu glu, const Tensor& x, const Tensor& w, const Tensor&
     return false;
   };
   bool fused = false;
-  for (int run = profile::runs(op); run > 0; --run) fused = once();
+  call_repeatable(op, [&] { fused = once(); });
   return fused;
 }
 
@@ -58,7 +58,7 @@ bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, 
     return false;
   };
   bool fused = false;
-  for (int run = profile::runs(op); run > 0; --run) fused = once();
+  call_repeatable(op, [&] { fused = once(); });
   return fused;
 }
 

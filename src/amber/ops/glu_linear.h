@@ -1,7 +1,7 @@
 // A gated MLP's two products that touch its activation, each with the activation in
 // the same call: the gate/up projection followed by the GLU, and the down projection's
 // input gradient followed by the GLU's backward. On a Hopper GPU with bf16 tensors the
-// GLU runs in the products' epilogues (ops/cuda/glu_gemm.cu), so the activation's
+// GLU runs in the products' epilogues (ops/cuda/gemm/glu_gemm.cu), so the activation's
 // inputs and dh are never read back from memory; elsewhere each call is the product
 // and the activation op of ops/activation.h. The two forms agree to bf16 rounding: the
 // epilogues start from the fp32 accumulator where the passes read its bf16 copy.

@@ -2,7 +2,7 @@
 #include "amber/ops/loss.h"
 
 #include "amber/ops/cpu/loss.h"
-#include "amber/ops/cuda/loss.h"
+#include "amber/ops/cuda/loss/loss.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {

@@ -1,9 +1,9 @@
 // Entry points of ops/norm.h: shared validation, then the device switch.
 #include "amber/ops/norm.h"
 
-#include "amber/core/op_repeat.h"
+#include "amber/core/op_hook.h"
 #include "amber/ops/cpu/norm.h"
-#include "amber/ops/cuda/norm.h"
+#include "amber/ops/cuda/norm/norm.h"
 #include "amber/ops/device_switch.h"
 #include "amber/ops/elementwise.h"
 
@@ -53,10 +53,15 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& 
   const Tensor none;
   // A sum written over x or the residual would not repeat its bits.
   const bool in_place = add.residual && (add.sum->raw() == x.raw() || add.sum->raw() == add.residual->raw());
-  for (int run = in_place ? 1 : profile::runs(op); run > 0; --run)
+  const auto work = [&] {
     AMBER_ON_DEVICE(ops::common_device(op, {&x, &weight, &y, &rstd, add.residual ? add.residual : &none}), op,
                     cuda::rmsnorm_forward(x, weight, eps, y, rstd, add),
                     cpu::rmsnorm_forward(cpu_sum(x, add), weight, eps, y, rstd));
+  };
+  if (in_place)
+    work();
+  else
+    call_repeatable(op, work);
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "amber/ops/cpu/optim.h"
-#include "amber/ops/cuda/optim.h"
+#include "amber/ops/cuda/optim/optim.h"
 #include "amber/ops/device_switch.h"
 #include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "amber/ops/cpu/rope.h"
-#include "amber/ops/cuda/rope.h"
+#include "amber/ops/cuda/rope/rope.h"
 #include "amber/ops/device_switch.h"
 #include "amber/ops/norm.h"
 

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "amber/io/toml_fields.h"
+#include "amber/core/toml_fields.h"
 
 namespace amber {
 namespace {

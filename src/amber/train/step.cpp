@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "amber/core/cuda_runtime.h"
-#include "amber/core/op_profile.h"
+#include "amber/core/op_hook.h"
 #include "amber/ops/optim.h"
 
 namespace amber {
@@ -33,7 +33,7 @@ class StepScope {
   }
 
  private:
-  std::optional<profile::Scope> scope_;
+  std::optional<OpScope> scope_;
 };
 }  // namespace
 

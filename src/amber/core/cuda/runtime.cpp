@@ -4,6 +4,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/error.h"
+#include "amber/core/stream.h"
 
 namespace amber::cuda {
 namespace {
@@ -40,7 +41,7 @@ void* pool_allocate(size_t bytes, int device) {
   check(cudaSetDevice(device), "cudaSetDevice");
   keep_pool_memory(device);
   void* data = nullptr;
-  const cudaError_t status = cudaMallocAsync(&data, bytes, cudaStreamPerThread);
+  const cudaError_t status = cudaMallocAsync(&data, bytes, current_stream());
   AMBER_CHECK(status == cudaSuccess, "out of GPU memory on cuda:", device, " allocating ", bytes,
               " bytes (", cudaGetErrorString(status),
               "); lower the micro-batch token budget or enable recompute");
@@ -49,19 +50,19 @@ void* pool_allocate(size_t bytes, int device) {
 
 void pool_free(void* data, int device) {
   cudaSetDevice(device);
-  cudaFreeAsync(data, cudaStreamPerThread);
+  cudaFreeAsync(data, current_stream());
 }
 
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) {
   const cudaMemcpyKind kind = dst_on_device ? (src_on_device ? cudaMemcpyDeviceToDevice
                                                              : cudaMemcpyHostToDevice)
                                             : cudaMemcpyDeviceToHost;
-  check(cudaMemcpyAsync(dst, src, bytes, kind, cudaStreamPerThread), "cudaMemcpyAsync");
-  if (!dst_on_device || !src_on_device) check(cudaStreamSynchronize(cudaStreamPerThread), "copy");
+  check(cudaMemcpyAsync(dst, src, bytes, kind, current_stream()), "cudaMemcpyAsync");
+  if (!dst_on_device || !src_on_device) check(cudaStreamSynchronize(current_stream()), "copy");
 }
 
 void zero(void* dst, size_t bytes) {
-  check(cudaMemsetAsync(dst, 0, bytes, cudaStreamPerThread), "cudaMemsetAsync");
+  check(cudaMemsetAsync(dst, 0, bytes, current_stream()), "cudaMemsetAsync");
 }
 
 size_t pool_peak_bytes(int device) {
@@ -83,7 +84,7 @@ void reset_pool_peak(int device) {
   check(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &zero), "cudaDeviceSetGraphMemAttribute");
 }
 
-void synchronize() { check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize"); }
+void synchronize() { check(cudaStreamSynchronize(current_stream()), "cudaStreamSynchronize"); }
 
 void* pinned_allocate(size_t bytes) {
   void* data = nullptr;
@@ -94,22 +95,22 @@ void* pinned_allocate(size_t bytes) {
 void pinned_free(void* data) { cudaFreeHost(data); }
 
 void copy_from_pinned(void* device_dst, const void* pinned_src, size_t bytes) {
-  check(cudaMemcpyAsync(device_dst, pinned_src, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread),
+  check(cudaMemcpyAsync(device_dst, pinned_src, bytes, cudaMemcpyHostToDevice, current_stream()),
         "cudaMemcpyAsync");
 }
 
 void copy_to_pinned(void* pinned_dst, const void* device_src, size_t bytes) {
-  check(cudaMemcpyAsync(pinned_dst, device_src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread),
+  check(cudaMemcpyAsync(pinned_dst, device_src, bytes, cudaMemcpyDeviceToHost, current_stream()),
         "cudaMemcpyAsync");
 }
 
 void begin_capture() {
-  check(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  check(cudaStreamBeginCapture(current_stream(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
 }
 
 void* end_capture() {
   cudaGraph_t graph = nullptr;
-  check(cudaStreamEndCapture(cudaStreamPerThread, &graph), "cudaStreamEndCapture");
+  check(cudaStreamEndCapture(current_stream(), &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;
   const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
@@ -119,13 +120,13 @@ void* end_capture() {
 
 void discard_capture() {
   cudaGraph_t graph = nullptr;
-  cudaStreamEndCapture(cudaStreamPerThread, &graph);
+  cudaStreamEndCapture(current_stream(), &graph);
   if (graph) cudaGraphDestroy(graph);
   cudaGetLastError();
 }
 
 void launch_graph(void* graph) {
-  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), cudaStreamPerThread), "cudaGraphLaunch");
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), current_stream()), "cudaGraphLaunch");
 }
 
 void destroy_graph(void* graph) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)); }
@@ -140,10 +141,10 @@ void destroy_marker(void* marker) { cudaEventDestroy(static_cast<cudaEvent_t>(ma
 
 void place_marker(void* marker) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(cudaStreamPerThread, &capture), "cudaStreamIsCapturing");
+  check(cudaStreamIsCapturing(current_stream(), &capture), "cudaStreamIsCapturing");
   // While capturing, a plain record only orders streams; an external one is a node.
   const unsigned flags = capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : 0;
-  check(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(marker), cudaStreamPerThread, flags),
+  check(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(marker), current_stream(), flags),
         "cudaEventRecordWithFlags");
 }
 
