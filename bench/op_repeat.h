@@ -2,7 +2,7 @@
 // (through the tools' op hook, bench/op_hooks.h), so that the step's time shows what
 // the op costs inside it. On a GPU held at its power cap an op costs its energy, not
 // its eager time: a memory-bound pass can cost more than its duration, and one the
-// step already overlaps nothing (docs/perf/step.md, session 24). Only ops whose second
+// step already overlaps nothing (docs/perf/step.md, d4410ab). Only ops whose second
 // run writes the same bits as the first take part.
 #pragma once
 

@@ -26,7 +26,7 @@ struct StepBenchOptions {
   // After the warm-up steps, more until this much time has passed: under a training
   // step an H200 reaches its 700 W cap and lowers its clocks within a second or two,
   // and steps timed before that read boost clocks (Kohaku-200M: 35.5 ms over 10 steps
-  // after 3, 36.9 over 80; docs/perf/step.md, session 19). 0: the warm-up steps alone.
+  // after 3, 36.9 over 80; docs/perf/step.md, fc5f14d). 0: the warm-up steps alone.
   double warmup_seconds = 2.0;
   double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
   uint64_t seed = 1;

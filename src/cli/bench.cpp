@@ -50,7 +50,7 @@ void run(BenchArgs& a) {
               << 100 * r.mfu_vs_gemm << "% of it) | peak memory " << std::setprecision(2) << r.peak_memory_gib
               << " GiB";
   std::cout << " | loss " << std::setprecision(4) << r.loss;
-  // A card at its power limit runs below its boost clock (docs/perf/step.md, session 19).
+  // A card at its power limit runs below its boost clock (docs/perf/step.md, fc5f14d).
   if (r.card.available)
     std::cout << " | SM clock " << std::setprecision(0) << r.card.sm_mhz << " MHz, " << r.card.watts << " W of "
               << r.card.limit_watts << " W";

@@ -42,7 +42,7 @@ constexpr int kStatBytes = 2 * kDkdvQueries<kDq> * 4;  // lse and delta per stre
 // one K/V load, no ordered dK/dV sum between the heads): those whose heads stream at
 // most kGroupedTileHeads (tile, head) pairs of work, and at head_dim 64 the last three
 // quarters of a document's tiles, up to kMostGroupedTiles. Measured on the H200
-// (docs/perf/attention.md, session 14): grouping 12 of a 2048-token document's 16 tiles
+// (docs/perf/attention.md, 9383213): grouping 12 of a 2048-token document's 16 tiles
 // ran shape A 4% faster than 4, and all 16 6% slower; documents of 50-600 tokens and
 // shape B (head_dim 128) ran best with 20 pairs alone.
 constexpr int kGroupedTileHeads = 20;

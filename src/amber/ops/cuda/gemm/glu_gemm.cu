@@ -5,7 +5,7 @@
 // before by cuBLASLt) and stores the value and h = act(gate) value. Backward: dh =
 // dy w_down reads gate and value and stores dgate and dvalue; dh itself is never
 // stored. Against cuBLASLt's product plus the GLU pass this saved 39 us (backward) and
-// 10 us (forward) a layer at Kohaku-200M's shapes (docs/perf/kernels.md, session 23).
+// 10 us (forward) a layer at Kohaku-200M's shapes (docs/perf/kernels.md, 9b3b2ee).
 // The 64x64 epilogue tile was the fastest of the tiles timed there at 200M and 500M.
 #include "amber/ops/cuda/gemm/glu_gemm.h"
 
