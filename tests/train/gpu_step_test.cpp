@@ -266,9 +266,9 @@ TEST(TrainStepGpu, MuonOverManyMatricesMatchesCpu) {
     std::vector<Tensor> initial;
     for (int i = 0; i < kMatrices; ++i) {
       initial.push_back(testing::random_tensor(shape_of(i), DType::f32, 300 + i, 0.02f));
-      cpu.back()->value.copy_from(initial.back());
-      gpu.back()->value.copy_from(initial.back());
-      gpu.back()->refresh_work();
+      cpu[i]->value.copy_from(initial.back());
+      gpu[i]->value.copy_from(initial.back());
+      gpu[i]->refresh_work();
     }
     OptimizerConfig c;
     c.name = "muon";
