@@ -50,7 +50,10 @@ class Regex {
       if (rc < 0) {
         PCRE2_UCHAR message[256];
         pcre2_get_error_message(rc, message, sizeof(message));
-        fail("regex match failed: ", reinterpret_cast<char*>(message));
+        // PCRE2's match and heap limits bound the work per match; a text that exceeds
+        // them (a pathological run of characters) is reported rather than cut silently.
+        fail("the pre-tokenizer's regex gave up at byte ", start, " of a ", subject.size(), "-byte text: ",
+             reinterpret_cast<char*>(message), " (a PCRE2 limit)");
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
       if (ov[1] == ov[0]) {
