@@ -16,14 +16,7 @@ FORTUNE = "/usr/share/games/fortunes/science"
 
 # One CPU step of a tiny model: enough for `amber train` to check its inputs and start.
 TRAIN_CONFIG = """
-[model]
-vocab_size = 1024
-dim = 32
-depth = 1
-heads = 2
-kv_heads = 1
-mlp_hidden = 64
-max_position = 256
+model = {{ vocab_size = 1024, dim = 32, depth = 1, heads = 2, kv_heads = 1, mlp_hidden = 64, max_position = 256 }}
 
 [train]
 steps = 1
