@@ -278,8 +278,11 @@ ShardSetCheck check_shards(const std::string& dir, const Tokenizer* tokenizer, c
   const bool has_identity = j.contains("tokenizer") && j["tokenizer"].is_object();
   if (has_identity && tokenizer) {
     const nlohmann::json& t = j["tokenizer"];
-    const std::string made_by = t.value("fingerprint", std::string());
-    const int64_t made_vocab = t.value("vocab_size", int64_t{-1});
+    AMBER_CHECK(t.contains("fingerprint") && t["fingerprint"].is_string() && t.contains("vocab_size") &&
+                    t["vocab_size"].is_number_integer(),
+                path, ": \"tokenizer\" needs a string \"fingerprint\" and an integer \"vocab_size\"", redo);
+    const std::string made_by = t["fingerprint"].get<std::string>();
+    const int64_t made_vocab = t["vocab_size"].get<int64_t>();
     const std::string given = tokenizer_fingerprint(*tokenizer);
     AMBER_CHECK(made_by == given && made_vocab == tokenizer->vocab_size(), dir,
                 " was tokenized with another tokenizer: manifest.json records fingerprint ", made_by, " and ",
@@ -296,8 +299,10 @@ ShardSetCheck check_shards(const std::string& dir, const Tokenizer* tokenizer, c
       AMBER_CHECK(result.vocab_size == 0 || shard.vocab_size() == result.vocab_size, "shard ", files[i],
                   " was written for ", shard.vocab_size(), " tokens but ", path, " says ", result.vocab_size, redo);
       if (e.contains("documents") && e.contains("tokens")) {
-        const int64_t docs = e.value("documents", int64_t{-1});
-        const int64_t tokens = e.value("tokens", int64_t{-1});
+        AMBER_CHECK(e["documents"].is_number_integer() && e["tokens"].is_number_integer(), path, ": the ", split,
+                    " entry of ", e["file"].get<std::string>(), " needs integer \"documents\" and \"tokens\"", redo);
+        const int64_t docs = e["documents"].get<int64_t>();
+        const int64_t tokens = e["tokens"].get<int64_t>();
         AMBER_CHECK(shard.num_docs() == docs && shard.num_tokens() == tokens, "shard ", files[i], " holds ",
                     shard.num_docs(), " documents and ", shard.num_tokens(), " tokens but ", path, " lists ", docs,
                     " and ", tokens, " for it; the file was replaced or swapped with another", redo);
@@ -306,7 +311,9 @@ ShardSetCheck check_shards(const std::string& dir, const Tokenizer* tokenizer, c
         has_checksums = false;
         continue;
       }
-      const std::string want = e["checksum"].is_string() ? e["checksum"].get<std::string>() : e["checksum"].dump();
+      AMBER_CHECK(e["checksum"].is_string(), path, ": the checksum of ", e["file"].get<std::string>(),
+                  " must be a hex string", redo);
+      const std::string want = e["checksum"].get<std::string>();
       AMBER_CHECK(hex64(shard.checksum()) == want, "shard ", files[i], " has checksum ", hex64(shard.checksum()),
                   " but ", path, " lists ", want, " for it; the file was replaced, altered or swapped with another",
                   redo);
