@@ -250,6 +250,16 @@ TEST(TokenizerJson, IdsOutsideTheSupportedRangeAreRefused) {
   }, {"f.json", "vocab[\"b\"]", "8589934592"});
 }
 
+// Llama-3's regex backtracks once per character of a whitespace run before a letter,
+// so 11M spaces pass PCRE2's default 10M match limit; the limits grow with the text, so
+// the run encodes (Hugging Face gives the same ids; docs/data.md) and round-trips.
+TEST(Tokenizer, WhitespaceRunPastPcre2DefaultLimitsEncodesAndRoundTrips) {
+  const Tokenizer t = train({"hello world", "a  b"}, 262);
+  const std::string text = std::string(11'000'000, ' ') + "x";
+  const std::vector<int32_t> ids = t.encode(text);
+  EXPECT_EQ(t.decode(ids), text);
+}
+
 TEST(Tokenizer, RejectsInvalidUtf8WithItsOffset) {
   const Tokenizer t = train({"hello world"}, 260);
   expect_error([&] { t.encode("abc\xFF"); }, {"not valid UTF-8 at byte 3"});
