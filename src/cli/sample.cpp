@@ -70,7 +70,9 @@ void add_sample_command(CLI::App& app) {
       ->required();
   cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the one the run was trained with)");
   cmd->add_option("--prompt", a->prompts, "Prompt text (repeatable; default: one empty prompt after bos)");
-  cmd->add_option("--max-tokens", a->generation.max_new_tokens, "New tokens per prompt")->capture_default_str();
+  cmd->add_option("--max-tokens", a->generation.max_new_tokens, "New tokens per prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));  // the KV cache is sized by it: a huge value is a huge allocation
   cmd->add_option("--temperature", a->generation.sampling.temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", a->generation.sampling.top_k, "Keep the k most likely tokens (0 = off)")
       ->capture_default_str();

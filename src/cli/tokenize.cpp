@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include "amber/core/error.h"
 #include "amber/data/tokenize_corpus.h"
 #include "amber/data/tokenizer_json.h"
 #include "cli/commands.h"
@@ -24,6 +25,9 @@ void run_tokenize(TokenizeArgs a) {
   const auto start = std::chrono::steady_clock::now();
   if (a.threads > 0) omp_set_num_threads(a.threads);
   a.options.corpus.format = data::corpus_format_from_name(a.format);
+  // Bounded (NaN included) so that the byte count fits int64 and a shard is at least one byte.
+  AMBER_CHECK(a.shard_mb >= 0.001 && a.shard_mb <= 1048576, "--shard-mb is ", a.shard_mb,
+              "; give the text megabytes per shard, from 0.001 to 1048576");
   a.options.shard_bytes = static_cast<int64_t>(a.shard_mb * (1 << 20));
   const data::Tokenizer tokenizer = data::load_tokenizer_json(a.tokenizer);
   std::cerr << "tokenize: " << a.options.inputs.size() << " input(s) -> " << a.options.out_dir << " on "
@@ -53,8 +57,7 @@ void add_tokenize_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--val-seed", args->options.val_seed, "Seed of the validation hash")->capture_default_str();
-  cmd->add_option("--shard-mb", args->shard_mb, "Text megabytes per shard")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  cmd->add_option("--shard-mb", args->shard_mb, "Text megabytes per shard, 0.001 to 1048576")->capture_default_str();
   cmd->add_option("--threads", args->threads, "Tokenizer threads (default: all cores)");
   cmd->callback([args] { run_tokenize(*args); });
 }

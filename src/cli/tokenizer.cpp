@@ -1,6 +1,7 @@
 // `amber tokenizer train|encode|decode`: learn a byte-level BPE from a corpus, and check
 // any tokenizer.json from the shell (text on stdin -> JSON ids, and back).
 #include <chrono>
+#include <climits>
 #include <iostream>
 #include <iterator>
 #include <sstream>
@@ -117,6 +118,10 @@ void add_tokenizer_command(CLI::App& app) {
     std::vector<int32_t> ids;
     for (const auto& v : j) {
       AMBER_CHECK(v.is_number_integer(), "stdin: every element must be an integer token id, got ", v.dump());
+      // Checked before narrowing: 2^32 + 1 must not decode as id 1.
+      const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{INT32_MAX}
+                                               : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+      AMBER_CHECK(fits, "stdin: token id ", v.dump(), " is outside the vocabulary [0, ", tokenizer.vocab_size(), ")");
       ids.push_back(v.get<int32_t>());
     }
     std::cout << tokenizer.decode(ids);

@@ -5,6 +5,7 @@ tokenizer, round-trip text through encode/decode, tokenize into shards, restart
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -12,6 +13,81 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cli_checks import Checks  # noqa: E402
 
 FORTUNE = "/usr/share/games/fortunes/science"
+
+# One CPU step of a tiny model: enough for `amber train` to check its inputs and start.
+TRAIN_CONFIG = """
+model = {{ vocab_size = 1024, dim = 32, depth = 1, heads = 2, kv_heads = 1, mlp_hidden = 64, max_position = 256 }}
+
+[train]
+steps = 1
+micro_batch_tokens = 512
+eval_every = 0
+checkpoint_every = 0
+out_dir = "{run}"
+device = "cpu"
+
+[data]
+dir = "{shards}"
+tokenizer = "{tok}"
+max_seq_len = 128
+"""
+
+
+def check_train_inputs(checks, tmp, tok, shards):
+    """`amber train` refuses shards made by another tokenizer or swapped between splits,
+    naming the tokenizer or the file, and trains on shards from an older manifest with a
+    notice that their identity cannot be checked."""
+    run, expect = checks.run, checks.expect
+
+    def train(name, shard_dir, tokenizer, vocab_size=1024):
+        config = os.path.join(tmp, name + ".toml")
+        text = TRAIN_CONFIG.format(run=os.path.join(tmp, "run-" + name), shards=shard_dir, tok=tokenizer)
+        text = text.replace("vocab_size = 1024", f"vocab_size = {vocab_size}")
+        if tokenizer is None:
+            text = "\n".join(line for line in text.splitlines() if not line.startswith("tokenizer ="))
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(text)
+        r = run(["train", config])
+        return r.returncode, r.stdout + r.stderr
+
+    rc, out = train("same", shards, tok)
+    expect(rc == 0 and "identity cannot be checked" not in out, f"train on its own shards: exit {rc}, {out[-300:]!r}")
+
+    # Without data.tokenizer the manifest still says how many tokens made the shards; the
+    # 5 special tokens at the end never occur in the text, so no shard id gives it away.
+    rc, out = train("small", shards, None, vocab_size=697)
+    expect(rc == 1 and "model.vocab_size" in out and "700" in out,
+           f"a model vocabulary smaller than the shards' tokenizer is refused: exit {rc}, {out[-300:]!r}")
+
+    other = os.path.join(tmp, "other-tok.json")
+    r = run(["tokenizer", "train", "--input", "/usr/share/games/fortunes/wisdom", "--vocab-size", "700",
+             "--special", "<|a|>,<|b|>", "--out", other])
+    expect(r.returncode == 0, f"second tokenizer: {r.stderr[-300:]}")
+    rc, out = train("other", shards, other)
+    expect(rc == 1 and "fingerprint" in out and "other-tok.json" in out,
+           f"a different tokenizer of the same size is refused: exit {rc}, {out[-300:]!r}")
+
+    swapped = os.path.join(tmp, "swapped")
+    shutil.copytree(shards, swapped)
+    a, b = os.path.join(swapped, "train-00000.bin"), os.path.join(swapped, "val-00000.bin")
+    os.rename(a, a + ".x")
+    os.rename(b, a)
+    os.rename(a + ".x", b)
+    rc, out = train("swapped", swapped, tok)
+    expect(rc == 1 and "train-00000.bin" in out, f"swapped train and val shards are refused: exit {rc}, {out[-300:]!r}")
+
+    old = os.path.join(tmp, "old")
+    shutil.copytree(shards, old)
+    path = os.path.join(old, "manifest.json")
+    manifest = json.load(open(path, encoding="utf-8"))
+    manifest.pop("tokenizer", None)
+    for split in ("train", "val"):
+        for entry in manifest[split]:
+            entry.pop("checksum", None)
+    json.dump(manifest, open(path, "w", encoding="utf-8"))
+    rc, out = train("old", old, tok)
+    expect(rc == 0 and out.count("identity cannot be checked") == 1,
+           f"an older manifest trains with one notice: exit {rc}, {out[-300:]!r}")
 
 
 def main():
@@ -46,6 +122,13 @@ def main():
         again = run(args)
         m = re.search(r"(\d+) shards written, (\d+) kept", again.stderr)
         expect(m is not None and m.group(1) == "0" and int(m.group(2)) == written, "a re-run keeps every shard")
+        manifest = json.load(open(os.path.join(out, "manifest.json")))
+        expect(manifest.get("tokenizer", {}).get("vocab_size") == 700 and
+               re.fullmatch(r"[0-9a-f]+", manifest.get("tokenizer", {}).get("fingerprint", "")) is not None,
+               f"the manifest records the tokenizer: {manifest.get('tokenizer')}")
+        expect(all(re.fullmatch(r"[0-9a-f]+", e.get("checksum", "")) and e["documents"] > 0
+                   for e in manifest["train"] + manifest["val"]), "the manifest records each shard's checksum")
+        check_train_inputs(checks, tmp, tok, out)
 
         for bad, fragment in [
             (["tokenizer", "encode", "--tokenizer", os.path.join(tmp, "nope.json")], "nope.json"),
@@ -54,12 +137,18 @@ def main():
             (["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", out, "--val-fraction", "0.5"],
              "different settings"),
             (["tokenize", "--tokenizer", tok], "--out is required"),
+            (["tokenize", "--tokenizer", tok, "--out", os.path.join(tmp, "big"), "--shard-mb", "1e30"], "--shard-mb"),
+            (["tokenize", "--tokenizer", tok, "--out", os.path.join(tmp, "nan"), "--shard-mb", "nan"], "--shard-mb"),
+            (["sample", "--checkpoint", os.path.join(tmp, "none"), "--max-tokens", "2000000000"], "--max-tokens"),
+            (["sample", "--checkpoint", os.path.join(tmp, "none"), "--max-tokens", "-1"], "--max-tokens"),
         ]:
             r = run(bad)
             expect(r.returncode != 0 and fragment in r.stderr,
                    f"{' '.join(bad[:2])}: exit {r.returncode}, stderr {r.stderr[-200:]!r} lacks {fragment!r}")
         r = run(["tokenizer", "decode", "--tokenizer", tok], "[1, 99999]")
         expect(r.returncode == 1 and "99999" in r.stderr, "out-of-range id is an error naming it")
+        r = run(["tokenizer", "decode", "--tokenizer", tok], "[4294967297]")
+        expect(r.returncode == 1 and "4294967297" in r.stderr, f"an id past 32 bits is not wrapped: {r.stderr!r}")
 
     return checks.finish()
 

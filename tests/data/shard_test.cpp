@@ -6,6 +6,7 @@
 #include "amber/data/shard.h"
 #include "amber/data/token_counts.h"
 #include "amber/data/tokenize_corpus.h"
+#include "amber/data/tokenizer_json.h"
 #include "data/testing.h"
 
 namespace amber::data {
@@ -190,6 +191,81 @@ TEST_F(TokenizeCorpus, StoredTokenCountsEqualTheShardsCounts) {
   testing::write_file(path, R"({"documents": 2, "tokens": 5, "counts": [1, 3]})");
   testing::expect_error([&] { stored_token_counts(o.out_dir, "train"); },
                         {"train-token-counts.json", "do not add up", "damaged"});
+}
+
+// The manifest identifies what made the shards and what they hold: the tokenizer's
+// fingerprint and vocabulary, and every shard's documents, tokens and checksum. Shards
+// checked against another tokenizer, or a file swapped between splits, are refused by
+// name; a manifest without these fields (older amber) passes with a one-line notice.
+TEST_F(TokenizeCorpus, ManifestIdentifiesTheTokenizerAndEveryShard) {
+  testing::TempDir dir;
+  const TokenizeCorpusOptions o = subset_options(dir.file("out"));
+  tokenize_corpus(*tokenizer_, o);
+  const ShardSetCheck ok = check_shards(o.out_dir, tokenizer_, "tok.json");
+  EXPECT_EQ(ok.vocab_size, tokenizer_->vocab_size());
+  EXPECT_EQ(ok.notice, "");
+
+  // Same vocabulary size, other merges: the case that used to train with exit 0.
+  BpeTrainerOptions other_options;
+  other_options.vocab_size = tokenizer_->vocab_size();
+  other_options.special_tokens = {"<|bos|>", "<|eos|>", "<|pad|>"};
+  BpeTrainer other_trainer(other_options);
+  other_trainer.add_documents({"an entirely different corpus", "with other merges entirely"});
+  const Tokenizer other = other_trainer.train();
+  ASSERT_NE(tokenizer_fingerprint(other), tokenizer_fingerprint(*tokenizer_));
+  testing::expect_error([&] { check_shards(o.out_dir, &other, "other.json"); },
+                        {"other.json", "fingerprint", tokenizer_fingerprint(*tokenizer_), tokenizer_fingerprint(other)});
+
+  const std::string train0 = dir.file("out/train-00000.bin"), val0 = dir.file("out/val-00000.bin");
+  std::filesystem::rename(train0, dir.file("t"));
+  std::filesystem::rename(val0, train0);
+  std::filesystem::rename(dir.file("t"), val0);
+  testing::expect_error([&] { check_shards(o.out_dir, tokenizer_, "tok.json"); }, {train0, "swapped"});
+  std::filesystem::rename(train0, dir.file("t"));
+  std::filesystem::rename(val0, train0);
+  std::filesystem::rename(dir.file("t"), val0);
+
+  // Another shard with the same document and token counts is caught by its checksum.
+  const Shard first = Shard::open(train0);
+  std::vector<int32_t> tokens;
+  std::vector<uint64_t> offsets{0};
+  for (int64_t d = 0; d < first.num_docs(); ++d) {
+    std::vector<int32_t> doc = first.document(d);
+    if (d == 0 && !doc.empty()) doc[0] = (doc[0] + 1) % tokenizer_->vocab_size();
+    tokens.insert(tokens.end(), doc.begin(), doc.end());
+    offsets.push_back(tokens.size());
+  }
+  const std::string saved = testing::read_file(train0);
+  write_shard(train0, tokens, offsets, first.vocab_size());
+  testing::expect_error([&] { check_shards(o.out_dir, tokenizer_, "tok.json"); }, {train0, "checksum"});
+  testing::write_file(train0, saved);
+
+  nlohmann::json manifest = nlohmann::json::parse(testing::read_file(dir.file("out/manifest.json")));
+  manifest.erase("tokenizer");
+  for (const char* split : {"train", "val"})
+    for (auto& e : manifest[split]) e.erase("checksum");
+  testing::write_file(dir.file("out/manifest.json"), manifest.dump());
+  const ShardSetCheck old = check_shards(o.out_dir, &other, "other.json");
+  EXPECT_NE(old.notice.find("cannot be checked"), std::string::npos) << old.notice;
+  EXPECT_EQ(old.notice.find('\n'), std::string::npos) << old.notice;
+  EXPECT_EQ(old.vocab_size, tokenizer_->vocab_size());
+}
+
+// A document the pre-tokenizer's regex cannot split (here a pattern that backtracks
+// exponentially, which PCRE2 stops at its match limit, as it does a huge whitespace run)
+// is reported with its file and its index there, not as a bare regex error.
+TEST(TokenizeCorpusErrors, DocumentTheRegexCannotSplitIsReportedWithFileAndIndex) {
+  testing::TempDir dir;
+  const Tokenizer tok = tokenizer_from_json(nlohmann::json::parse(R"({
+      "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": false},
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})"), "tok");
+  testing::write_file(dir.file("first.txt"), "ab\nba\n");
+  testing::write_file(dir.file("second.txt"), "ab\naaaa\n" + std::string(40, 'a') + "b\nba\n");
+  TokenizeCorpusOptions o;
+  o.inputs = {dir.file("first.txt"), dir.file("second.txt")};
+  o.out_dir = dir.file("out");
+  o.val_fraction = 0;
+  testing::expect_error([&] { tokenize_corpus(tok, o); }, {"document 2", dir.file("second.txt"), "match limit"});
 }
 
 TEST(ValSplit, HashIsStableAndSeeded) {

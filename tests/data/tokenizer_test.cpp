@@ -202,6 +202,64 @@ TEST(TokenizerJson, BadFilesNameTheFileAndKey) {
   expect_error([&] { load_tokenizer_json(dir.file("regex.json")); }, {"regex.json", "does not compile"});
 }
 
+// A small file: vocab {a: 0, b: 1, ab: 2}, one merge, and the given added tokens.
+nlohmann::json small_file(const std::string& added_tokens) {
+  return nlohmann::json::parse(R"({"added_tokens": )" + added_tokens +
+                               R"(, "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})");
+}
+
+// Hugging Face loads these but silently renumbers the clashing token, so its ids and
+// the file's would disagree; amber refuses them, naming the entry.
+TEST(TokenizerJson, AddedTokensCollidingWithTheVocabularyOrEachOtherAreRefused) {
+  auto added = [](int id, const std::string& content) {
+    return "{\"id\": " + std::to_string(id) + ", \"content\": \"" + content + "\", \"special\": true}";
+  };
+  expect_error([&] { tokenizer_from_json(small_file("[" + added(1, "<x>") + "]"), "f.json"); },
+               {"f.json", "added_tokens[0]", "id 1", "\"b\""});
+  expect_error([&] { tokenizer_from_json(small_file("[" + added(5, "ab") + "]"), "f.json"); },
+               {"f.json", "added_tokens[0]", "\"ab\"", "id 2"});
+  expect_error([&] { tokenizer_from_json(small_file("[" + added(3, "<x>") + ", " + added(3, "<y>") + "]"), "f.json"); },
+               {"f.json", "added_tokens[1]", "reuses id 3", "added_tokens[0]"});
+  expect_error([&] { tokenizer_from_json(small_file("[" + added(3, "<x>") + ", " + added(4, "<x>") + "]"), "f.json"); },
+               {"f.json", "added_tokens[1]", "<x>", "added_tokens[0]"});
+  // A token listed in both places with one id and text is how GPT-2's file has <|endoftext|>.
+  const Tokenizer ok = tokenizer_from_json(small_file("[" + added(1, "b") + ", " + added(3, "<x>") + "]"), "ok");
+  EXPECT_EQ(ok.encode("ab<x>b"), (std::vector<int32_t>{0, 1, 3, 1}));  // added tokens are cut out first, as in HF
+  EXPECT_EQ(ok.vocab_size(), 4);
+}
+
+// As Hugging Face: a BPE model without "merges" is refused, an empty list loads.
+TEST(TokenizerJson, BpeModelWithoutMergesIsRefusedAndEmptyMergesLoad) {
+  expect_error([] {
+    tokenizer_from_json(nlohmann::json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}})"), "f.json");
+  }, {"f.json", "merges", "missing"});
+  const Tokenizer none = tokenizer_from_json(
+      nlohmann::json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": []}})"), "e");
+  EXPECT_EQ(none.encode("ab"), (std::vector<int32_t>{0, 1}));
+}
+
+// An id past 32 bits must not wrap onto another token (2^32 + 1 would read as 1).
+TEST(TokenizerJson, IdsOutsideTheSupportedRangeAreRefused) {
+  expect_error([] { tokenizer_from_json(small_file(R"([{"id": 4294967297, "content": "<x>"}])"), "f.json"); },
+               {"f.json", "added_tokens[0].id", "4294967297"});
+  expect_error([] { tokenizer_from_json(small_file(R"([{"id": -2, "content": "<x>"}])"), "f.json"); },
+               {"f.json", "added_tokens[0].id", "-2"});
+  expect_error([] {
+    tokenizer_from_json(nlohmann::json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 8589934592},
+        "merges": []}})"), "f.json");
+  }, {"f.json", "vocab[\"b\"]", "8589934592"});
+}
+
+// Llama-3's regex backtracks once per character of a whitespace run before a letter,
+// so 11M spaces pass PCRE2's default 10M match limit; the limits grow with the text, so
+// the run encodes (Hugging Face gives the same ids; docs/data.md) and round-trips.
+TEST(Tokenizer, WhitespaceRunPastPcre2DefaultLimitsEncodesAndRoundTrips) {
+  const Tokenizer t = train({"hello world", "a  b"}, 262);
+  const std::string text = std::string(11'000'000, ' ') + "x";
+  const std::vector<int32_t> ids = t.encode(text);
+  EXPECT_EQ(t.decode(ids), text);
+}
+
 TEST(Tokenizer, RejectsInvalidUtf8WithItsOffset) {
   const Tokenizer t = train({"hello world"}, 260);
   expect_error([&] { t.encode("abc\xFF"); }, {"not valid UTF-8 at byte 3"});

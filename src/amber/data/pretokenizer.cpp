@@ -5,6 +5,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "amber/core/error.h"
 
 namespace amber::data {
@@ -36,21 +39,34 @@ class Regex {
     // No pattern here needs capture groups, so one ovector pair per thread is enough
     // (pcre2_match returns 0 rather than failing when groups do not fit).
     thread_local pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+    // PCRE2's default limits (10M backtracks, 20 MB of heap) stop at whitespace runs of a
+    // few million characters, which these patterns match in time proportional to the
+    // run; so the limits grow with the text, and only a pattern that backtracks far
+    // beyond linear still fails (reported, with its document, by the caller).
+    thread_local pcre2_match_context* context = pcre2_match_context_create(nullptr);
+    const auto limit = [](size_t base, size_t grow) {
+      return static_cast<uint32_t>(std::min<size_t>(base + grow, UINT32_MAX));
+    };
+    pcre2_set_match_limit(context, limit(10'000'000, 16 * subject.size()));
+    pcre2_set_heap_limit(context, limit(20'000, subject.size() / 8));  // KiB
     auto subject_ptr = reinterpret_cast<PCRE2_SPTR>(subject.data());
     size_t start = 0;
     while (start < subject.size()) {
       uint32_t options = PCRE2_NO_UTF_CHECK | (jit_ ? 0 : PCRE2_NO_JIT);
-      int rc = pcre2_match(code_, subject_ptr, subject.size(), start, options, data, nullptr);
+      int rc = pcre2_match(code_, subject_ptr, subject.size(), start, options, data, context);
       if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
         // Pathological inputs (huge whitespace runs) can exhaust the JIT stack; the
-        // interpreter has no such limit and gives the same match.
-        rc = pcre2_match(code_, subject_ptr, subject.size(), start, options | PCRE2_NO_JIT, data, nullptr);
+        // interpreter, bounded by the limits above instead, gives the same match.
+        rc = pcre2_match(code_, subject_ptr, subject.size(), start, options | PCRE2_NO_JIT, data, context);
       }
       if (rc == PCRE2_ERROR_NOMATCH) return;
       if (rc < 0) {
         PCRE2_UCHAR message[256];
         pcre2_get_error_message(rc, message, sizeof(message));
-        fail("regex match failed: ", reinterpret_cast<char*>(message));
+        // PCRE2's match and heap limits bound the work per match; a text that exceeds
+        // them (a pathological run of characters) is reported rather than cut silently.
+        fail("the pre-tokenizer's regex gave up at byte ", start, " of a ", subject.size(), "-byte text: ",
+             reinterpret_cast<char*>(message), " (a PCRE2 limit)");
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
       if (ov[1] == ov[0]) {

@@ -63,7 +63,7 @@ static_assert(offsetof(Header, checksum) == kChecksumOffset);
 
 }  // namespace
 
-void write_shard(const std::string& path, std::span<const int32_t> tokens, std::span<const uint64_t> doc_offsets,
+uint64_t write_shard(const std::string& path, std::span<const int32_t> tokens, std::span<const uint64_t> doc_offsets,
                  int32_t vocab_size) {
   AMBER_CHECK(!doc_offsets.empty() && doc_offsets.front() == 0 && doc_offsets.back() == tokens.size(),
               "write_shard ", path, ": document offsets must run from 0 to the token count");
@@ -106,6 +106,7 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, std::
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   AMBER_CHECK(!ec, "cannot rename ", tmp, " to ", path, ": ", ec.message());
+  return h.checksum;
 }
 
 Shard Shard::open(const std::string& path, bool verify) {
@@ -149,6 +150,7 @@ Shard Shard::open(const std::string& path, bool verify) {
   s.num_tokens_ = static_cast<int64_t>(h.num_tokens);
   s.vocab_size_ = static_cast<int32_t>(h.vocab_size);
   s.token_bytes_ = static_cast<int>(h.token_bytes);
+  s.checksum_ = h.checksum;
   AMBER_CHECK(s.offsets_[0] == 0 && s.offsets_[h.num_docs] == h.num_tokens, "shard ", path,
               " has document offsets that do not span its tokens", fix);
   for (uint64_t d = 0; d < h.num_docs; ++d) {

@@ -17,7 +17,8 @@ inline constexpr size_t kShardHeaderBytes = 64;
 
 // Writes `path` via `path.tmp` + rename. doc_offsets has num_docs + 1 entries, starts
 // at 0 and ends at tokens.size(). Tokens are stored as u16 when vocab_size <= 65536.
-void write_shard(const std::string& path, std::span<const int32_t> tokens, std::span<const uint64_t> doc_offsets,
+// Returns the checksum written into the header.
+uint64_t write_shard(const std::string& path, std::span<const int32_t> tokens, std::span<const uint64_t> doc_offsets,
                  int32_t vocab_size);
 
 class Shard {
@@ -31,6 +32,7 @@ class Shard {
   int64_t num_tokens() const { return num_tokens_; }
   int32_t vocab_size() const { return vocab_size_; }
   int token_bytes() const { return token_bytes_; }
+  uint64_t checksum() const { return checksum_; }  // as stored in the header; manifest.json records it
   int64_t doc_length(int64_t doc) const { return static_cast<int64_t>(offsets_[doc + 1] - offsets_[doc]); }
   // Copies `count` tokens of document `doc` starting at token `start` into out.
   void read(int64_t doc, int64_t start, int64_t count, int32_t* out) const;
@@ -45,6 +47,7 @@ class Shard {
   int64_t num_tokens_ = 0;
   int32_t vocab_size_ = 0;
   int token_bytes_ = 0;
+  uint64_t checksum_ = 0;
 };
 
 }  // namespace amber::data

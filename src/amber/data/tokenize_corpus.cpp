@@ -47,15 +47,23 @@ struct Group {
   std::string split;
   int index = 0;
   std::vector<std::string> docs;
+  std::vector<std::pair<size_t, int64_t>> origins;  // per document: corpus file and index within it
   int64_t bytes = 0;
 };
 
 struct ShardEntry {
   std::string file;
   int64_t docs, tokens;
+  uint64_t checksum;
 };
 
+std::string hex64(uint64_t v) { return concat(std::hex, v); }
+
 }  // namespace
+
+std::string tokenizer_fingerprint(const Tokenizer& tokenizer) {
+  return hex64(fnv1a(tokenizer_to_json(tokenizer).dump()));
+}
 
 bool is_validation_document(std::string_view text, double val_fraction, uint64_t val_seed) {
   const uint64_t h = splitmix64(fnv1a(text) ^ splitmix64(val_seed));
@@ -74,7 +82,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   AMBER_CHECK(!ec, "cannot create output folder ", options.out_dir, ": ", ec.message());
 
   ojson settings;
-  settings["tokenizer_fingerprint"] = concat(std::hex, fnv1a(tokenizer_to_json(tokenizer).dump()));
+  settings["tokenizer_fingerprint"] = tokenizer_fingerprint(tokenizer);
   settings["inputs"] = files;
   // Sizes catch an input edited in place between a crash and the restart.
   std::vector<uintmax_t> sizes;
@@ -128,24 +136,37 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
     }
     const bool val = g.split == "val";
     int64_t tokens = 0;
+    uint64_t checksum = 0;
     if (reuse) {
       tokens = existing.num_tokens();
+      checksum = existing.checksum();
       report.shards_reused += 1;
       if (!val)
         for (int64_t d = 0; d < existing.num_docs(); ++d) train_counts.add_document(existing.document(d));
     } else {
       std::vector<std::vector<int32_t>> ids(g.docs.size());
-      std::exception_ptr error;
+      // The first document (in corpus order) that cannot be tokenized, e.g. one too long
+      // for the pre-tokenizer's regex, stops the run with its file and index.
+      size_t failed = g.docs.size();
+      std::string why;
 #pragma omp parallel for schedule(dynamic, 16)
       for (size_t d = 0; d < g.docs.size(); ++d) {
         try {
           tokenizer.encode(g.docs[d], ids[d]);
-        } catch (...) {
+        } catch (const std::exception& e) {
 #pragma omp critical
-          error = std::current_exception();
+          if (d < failed) {
+            failed = d;
+            why = e.what();
+          }
         }
       }
-      if (error) std::rethrow_exception(error);
+      if (failed < g.docs.size()) {
+        const auto [file, index] = g.origins[failed];
+        fail("tokenize: document ", index, " (counting non-empty documents from 0) of ", files[file],
+             " cannot be tokenized: ", why, "; split or remove that document and re-run (the shards already ",
+             "written are kept)");
+      }
       std::vector<uint64_t> offsets{0};
       std::vector<int32_t> flat;
       for (const auto& v : ids) {
@@ -153,11 +174,11 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
         offsets.push_back(flat.size());
         if (!val) train_counts.add_document(v);
       }
-      write_shard(path, flat, offsets, vocab_size);
+      checksum = write_shard(path, flat, offsets, vocab_size);
       tokens = static_cast<int64_t>(flat.size());
       report.shards_written += 1;
     }
-    (val ? val_shards : train_shards).push_back({name, static_cast<int64_t>(g.docs.size()), tokens});
+    (val ? val_shards : train_shards).push_back({name, static_cast<int64_t>(g.docs.size()), tokens, checksum});
     (val ? report.val_docs : report.train_docs) += static_cast<int64_t>(g.docs.size());
     (val ? report.val_tokens : report.train_tokens) += tokens;
     if (on_progress) {
@@ -165,6 +186,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
                          " tokens"));
     }
     g.docs.clear();
+    g.origins.clear();
     g.bytes = 0;
     g.index += 1;
   };
@@ -172,12 +194,21 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   Group train, val;
   train.split = "train";
   val.split = "val";
-  const CorpusStats stats = read_corpus(files, options.corpus, [&](std::string&& doc) {
-    Group& g = is_validation_document(doc, options.val_fraction, options.val_seed) ? val : train;
-    g.bytes += static_cast<int64_t>(doc.size());
-    g.docs.push_back(std::move(doc));
-    if (g.bytes >= options.shard_bytes) flush(g);
-  });
+  CorpusStats stats;
+  for (size_t f = 0; f < files.size(); ++f) {  // one file at a time, so each document knows its file
+    int64_t index = 0;
+    const CorpusStats s = read_corpus({files[f]}, options.corpus, [&](std::string&& doc) {
+      Group& g = is_validation_document(doc, options.val_fraction, options.val_seed) ? val : train;
+      g.bytes += static_cast<int64_t>(doc.size());
+      g.docs.push_back(std::move(doc));
+      g.origins.emplace_back(f, index++);
+      if (g.bytes >= options.shard_bytes) flush(g);
+    });
+    stats.files += s.files;
+    stats.documents += s.documents;
+    stats.bytes += s.bytes;
+    stats.repaired_bytes += s.repaired_bytes;
+  }
   flush(train);
   flush(val);
   report.text_bytes = stats.bytes;
@@ -185,7 +216,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
 
   auto list = [](const std::vector<ShardEntry>& shards) {
     ojson a = ojson::array();
-    for (const ShardEntry& s : shards) a.push_back({{"file", s.file}, {"documents", s.docs}, {"tokens", s.tokens}});
+    for (const ShardEntry& s : shards) a.push_back({{"file", s.file}, {"documents", s.docs}, {"tokens", s.tokens}, {"checksum", hex64(s.checksum)}});
     return a;
   };
   const std::string counts_file = "train-token-counts.json";
@@ -194,6 +225,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   manifest["format"] = "amber-token-shards";
   manifest["version"] = kShardVersion;
   manifest["vocab_size"] = vocab_size;
+  manifest["tokenizer"] = {{"fingerprint", settings["tokenizer_fingerprint"]}, {"vocab_size", vocab_size}};
   manifest["settings"] = settings;
   manifest["train"] = list(train_shards);
   manifest["val"] = list(val_shards);
@@ -207,16 +239,23 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   return report;
 }
 
-std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {
-  const std::string path = (fs::path(dir) / "manifest.json").string();
+namespace {
+
+nlohmann::json read_manifest(const std::string& path) {
   std::ifstream in(path);
   AMBER_CHECK(in.good(), "no ", path, "; the folder was not produced by a finished `amber tokenize` run");
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    return nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, " is not valid JSON (", e.what(), "); re-run amber tokenize");
   }
+}
+
+}  // namespace
+
+std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {
+  const std::string path = (fs::path(dir) / "manifest.json").string();
+  const nlohmann::json j = read_manifest(path);
   AMBER_CHECK(j.contains(split) && j[split].is_array(), path, " has no \"", split,
               "\" list; the split must be train or val");
   std::vector<std::string> files;
@@ -225,6 +264,66 @@ std::vector<std::string> list_shards(const std::string& dir, const std::string& 
     files.push_back((fs::path(dir) / e["file"].get<std::string>()).string());
   }
   return files;
+}
+
+ShardSetCheck check_shards(const std::string& dir, const Tokenizer* tokenizer, const std::string& tokenizer_path) {
+  const std::string path = (fs::path(dir) / "manifest.json").string();
+  const nlohmann::json j = read_manifest(path);
+  const std::string redo = "; re-run amber tokenize into a fresh folder";
+  ShardSetCheck result;
+  if (j.contains("vocab_size")) {
+    AMBER_CHECK(j["vocab_size"].is_number_integer(), path, ": \"vocab_size\" must be an integer", redo);
+    result.vocab_size = j["vocab_size"].get<int64_t>();
+  }
+  const bool has_identity = j.contains("tokenizer") && j["tokenizer"].is_object();
+  if (has_identity && tokenizer) {
+    const nlohmann::json& t = j["tokenizer"];
+    AMBER_CHECK(t.contains("fingerprint") && t["fingerprint"].is_string() && t.contains("vocab_size") &&
+                    t["vocab_size"].is_number_integer(),
+                path, ": \"tokenizer\" needs a string \"fingerprint\" and an integer \"vocab_size\"", redo);
+    const std::string made_by = t["fingerprint"].get<std::string>();
+    const int64_t made_vocab = t["vocab_size"].get<int64_t>();
+    const std::string given = tokenizer_fingerprint(*tokenizer);
+    AMBER_CHECK(made_by == given && made_vocab == tokenizer->vocab_size(), dir,
+                " was tokenized with another tokenizer: manifest.json records fingerprint ", made_by, " and ",
+                made_vocab, " tokens, but ", tokenizer_path, " has fingerprint ", given, " and ",
+                tokenizer->vocab_size(), " tokens; point data.tokenizer at the tokenizer that made the shards, or ",
+                "tokenize again with this one");
+  }
+  bool has_checksums = true;
+  for (const char* split : {"train", "val"}) {
+    const std::vector<std::string> files = list_shards(dir, split);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const nlohmann::json& e = j[split][i];
+      const Shard shard = Shard::open(files[i], false);  // the loader verifies the contents against the header
+      AMBER_CHECK(result.vocab_size == 0 || shard.vocab_size() == result.vocab_size, "shard ", files[i],
+                  " was written for ", shard.vocab_size(), " tokens but ", path, " says ", result.vocab_size, redo);
+      if (e.contains("documents") && e.contains("tokens")) {
+        AMBER_CHECK(e["documents"].is_number_integer() && e["tokens"].is_number_integer(), path, ": the ", split,
+                    " entry of ", e["file"].get<std::string>(), " needs integer \"documents\" and \"tokens\"", redo);
+        const int64_t docs = e["documents"].get<int64_t>();
+        const int64_t tokens = e["tokens"].get<int64_t>();
+        AMBER_CHECK(shard.num_docs() == docs && shard.num_tokens() == tokens, "shard ", files[i], " holds ",
+                    shard.num_docs(), " documents and ", shard.num_tokens(), " tokens but ", path, " lists ", docs,
+                    " and ", tokens, " for it; the file was replaced or swapped with another", redo);
+      }
+      if (!e.contains("checksum")) {
+        has_checksums = false;
+        continue;
+      }
+      AMBER_CHECK(e["checksum"].is_string(), path, ": the checksum of ", e["file"].get<std::string>(),
+                  " must be a hex string", redo);
+      const std::string want = e["checksum"].get<std::string>();
+      AMBER_CHECK(hex64(shard.checksum()) == want, "shard ", files[i], " has checksum ", hex64(shard.checksum()),
+                  " but ", path, " lists ", want, " for it; the file was replaced, altered or swapped with another",
+                  redo);
+    }
+  }
+  if (!has_identity || !has_checksums) {
+    result.notice = concat(path, " was written by an older amber tokenize and records no tokenizer fingerprint or ",
+                           "shard checksums, so the shards' identity cannot be checked; tokenizing again records them");
+  }
+  return result;
 }
 
 }  // namespace amber::data

@@ -31,6 +31,11 @@ struct TokenizeCorpusReport {
 
 // True when the document goes to the validation split: a hash of its bytes (so copies
 // of one text always land together), independent of order, epoch and thread count.
+// 64-bit FNV-1a of the tokenizer's canonical tokenizer.json (as tokenizer_to_json writes
+// it), in hex: the file's spacing and key order do not change it, any token, merge,
+// added token or pre-tokenizer setting does.
+std::string tokenizer_fingerprint(const Tokenizer& tokenizer);
+
 bool is_validation_document(std::string_view text, double val_fraction, uint64_t val_seed);
 
 TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeCorpusOptions& options,
@@ -40,5 +45,17 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
 // tokenize_corpus writes last: a folder without it was never finished. Empty for a
 // split without documents (the val split of --val-fraction 0).
 std::vector<std::string> list_shards(const std::string& dir, const std::string& split);
+
+struct ShardSetCheck {
+  int64_t vocab_size = 0;  // of the tokenizer that made the shards; 0 when the manifest does not say
+  std::string notice;      // one line when the manifest predates identity checks, else empty
+};
+
+// Checks DIR's shards against its manifest.json before training: the tokenizer that made
+// them (fingerprint and vocabulary size) against `tokenizer` when one is given, and every
+// listed shard's document and token counts and header checksum against its entry, so a
+// file swapped between splits or replaced is refused with its name. A manifest from an
+// older amber (no fingerprint, no checksums) still passes, with a notice.
+ShardSetCheck check_shards(const std::string& dir, const Tokenizer* tokenizer, const std::string& tokenizer_path);
 
 }  // namespace amber::data

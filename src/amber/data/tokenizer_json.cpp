@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include "amber/core/error.h"
 
@@ -12,6 +13,20 @@ namespace amber::data {
 namespace {
 
 using nlohmann::json;
+
+// Ids index dense tables (one entry per id), so a stray huge id would be a huge
+// allocation; 2^24 is also the largest vocabulary `amber tokenizer train` makes.
+constexpr int64_t kMaxTokenIds = int64_t{1} << 24;
+
+// The id at `key` of `j` as a checked int32: JSON may hold any integer (Hugging Face
+// reads ids as u32), and a silent narrowing would point at another token.
+int32_t token_id(const json& j, const std::string& where) {
+  AMBER_CHECK(j.is_number_integer(), where, " must be an integer token id, got ", j.dump());
+  const bool in_range = j.is_number_unsigned() ? j.get<uint64_t>() < static_cast<uint64_t>(kMaxTokenIds)
+                                               : j.get<int64_t>() >= 0 && j.get<int64_t>() < kMaxTokenIds;
+  AMBER_CHECK(in_range, where, " is ", j.dump(), ", outside the ids amber supports [0, ", kMaxTokenIds, ")");
+  return static_cast<int32_t>(j.get<int64_t>());
+}
 
 std::string optional_string(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return {};
@@ -75,9 +90,7 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
   AMBER_CHECK(m.contains("vocab") && m["vocab"].is_object(), mw, ".vocab must be an object of token -> id");
   std::vector<std::string> vocab;
   for (const auto& [token, id] : m["vocab"].items()) {
-    AMBER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 30), mw,
-                ".vocab[\"", token, "\"] must be a non-negative integer id");
-    const auto i = static_cast<size_t>(id.get<int64_t>());
+    const auto i = static_cast<size_t>(token_id(id, concat(mw, ".vocab[\"", token, "\"]")));
     if (vocab.size() <= i) vocab.resize(i + 1);
     AMBER_CHECK(vocab[i].empty(), mw, ".vocab: id ", i, " is given to both \"", vocab[i], "\" and \"", token, "\"");
     AMBER_CHECK(!token.empty(), mw, ".vocab: the empty string is not a valid token");
@@ -85,23 +98,24 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
   }
 
   std::vector<std::pair<std::string, std::string>> merges;
-  if (m.contains("merges")) {
-    AMBER_CHECK(m["merges"].is_array(), mw, ".merges must be an array");
-    for (size_t i = 0; i < m["merges"].size(); ++i) {
-      const json& e = m["merges"][i];
-      // Two spellings exist: "a b" (tokenizers < 0.20) and ["a", "b"].
-      if (e.is_string()) {
-        const std::string s = e.get<std::string>();
-        const size_t space = s.find(' ');
-        AMBER_CHECK(space != std::string::npos && space > 0 && space + 1 < s.size() &&
-                        s.find(' ', space + 1) == std::string::npos,
-                    mw, ".merges[", i, "] \"", s, "\" must be two tokens separated by one space");
-        merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-      } else {
-        AMBER_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), mw, ".merges[", i,
-                    "] must be \"a b\" or [\"a\", \"b\"]");
-        merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-      }
+  // Hugging Face refuses a BPE model without the key ("Missing vocab/merges"); an empty list is fine.
+  AMBER_CHECK(m.contains("merges"), mw, ".merges is missing; a BPE model needs its merges (write \"merges\": [] ",
+              "for a vocabulary without any)");
+  AMBER_CHECK(m["merges"].is_array(), mw, ".merges must be an array");
+  for (size_t i = 0; i < m["merges"].size(); ++i) {
+    const json& e = m["merges"][i];
+    // Two spellings exist: "a b" (tokenizers < 0.20) and ["a", "b"].
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      const size_t space = s.find(' ');
+      AMBER_CHECK(space != std::string::npos && space > 0 && space + 1 < s.size() &&
+                      s.find(' ', space + 1) == std::string::npos,
+                  mw, ".merges[", i, "] \"", s, "\" must be two tokens separated by one space");
+      merges.emplace_back(s.substr(0, space), s.substr(space + 1));
+    } else {
+      AMBER_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), mw, ".merges[", i,
+                  "] must be \"a b\" or [\"a\", \"b\"]");
+      merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
     }
   }
   BpeModel model(std::move(vocab), std::move(merges), std::move(options), mw);
@@ -109,17 +123,35 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
   std::vector<AddedToken> added;
   if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
     AMBER_CHECK(j["added_tokens"].is_array(), where, ": added_tokens must be an array");
+    std::unordered_map<int32_t, size_t> added_by_id;
+    std::unordered_map<std::string, size_t> added_by_text;
     for (size_t i = 0; i < j["added_tokens"].size(); ++i) {
       const json& t = j["added_tokens"][i];
       const std::string aw = concat(where, ": added_tokens[", i, "]");
       AMBER_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
                       t["content"].is_string(),
                   aw, " needs an integer \"id\" and a string \"content\"");
+      const int32_t id = token_id(t["id"], aw + ".id");
+      const std::string content = t["content"].get<std::string>();
+      // Hugging Face loads such files but renumbers the token (or drops the clash)
+      // silently, so its ids and the file's would disagree: refuse instead.
+      const std::string fix =
+          "; give every added token its own id and text (the text model.vocab has at that id, or an id past it)";
+      const std::string at_id = id < model.vocab_size() ? model.id_to_token(id) : std::string();
+      AMBER_CHECK(at_id.empty() || at_id == content, aw, " gives id ", id, " to \"", content,
+                  "\" but model.vocab gives it to \"", at_id, "\"", fix);
+      const int32_t vocab_id = model.token_to_id(content);
+      AMBER_CHECK(vocab_id < 0 || vocab_id == id, aw, " gives \"", content, "\" id ", id,
+                  " but model.vocab has it as id ", vocab_id, fix);
+      const auto [by_id, new_id] = added_by_id.emplace(id, i);
+      AMBER_CHECK(new_id, aw, " reuses id ", id, " of added_tokens[", by_id->second, "]", fix);
+      const auto [by_text, new_text] = added_by_text.emplace(content, i);
+      AMBER_CHECK(new_text, aw, " repeats the text \"", content, "\" of added_tokens[", by_text->second, "]", fix);
       AMBER_CHECK(!optional_bool(t, "single_word", aw), aw,
                   ".single_word is true; amber supports added tokens with single_word set to false");
       AddedToken a;
-      a.id = t["id"].get<int32_t>();
-      a.content = t["content"].get<std::string>();
+      a.id = id;
+      a.content = content;
       a.special = optional_bool(t, "special", aw);
       a.normalized = optional_bool(t, "normalized", aw);
       a.lstrip = optional_bool(t, "lstrip", aw);

@@ -39,6 +39,10 @@ RunData::RunData(const RunConfig& c, std::ostream& console) {
     AMBER_CHECK(tokenizer->vocab_size() <= c.model.vocab_size, "the tokenizer has ", tokenizer->vocab_size(),
                 " tokens but model.vocab_size is ", c.model.vocab_size, "; raise model.vocab_size");
 
+  const data::ShardSetCheck shard_set = data::check_shards(c.data.dir, tok, c.data.tokenizer);
+  if (!shard_set.notice.empty()) console << "data: " << shard_set.notice << "\n";
+  AMBER_CHECK(shard_set.vocab_size <= c.model.vocab_size, c.data.dir, " was tokenized with ", shard_set.vocab_size,
+              " tokens but model.vocab_size is ", c.model.vocab_size, "; raise model.vocab_size");
   const std::vector<std::string> train_shards = data::list_shards(c.data.dir, "train");
   const std::vector<std::string> val_shards = data::list_shards(c.data.dir, "val");
   AMBER_CHECK(!train_shards.empty(), "no training shards in ", c.data.dir, "; run `amber tokenize` first");
