@@ -23,29 +23,6 @@ using data::testing::TempDir;
 
 constexpr auto npos = std::string::npos;
 
-// Runs the trainer with its progress lines on and returns what it printed. A run that
-// throws hands stdout back first, so that the test's report is seen.
-std::string printed_by(const RunConfig& c) {
-  ::testing::internal::CaptureStdout();
-  try {
-    Trainer(c, {false, "", true}).run();
-  } catch (...) {
-    ::testing::internal::GetCapturedStdout();
-    throw;
-  }
-  return ::testing::internal::GetCapturedStdout();
-}
-
-// A corpus (of `vocab` tokens) and a small CPU run over it, in the test's own temporary
-// folder, which goes when the test ends.
-struct SmallRun {
-  explicit SmallRun(int vocab = 64)
-      : corpus(write_corpus_at(dir.path() / "corpus", vocab)), config(small_run(corpus, dir.file("run"))) {}
-  const TempDir dir;
-  const std::string corpus;
-  RunConfig config;
-};
-
 // A byte-level BPE tokenizer of 262 tokens (256 bytes, 3 merges, bos/eos/pad), saved in
 // `dir`; returns its path.
 std::string write_tokenizer(const TempDir& dir) {
