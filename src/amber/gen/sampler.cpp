@@ -10,8 +10,8 @@
 namespace amber {
 
 void validate_sampling(const SamplingConfig& c) {
-  AMBER_CHECK(c.temperature >= 0 && std::isfinite(c.temperature), "temperature must be a finite number >= 0 (0 = greedy), got ",
-              c.temperature);
+  AMBER_CHECK(c.temperature >= 0 && std::isfinite(c.temperature),
+              "temperature must be a finite number >= 0 (0 = greedy), got ", c.temperature);
   AMBER_CHECK(c.top_k >= 0, "top-k must be >= 0 (0 = off), got ", c.top_k);
   AMBER_CHECK(c.top_p > 0 && c.top_p <= 1, "top-p must be in (0, 1], got ", c.top_p);
   AMBER_CHECK(c.min_p >= 0 && c.min_p < 1, "min-p must be in [0, 1), got ", c.min_p);

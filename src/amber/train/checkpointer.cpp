@@ -67,7 +67,8 @@ RunProgress Checkpointer::restore(LanguageModel& model, Optimizer& optimizer, da
     }
   }
   fail(fallback_reason_, " and no checkpoint under ", (fs::path(config_.train.out_dir) / "checkpoints").string(),
-       " loads:", errors, "\nrepair one (and point checkpoints/latest at it), or start afresh in another train.out_dir");
+       " loads:", errors,
+       "\nrepair one (and point checkpoints/latest at it), or start afresh in another train.out_dir");
 }
 
 std::optional<std::string> Checkpointer::save(const RunProgress& progress, const LanguageModel& model,

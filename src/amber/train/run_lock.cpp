@@ -36,8 +36,14 @@ RunLock::RunLock(const std::string& out_dir) {
     fail("cannot lock ", path, ": ", std::strerror(error));
   }
   const std::string mine = std::to_string(::getpid());
-  AMBER_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, mine.data(), mine.size(), 0) == static_cast<ssize_t>(mine.size()),
-              "cannot write ", path, ": ", std::strerror(errno), " (disk full?)");
+  const bool written =
+      ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, mine.data(), mine.size(), 0) == static_cast<ssize_t>(mine.size());
+  if (!written) {
+    const int error = errno;
+    ::close(fd_);  // a constructor that throws runs no destructor
+    fd_ = -1;
+    fail("cannot write ", path, ": ", std::strerror(error), " (disk full?)");
+  }
 }
 
 RunLock::~RunLock() {
