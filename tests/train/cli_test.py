@@ -167,6 +167,7 @@ def main():
             (["sample", "--checkpoint", os.path.join(tmp, "nowhere")], "neither a checkpoint nor a run folder"),
             (["sample", "--checkpoint", run_dir, "--tokenizer", other_tok], "has no token '<|bos|>'"),
             (["sample", "--checkpoint", run_dir, "--top-p", "0"], "top-p"),
+            (["sample", "--checkpoint", run_dir, "--prompt", "The cat sat. " * 100], "model.max_position"),
             (["train", os.path.join(tmp, "missing.toml")], "missing.toml"),
         ]:
             r = run(bad)

@@ -161,6 +161,24 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   expect_error([&] { Trainer(c, {}); }, {"validation token id 300 is outside model.vocab_size 272"});
 }
 
+// A preview prompt whose tokens and train.sample_tokens pass model.max_position stops
+// the run before its first step, not at its first preview.
+TEST(TrainerOutput, PreviewsPastTheContextAreRefusedBeforeTheFirstStep) {
+  SmallRun run(272);
+  RunConfig& c = run.config;
+  c.data.tokenizer = write_tokenizer(run.dir);
+  c.model.vocab_size = 272;
+  c.model.max_position = 30;
+  c.train.sample_every = 2;
+  const std::string long_prompt = "abab abab abab abab abab abab abab abab";
+  c.train.sample_prompts = {"the cat", long_prompt};
+  c.train.sample_tokens = 20;
+  expect_error([&] { Trainer(c, {}); },
+               {"train.sample_prompts: '" + long_prompt + "'", "train.sample_tokens = 20", "model.max_position 30"});
+  c.train.sample_tokens = 4;
+  EXPECT_NO_THROW(Trainer(c, {}));
+}
+
 // Shards from an amber that stored no token counts still train: the trainer counts the
 // training split itself and says so once; with the counts stored beside the shards (as
 // amber tokenize writes them) it says nothing and reaches the same baseline, bit for bit.
