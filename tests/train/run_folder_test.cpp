@@ -97,6 +97,15 @@ TEST(RunFolder, OutDirThatIsAFileIsAnErrorNamingIt) {
   expect_error([&] { Trainer(run.config, {}); }, {"train.out_dir '" + file + "/run'"});
 }
 
+// A checkpoints folder that cannot be written stops the run with an error naming it.
+TEST(RunFolder, CheckpointsThatCannotBeWrittenAreAnErrorNamingThem) {
+  SmallRun run;
+  fs::create_directories(run.config.train.out_dir);
+  std::ofstream(run.checkpoints()) << "a file where the checkpoints folder goes";
+  expect_error([&] { Trainer(run.config, {}).run(); },
+               {"cannot write the checkpoint of step 3 under " + run.checkpoints()});
+}
+
 // Wrong types and missing keys in trainer_state.json: errors that name the file and the key.
 TEST(RunFolder, MalformedTrainerStateNamesTheFileAndKey) {
   SmallRun run;

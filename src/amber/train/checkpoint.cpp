@@ -30,7 +30,7 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
 
 std::vector<fs::path> completed_checkpoints(const fs::path& root) {
   std::vector<fs::path> out;
-  if (!fs::exists(root)) return out;
+  if (!fs::is_directory(root)) return out;
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();
     if (entry.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos)

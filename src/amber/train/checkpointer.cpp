@@ -78,8 +78,14 @@ std::optional<std::string> Checkpointer::save(const RunProgress& progress, const
                                 {"skipped_steps", progress.skipped_steps},
                                 {"loader", loader.state_json()},
                                 {"config", run_config_to_toml(config_)}};
-  return save_checkpoint(config_.train.out_dir, progress.step, model, optimizer, state,
-                         config_.train.keep_checkpoints);
+  try {
+    return save_checkpoint(config_.train.out_dir, progress.step, model, optimizer, state,
+                           config_.train.keep_checkpoints);
+  } catch (const fs::filesystem_error& e) {
+    fail("cannot write the checkpoint of step ", progress.step, " under ",
+         (fs::path(config_.train.out_dir) / "checkpoints").string(), ": ", e.what(),
+         "; the previous checkpoint is intact (free space or fix the folder, then --resume)");
+  }
 }
 
 }  // namespace amber
