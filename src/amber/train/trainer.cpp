@@ -80,7 +80,7 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
     : config(std::move(run_config)),
       options(std::move(train_options)),
       device(run_device(config)),
-      lock(std::in_place, config.train.out_dir),
+      lock(role.locks_out_dir() ? std::optional<RunLock>(std::in_place, config.train.out_dir) : std::nullopt),
       sink(config, role, options.progress),
       data(config, sink.console()),
       evaluator(config, data) {
