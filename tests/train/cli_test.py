@@ -109,6 +109,11 @@ def main():
         expect("--- sample 1\nThe" in first.stdout and "--- sample 2\n" in first.stdout,
                f"one sample per prompt: {first.stdout!r}")
         expect(first.stdout == again.stdout, "a seed reproduces the samples")
+        # A temperature whose logits overflow samples as greedy (temperature 0) does.
+        greedy = run(args[:-4] + ["--temperature", "0"])
+        tiny = run(args[:-4] + ["--temperature", "1e-320"])
+        expect(greedy.returncode == 0 and tiny.stdout == greedy.stdout,
+               f"temperature 1e-320 acts as greedy: {tiny.stdout[-200:]!r} vs {greedy.stdout[-200:]!r}")
 
         # SIGTERM mid-run (a scheduler taking the machine back): a checkpoint, then exit 128 + 15.
         stop_dir = os.path.join(tmp, "stopped")
