@@ -1,6 +1,5 @@
 // `amber sample`: loads a checkpoint and continues prompts with the KV-cache sampler.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -31,9 +30,9 @@ void run_sample(const SampleArgs& a) {
     AMBER_CHECK(!latest.empty(), dir, " is neither a checkpoint nor a run folder with checkpoints/latest");
     dir = latest;
   }
-  std::ifstream in(std::filesystem::path(dir) / "trainer_state.json");
-  const nlohmann::json state = nlohmann::json::parse(in);
-  AMBER_CHECK(state.contains("config"), dir, "/trainer_state.json has no config; it was not written by amber train");
+  const nlohmann::json state = read_trainer_state(dir);
+  AMBER_CHECK(state.contains("config") && state.at("config").is_string(), dir,
+              "/trainer_state.json: key \"config\" is missing or not a string; it was not written by amber train");
   const RunConfig config = run_config_from_toml(state.at("config").get<std::string>(), dir + "/trainer_state.json");
   const std::string tokenizer_path = a.tokenizer.empty() ? config.data.tokenizer : a.tokenizer;
   AMBER_CHECK(!tokenizer_path.empty(), "no tokenizer: pass --tokenizer (the run config names none)");
@@ -53,7 +52,7 @@ void run_sample(const SampleArgs& a) {
   g.eos_id = eos.value_or(-1);
   g.vocab_limit = tokenizer.vocab_size();  // a padded vocabulary's extra ids have no text
   const auto out = generate(model, prompts, g);
-  std::cout << "checkpoint " << dir << " (step " << state.value("step", 0) << ")\n";
+  std::cout << "checkpoint " << dir << " (step " << trainer_state_integer(state, "step", dir, 0) << ")\n";
   for (size_t i = 0; i < out.size(); ++i) {
     std::vector<int32_t> ids = out[i];
     if (!ids.empty() && eos && ids.back() == *eos) ids.pop_back();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "amber/gen/generate.h"
 #include "ops/testing.h"
@@ -128,6 +130,39 @@ TEST(Generation, VocabLimitKeepsSampledIdsBelowIt) {
   EXPECT_LT(highest(generate(model, prompts, g)), 8);
   g.vocab_limit = 24;  // past the model's 23 ids
   EXPECT_THROW(generate(model, prompts, g), Error);
+}
+
+// A temperature so small that the logits over it overflow is greedy: every draw takes
+// the most likely token, as temperature 0 does. A temperature that is not finite is refused.
+TEST(Sampler, UnderflowingTemperatureActsAsGreedy) {
+  const std::vector<double> logits = {0.5, 2.0, -1.0, 1.0, 1.9};
+  for (const double t : {1e-300, 1e-310, 4.9e-324}) {
+    SamplingConfig c;
+    c.temperature = t;
+    for (uint64_t d = 0; d < 200; ++d) ASSERT_EQ(sample_token(logits, c, d), 1) << "temperature " << t;
+  }
+  SamplingConfig infinite;
+  infinite.temperature = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(validate_sampling(infinite), Error);
+}
+
+// A prompt that with its new tokens would run past model.max_position is refused,
+// naming the prompt and the context, before any token is generated.
+TEST(Generation, PromptPastTheContextIsRefused) {
+  ModelConfig c = tiny();
+  c.max_position = 8;
+  LanguageModel model(c);
+  model.init_weights(2);
+  GenerationConfig g;
+  g.max_new_tokens = 3;
+  EXPECT_EQ(generate(model, {{1, 2, 3, 4, 5}}, g)[0].size(), 3u);  // exactly fills the context
+  try {
+    generate(model, {{1, 2}, {1, 2, 3, 4, 5, 6}}, g);
+    FAIL() << "a prompt past the context must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt 2 has 6 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.max_position"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 """End-to-end checks of `amber train` and `amber sample` through the binary, as the README
 demo uses them but small enough for every test run: a tokenizer and shards, a short CPU
 run with evaluations, sample previews and checkpoints, its resumption, samples from the
-run folder, a run stopped by SIGTERM, `amber info` and `amber bench step` on the run's
+run folder, a run stopped by SIGTERM, a second run refused from a folder in use (and let
+in once its holder is killed), `amber info` and `amber bench step` on the run's
 config, and the messages of bad arguments. The model's vocabulary is padded far past
 the tokenizer's (vocabularies are often rounded up past a tokenizer's size), so previews
 and samples must keep to the ids the tokenizer can decode."""
@@ -55,6 +56,14 @@ eos = "<|eos|>"
 """
 
 
+def wait_for_first_step(run_dir):
+    """Waits (a minute at most) until a run in `run_dir` has logged a step."""
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+        time.sleep(0.01)
+
+
 def main():
     checks = Checks()
     amber, run, expect = checks.amber, checks.run, checks.expect
@@ -100,6 +109,11 @@ def main():
         expect("--- sample 1\nThe" in first.stdout and "--- sample 2\n" in first.stdout,
                f"one sample per prompt: {first.stdout!r}")
         expect(first.stdout == again.stdout, "a seed reproduces the samples")
+        # A temperature whose logits overflow samples as greedy (temperature 0) does.
+        greedy = run(args[:-4] + ["--temperature", "0"])
+        tiny = run(args[:-4] + ["--temperature", "1e-320"])
+        expect(greedy.returncode == 0 and tiny.stdout == greedy.stdout,
+               f"temperature 1e-320 acts as greedy: {tiny.stdout[-200:]!r} vs {greedy.stdout[-200:]!r}")
 
         # SIGTERM mid-run (a scheduler taking the machine back): a checkpoint, then exit 128 + 15.
         stop_dir = os.path.join(tmp, "stopped")
@@ -107,15 +121,36 @@ def main():
                     "--set", "train.sample_every=0", "--set", "train.eval_every=0", "--quiet"]
         proc = subprocess.Popen(long_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
                                 errors="replace")
-        metrics = os.path.join(stop_dir, "metrics.jsonl")
-        deadline = time.time() + 60
-        while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
-            time.sleep(0.01)
+        wait_for_first_step(stop_dir)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
         expect(proc.returncode == 128 + signal.SIGTERM and "stopped by signal 15 after step" in out,
                f"SIGTERM: exit {proc.returncode}, {out[-300:]!r} {err[-300:]!r}")
         expect(os.path.exists(os.path.join(stop_dir, "checkpoints", "latest")), "SIGTERM leaves a checkpoint")
+
+        # One run owns its out_dir: a second `amber train` into it is refused, naming the
+        # folder and the holder's pid; after the holder is killed (kill -9) the folder is free.
+        owned_dir = os.path.join(tmp, "owned")
+        owned_run = [arg.replace(stop_dir, owned_dir) for arg in long_run]
+        holder = subprocess.Popen(owned_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
+                                  errors="replace")
+        wait_for_first_step(owned_dir)
+        r = run(["train", config(6), "--set", f"train.out_dir={owned_dir}", "--resume"])
+        expect(r.returncode == 1 and "amber: error:" in r.stderr and owned_dir in r.stderr
+               and f"pid {holder.pid}" in r.stderr, f"a second run into a folder in use: exit {r.returncode}, "
+               f"{r.stderr[-300:]!r}")
+        holder.kill()
+        holder.communicate(timeout=60)
+        r = run(["train", config(6), "--set", f"train.out_dir={owned_dir}", "--set", "train.steps=1", "--resume"])
+        expect(r.returncode == 0, f"a killed run's lock does not block: exit {r.returncode}, {r.stderr[-300:]!r}")
+
+        # An out_dir that is a file: an error naming it, not an abort.
+        a_file = os.path.join(tmp, "a_file")
+        with open(a_file, "w", encoding="utf-8") as f:
+            f.write("x")
+        r = run(["train", config(6), "--set", f"train.out_dir={a_file}"])
+        expect(r.returncode == 1 and "amber: error:" in r.stderr and a_file in r.stderr,
+               f"a file as out_dir: exit {r.returncode}, {r.stderr[-300:]!r}")
 
         r = run(["info", "--config", config(6), "--doc-len", "128", "--tokens", "512"])
         expect(r.returncode == 0 and "vocab 1024" in r.stdout and re.search(r"model [0-9.]+ MFLOP", r.stdout),
@@ -137,6 +172,7 @@ def main():
             (["sample", "--checkpoint", os.path.join(tmp, "nowhere")], "neither a checkpoint nor a run folder"),
             (["sample", "--checkpoint", run_dir, "--tokenizer", other_tok], "has no token '<|bos|>'"),
             (["sample", "--checkpoint", run_dir, "--top-p", "0"], "top-p"),
+            (["sample", "--checkpoint", run_dir, "--prompt", "The cat sat. " * 100], "model.max_position"),
             (["train", os.path.join(tmp, "missing.toml")], "missing.toml"),
         ]:
             r = run(bad)

@@ -9,11 +9,14 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "amber/core/random.h"
 #include "amber/data/shard.h"
 #include "amber/train/run_config.h"
+#include "amber/train/trainer.h"
+#include "data/testing.h"
 #include "tiny_model.h"
 
 namespace amber::run_testing {
@@ -95,5 +98,29 @@ inline std::vector<nlohmann::json> metrics_records(const std::string& out, const
 }
 
 inline std::vector<nlohmann::json> train_records(const std::string& out) { return metrics_records(out, "train"); }
+
+// Runs the trainer (by default fresh, with its progress lines on) and returns what it
+// printed. A run that throws hands stdout back first, so that the test's report is seen.
+inline std::string printed_by(const RunConfig& c, TrainOptions options = {false, "", true}) {
+  ::testing::internal::CaptureStdout();
+  try {
+    Trainer(c, std::move(options)).run();
+  } catch (...) {
+    ::testing::internal::GetCapturedStdout();
+    throw;
+  }
+  return ::testing::internal::GetCapturedStdout();
+}
+
+// A corpus (of `vocab` tokens) and a small CPU run over it, in the test's own temporary
+// folder, which goes when the test ends.
+struct SmallRun {
+  explicit SmallRun(int vocab = 64)
+      : corpus(write_corpus_at(dir.path() / "corpus", vocab)), config(small_run(corpus, dir.file("run"))) {}
+  std::string checkpoints() const { return dir.file("run") + "/checkpoints"; }
+  const data::testing::TempDir dir;
+  const std::string corpus;
+  RunConfig config;
+};
 
 }  // namespace amber::run_testing

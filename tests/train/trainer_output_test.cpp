@@ -23,29 +23,6 @@ using data::testing::TempDir;
 
 constexpr auto npos = std::string::npos;
 
-// Runs the trainer with its progress lines on and returns what it printed. A run that
-// throws hands stdout back first, so that the test's report is seen.
-std::string printed_by(const RunConfig& c) {
-  ::testing::internal::CaptureStdout();
-  try {
-    Trainer(c, {false, "", true}).run();
-  } catch (...) {
-    ::testing::internal::GetCapturedStdout();
-    throw;
-  }
-  return ::testing::internal::GetCapturedStdout();
-}
-
-// A corpus (of `vocab` tokens) and a small CPU run over it, in the test's own temporary
-// folder, which goes when the test ends.
-struct SmallRun {
-  explicit SmallRun(int vocab = 64)
-      : corpus(write_corpus_at(dir.path() / "corpus", vocab)), config(small_run(corpus, dir.file("run"))) {}
-  const TempDir dir;
-  const std::string corpus;
-  RunConfig config;
-};
-
 // A byte-level BPE tokenizer of 262 tokens (256 bytes, 3 merges, bos/eos/pad), saved in
 // `dir`; returns its path.
 std::string write_tokenizer(const TempDir& dir) {
@@ -182,6 +159,24 @@ TEST(TrainerOutput, TokenizerSettingsThatCannotWorkAreRefused) {
   const std::vector<uint64_t> offsets = {0, 4};
   data::write_shard((std::filesystem::path(run.corpus) / "val-00000.bin").string(), tokens, offsets, 512);
   expect_error([&] { Trainer(c, {}); }, {"validation token id 300 is outside model.vocab_size 272"});
+}
+
+// A preview prompt whose tokens and train.sample_tokens pass model.max_position stops
+// the run before its first step, not at its first preview.
+TEST(TrainerOutput, PreviewsPastTheContextAreRefusedBeforeTheFirstStep) {
+  SmallRun run(272);
+  RunConfig& c = run.config;
+  c.data.tokenizer = write_tokenizer(run.dir);
+  c.model.vocab_size = 272;
+  c.model.max_position = 30;
+  c.train.sample_every = 2;
+  const std::string long_prompt = "abab abab abab abab abab abab abab abab";
+  c.train.sample_prompts = {"the cat", long_prompt};
+  c.train.sample_tokens = 20;
+  expect_error([&] { Trainer(c, {}); },
+               {"train.sample_prompts: '" + long_prompt + "'", "train.sample_tokens = 20", "model.max_position 30"});
+  c.train.sample_tokens = 4;
+  EXPECT_NO_THROW(Trainer(c, {}));
 }
 
 // Shards from an amber that stored no token counts still train: the trainer counts the

@@ -33,6 +33,10 @@ std::vector<std::vector<int32_t>> generate(LanguageModel& model, const std::vect
   std::vector<int32_t> tokens, counts, starts(static_cast<size_t>(sequences), 0);
   for (int s = 0; s < sequences; ++s) {
     AMBER_CHECK(!prompts[s].empty(), "prompt ", s, " is empty; start it with at least one token (e.g. bos)");
+    AMBER_CHECK(static_cast<int64_t>(prompts[s].size()) + config.max_new_tokens <= model.config().max_position,
+                "prompt ", s + 1, " has ", prompts[s].size(), " tokens, which with ", config.max_new_tokens,
+                " new tokens is past the model's context of ", model.config().max_position,
+                " positions (model.max_position); shorten the prompt or ask for fewer new tokens");
     longest = std::max(longest, static_cast<int>(prompts[s].size()));
     tokens.insert(tokens.end(), prompts[s].begin(), prompts[s].end());
     counts.push_back(static_cast<int32_t>(prompts[s].size()));

@@ -10,7 +10,8 @@
 namespace amber {
 
 void validate_sampling(const SamplingConfig& c) {
-  AMBER_CHECK(c.temperature >= 0, "temperature must be >= 0 (0 = greedy), got ", c.temperature);
+  AMBER_CHECK(c.temperature >= 0 && std::isfinite(c.temperature),
+              "temperature must be a finite number >= 0 (0 = greedy), got ", c.temperature);
   AMBER_CHECK(c.top_k >= 0, "top-k must be >= 0 (0 = off), got ", c.top_k);
   AMBER_CHECK(c.top_p > 0 && c.top_p <= 1, "top-p must be in (0, 1], got ", c.top_p);
   AMBER_CHECK(c.min_p >= 0 && c.min_p < 1, "min-p must be in [0, 1), got ", c.min_p);
@@ -24,10 +25,13 @@ int32_t sample_token(const std::vector<double>& logits, const SamplingConfig& c,
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  const double top = logits[argmax] / c.temperature;
+  // Differences from the largest logit, then scaled: a temperature so small that a logit
+  // over it overflows leaves the top token(s) at exp(0) and the rest at exp(-inf) = 0,
+  // which is greedy, where logit / t - top / t would be inf - inf.
+  const double top = logits[argmax];
   std::vector<double> p(order.size());
   double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) sum += (p[i] = std::exp(logits[order[i]] / c.temperature - top));
+  for (size_t i = 0; i < order.size(); ++i) sum += (p[i] = std::exp((logits[order[i]] - top) / c.temperature));
   size_t keep = order.size();
   if (c.top_k > 0) keep = std::min(keep, static_cast<size_t>(c.top_k));
   if (c.top_p < 1) {

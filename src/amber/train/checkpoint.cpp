@@ -30,7 +30,7 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
 
 std::vector<fs::path> completed_checkpoints(const fs::path& root) {
   std::vector<fs::path> out;
-  if (!fs::exists(root)) return out;
+  if (!fs::is_directory(root)) return out;
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();
     if (entry.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos)
@@ -110,7 +110,13 @@ std::string latest_checkpoint(const std::string& out_dir) {
   return dir.string();
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Optimizer* optimizer) {
+std::vector<std::string> checkpoint_dirs(const std::string& out_dir) {
+  std::vector<std::string> out;
+  for (const fs::path& p : completed_checkpoints(fs::path(out_dir) / "checkpoints")) out.push_back(p.string());
+  return out;
+}
+
+nlohmann::json read_trainer_state(const std::string& dir) {
   AMBER_CHECK(fs::is_directory(dir), "checkpoint ", dir, " does not exist or is not a directory");
   const fs::path state_path = fs::path(dir) / "trainer_state.json";
   std::ifstream in(state_path);
@@ -121,8 +127,28 @@ nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Opt
   } catch (const nlohmann::json::exception& e) {
     fail(state_path.string(), " is not valid JSON (", e.what(), "); the checkpoint is damaged");
   }
-  AMBER_CHECK(state.value("format_version", 0) == kFormatVersion, state_path.string(),
-              ": checkpoint format version ", state.value("format_version", 0), ", this amber reads ", kFormatVersion);
+  AMBER_CHECK(state.is_object(), state_path.string(), " is not a JSON object; the checkpoint is damaged");
+  const int64_t version = trainer_state_integer(state, "format_version", dir, 0);
+  AMBER_CHECK(version == kFormatVersion, state_path.string(), ": checkpoint format version ", version,
+              ", this amber reads ", kFormatVersion);
+  return state;
+}
+
+int64_t trainer_state_integer(const nlohmann::json& state, const std::string& key, const std::string& dir,
+                              std::optional<int64_t> missing) {
+  const std::string path = (fs::path(dir) / "trainer_state.json").string();
+  if (!state.contains(key)) {
+    AMBER_CHECK(missing, path, ": key \"", key, "\" is missing; the checkpoint is damaged or not amber's");
+    return *missing;
+  }
+  const nlohmann::json& value = state.at(key);
+  AMBER_CHECK(value.is_number_integer(), path, ": key \"", key, "\" must be an integer, got ", value.dump(),
+              "; the checkpoint is damaged");
+  return value.get<int64_t>();
+}
+
+nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Optimizer* optimizer) {
+  const nlohmann::json state = read_trainer_state(dir);
   std::vector<std::pair<std::string, Tensor*>> weights;
   for (const auto& p : model.params()) weights.emplace_back(p->name, &p->value);
   load_tensors((fs::path(dir) / "model.safetensors").string(), weights, "model");
@@ -131,7 +157,7 @@ nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Opt
     std::vector<std::pair<std::string, Tensor*>> tensors;
     for (const StateTensor& s : optimizer->state()) tensors.emplace_back(s.name, s.tensor);
     load_tensors((fs::path(dir) / "optimizer.safetensors").string(), tensors, "optimizer");
-    optimizer->set_steps(state.at("optimizer_steps").get<int64_t>());
+    optimizer->set_steps(trainer_state_integer(state, "optimizer_steps", dir));
   }
   return state;
 }

@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "amber/model/language_model.h"
 #include "amber/train/optimizer.h"
@@ -21,6 +23,18 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
 
 // The checkpoint `latest` names under <out_dir>/checkpoints, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);
+
+// The completed step-N folders under <out_dir>/checkpoints, oldest first.
+std::vector<std::string> checkpoint_dirs(const std::string& out_dir);
+
+// <dir>/trainer_state.json, parsed and checked to be an object of this amber's format
+// version; an Error names the file and what is wrong.
+nlohmann::json read_trainer_state(const std::string& dir);
+
+// The integer `key` of a trainer state read from <dir>: an Error names the file and the
+// key when it is missing (and no fallback is given) or not an integer.
+int64_t trainer_state_integer(const nlohmann::json& state, const std::string& key, const std::string& dir,
+                              std::optional<int64_t> missing = std::nullopt);
 
 // Loads weights (and optimizer state when `optimizer` is given) into an already
 // built model; every missing, extra or mis-shaped tensor is an error naming it.

@@ -1,6 +1,7 @@
 // Checkpointer: where a run starts and what it leaves to resume from. It picks the
-// checkpoint a run resumes from (--resume: <out_dir>/checkpoints/latest; --resume-from:
-// a given one) and refuses to start afresh over an earlier run's checkpoints; it
+// checkpoint a run resumes from (--resume: <out_dir>/checkpoints/latest, or where that is
+// missing or unreadable the newest step-N folder that loads; --resume-from: a given one)
+// and refuses to start afresh over an earlier run's checkpoints; it
 // restores the model, optimizer, loader and progress from that checkpoint, and writes
 // new ones (checkpoint.h: atomic, keeping the newest train.keep_checkpoints) on the
 // process whose RunRole writes them.
@@ -8,7 +9,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
+#include <vector>
 
 #include "amber/data/loader.h"
 #include "amber/model/language_model.h"
@@ -29,10 +32,13 @@ class Checkpointer {
   // from this checkpoint directory ("" for none).
   Checkpointer(const RunConfig& config, bool resume, const std::string& resume_from, RunRole role);
 
-  // The checkpoint the run resumes from, or "" for a fresh run.
+  // Whether the run resumes from a checkpoint (false: a fresh run).
+  bool resumes() const { return !candidates_.empty(); }
+  // Loads the checkpoint the run resumes from into the model, the optimizer and the
+  // loader; says on `console` which one when `latest` could not name it.
+  RunProgress restore(LanguageModel& model, Optimizer& optimizer, data::Loader& loader, std::ostream& console);
+  // The checkpoint restore() loaded.
   const std::string& resume_dir() const { return resume_dir_; }
-  // Loads resume_dir() into the model, the optimizer and the loader.
-  RunProgress restore(LanguageModel& model, Optimizer& optimizer, data::Loader& loader) const;
   // Writes the checkpoint of `progress.step`; returns its path, or nothing on a process
   // that does not write checkpoints.
   std::optional<std::string> save(const RunProgress& progress, const LanguageModel& model, Optimizer& optimizer,
@@ -41,6 +47,8 @@ class Checkpointer {
  private:
   const RunConfig& config_;
   RunRole role_;
+  std::vector<std::string> candidates_;  // to resume from, the first that loads
+  std::string fallback_reason_;          // why `latest` named none of them, or ""
   std::string resume_dir_;
 };
 

@@ -1,6 +1,8 @@
 #include "amber/train/run_config.h"
 
+#include <cmath>
 #include <sstream>
+#include <utility>
 
 #include "amber/core/toml_fields.h"
 
@@ -28,11 +30,30 @@ void RunConfig::validate() const {
   AMBER_CHECK(train.grad_accum > 0, "train.grad_accum must be positive, got ", train.grad_accum);
   AMBER_CHECK(train.compute_dtype == "f32" || train.compute_dtype == "bf16" || train.compute_dtype == "f16",
               "train.compute_dtype '", train.compute_dtype, "' is not one of: f32, bf16, f16");
-  AMBER_CHECK(train.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)");
+  AMBER_CHECK(train.grad_clip >= 0 && std::isfinite(train.grad_clip), "train.grad_clip must be a finite number >= 0 ",
+              "(0 = off), got ", train.grad_clip);
   AMBER_CHECK(train.log_every > 0, "train.log_every must be positive");
   AMBER_CHECK(train.eval_every >= 0 && train.checkpoint_every >= 0 && train.sample_every >= 0,
               "train.eval_every, checkpoint_every and sample_every must be >= 0 (0 = off / at the end)");
   AMBER_CHECK(train.keep_checkpoints > 0, "train.keep_checkpoints must be positive");
+  AMBER_CHECK(train.sample_tokens > 0 || train.sample_every == 0, "train.sample_tokens must be positive, got ",
+              train.sample_tokens, " (or set train.sample_every = 0 for no previews)");
+  AMBER_CHECK(train.peak_tflops >= 0 && std::isfinite(train.peak_tflops),
+              "train.peak_tflops must be a finite number >= 0 (0 = unknown), got ", train.peak_tflops);
+  // Each would stop the run only at its first update or preview, or train on NaN.
+  const auto rate = [](const char* key, double value, bool zero_allowed) {
+    AMBER_CHECK(std::isfinite(value) && (value > 0 || (zero_allowed && value == 0)), "optimizer.", key,
+                " must be a finite number ", zero_allowed ? ">= 0" : "> 0", ", got ", value);
+  };
+  rate("lr", optimizer.lr, false);
+  rate("embed_lr", optimizer.embed_lr, true);
+  rate("muon_lr", optimizer.muon_lr, false);
+  rate("weight_decay", optimizer.weight_decay, true);
+  rate("eps", optimizer.eps, false);
+  rate("rms_target", optimizer.rms_target, false);
+  for (const auto& [key, value] : {std::pair{"beta1", optimizer.beta1}, std::pair{"beta2", optimizer.beta2},
+                                   std::pair{"muon_momentum", optimizer.muon_momentum}})
+    AMBER_CHECK(value >= 0 && value < 1, "optimizer.", key, " must be in [0, 1), got ", value);
   AMBER_CHECK(data.max_seq_len > 0 && data.max_seq_len <= train.micro_batch_tokens, "data.max_seq_len (",
               data.max_seq_len, ") must be positive and at most train.micro_batch_tokens (", train.micro_batch_tokens, ")");
   AMBER_CHECK(optimizer.name == "adamw" || optimizer.name == "muon", "optimizer.name '", optimizer.name,

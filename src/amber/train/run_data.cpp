@@ -50,8 +50,13 @@ RunData::RunData(const RunConfig& c, std::ostream& console) {
               "train.sample_every = ", c.train.sample_every, " needs data.tokenizer (to read the prompts and the ",
               "samples) and train.sample_prompts (\"\" samples after bos alone); or set train.sample_every = 0");
   // Encoded now, so that a prompt that cannot start a sample stops the run before its first step.
-  for (const std::string& p : c.train.sample_every > 0 ? c.train.sample_prompts : std::vector<std::string>{})
+  for (const std::string& p : c.train.sample_every > 0 ? c.train.sample_prompts : std::vector<std::string>{}) {
     sample_prompts.push_back(data::prompt_ids(*tokenizer, bos, p, "train.sample_prompts"));
+    const int64_t positions = static_cast<int64_t>(sample_prompts.back().size()) + c.train.sample_tokens;
+    AMBER_CHECK(positions <= c.model.max_position, "train.sample_prompts: '", p, "' (", sample_prompts.back().size(),
+                " tokens) and train.sample_tokens = ", c.train.sample_tokens, " need ", positions,
+                " positions, past model.max_position ", c.model.max_position, "; shorten the prompt or the samples");
+  }
   data::LoaderConfig lc;
   lc.shards = train_shards;
   lc.token_budget = c.train.micro_batch_tokens;

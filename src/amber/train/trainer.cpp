@@ -15,6 +15,7 @@
 #include "amber/train/evaluator.h"
 #include "amber/train/metrics.h"
 #include "amber/train/run_data.h"
+#include "amber/train/run_lock.h"
 #include "amber/train/run_role.h"
 #include "amber/train/stop_signals.h"
 
@@ -50,6 +51,7 @@ struct Trainer::State {
   const TrainOptions options;
   const RunRole role{};  // a single process: rank 0 of 1
   const Device device;
+  std::optional<RunLock> lock;  // this run owns out_dir from its start until run() returns
   MetricsSink sink;
   RunData data;
   std::unique_ptr<LanguageModel> model;
@@ -78,6 +80,7 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
     : config(std::move(run_config)),
       options(std::move(train_options)),
       device(run_device(config)),
+      lock(role.locks_out_dir() ? std::optional<RunLock>(std::in_place, config.train.out_dir) : std::nullopt),
       sink(config, role, options.progress),
       data(config, sink.console()),
       evaluator(config, data) {
@@ -91,13 +94,12 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
                                                        .micro_batch_tokens = c.train.micro_batch_tokens});
   schedule = make_schedule(c.schedule, c.train.steps);
   checkpointer.emplace(c, options.resume, options.resume_from, role);
-  fs::create_directories(c.train.out_dir);
   // Beside the checkpoints, so a resumed run reads the choices it made before.
   const bool tune = c.train.gemm_tuning && device.is_cuda();
   set_gemm_tuning({.measured = tune, .file = tune ? (fs::path(c.train.out_dir) / "gemm_algorithms.tsv").string() : ""});
-  const bool resumed = !checkpointer->resume_dir().empty();
+  const bool resumed = checkpointer->resumes();
   if (resumed) {
-    progress = checkpointer->restore(*model, *optimizer, *data.loader);
+    progress = checkpointer->restore(*model, *optimizer, *data.loader, sink.console());
     sink.console() << "resumed from " << checkpointer->resume_dir() << " at step " << progress.step << "\n";
   }
   sink.open(resumed);
@@ -245,6 +247,7 @@ double Trainer::run() {
     if (samples) s.preview_samples();
     if (checkpoint) s.save_checkpoint();
   }
+  s.lock.reset();  // the run writes nothing more into out_dir
   return s.last_val_loss;
 }
 

@@ -21,6 +21,8 @@ struct TrainOptions {
 
 class Trainer {
  public:
+  // Owns train.out_dir from here until run() returns (RunLock): a second trainer into
+  // the same folder, in this process or another, is refused meanwhile.
   Trainer(RunConfig config, TrainOptions options);
   ~Trainer();
   // Trains until train.steps, or until SIGINT or SIGTERM arrives: then it ends the step
