@@ -136,7 +136,7 @@ Tokenizer load_tokenizer_json(const std::string& path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail(path, ": not valid JSON (", e.what(), "); expected a Hugging Face tokenizer.json");
   }
   return tokenizer_from_json(j, path);
