@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "amber/core/error.h"
 #include "amber/data/tokenizer_json.h"
 
 namespace amber::data {
@@ -22,10 +23,28 @@ TEST(TokenizerJsonFuzzRegression, ANumberTooLargeForADoubleIsAnErrorNamingTheFil
   try {
     load_tokenizer_json(path);
     ADD_FAILURE() << "loaded";
-  } catch (const Error& e) {
+  } catch (const amber::Error& e) {
     EXPECT_NE(std::string(e.what()).find(path + ": not valid JSON"), std::string::npos) << e.what();
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not an amber::Error: " << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(TokenizerJsonFuzzRegression, AnIdFarPastTheFilesTokensIsRefusedBeforeAllocating) {
+  // fuzz/corpus/tokenizer_json/regression-huge-added-id.json: an added token's id sized
+  // the dense id tables (an id near 2^31 asks for gigabytes).
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("amber_tok_huge_id_" + std::to_string(::getpid()) + ".json")).string();
+  for (const char* id : {"2000000000", "-3", "4294967296"}) {
+    std::ofstream(path, std::ios::trunc) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},)"
+                                         << R"( "added_tokens": [{"id": )" << id << R"(, "content": "<|x|>"}]})";
+    try {
+      load_tokenizer_json(path);
+      ADD_FAILURE() << "loaded id " << id;
+    } catch (const amber::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("added_tokens[0].id " + std::string(id)), std::string::npos) << e.what();
+    }
   }
   std::filesystem::remove(path);
 }

@@ -73,10 +73,16 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
   options.unk_token = optional_string(m, "unk_token", mw);
 
   AMBER_CHECK(m.contains("vocab") && m["vocab"].is_object(), mw, ".vocab must be an object of token -> id");
+  // Ids index dense tables, so an id far past the number of tokens the file defines is
+  // damage, not a tokenizer: a gap of more than kMaxIdGap unused ids is refused.
+  constexpr int64_t kMaxIdGap = 65536;
+  const size_t added_count = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0;
+  const int64_t id_limit = static_cast<int64_t>(m["vocab"].size() + added_count) + kMaxIdGap;
   std::vector<std::string> vocab;
   for (const auto& [token, id] : m["vocab"].items()) {
-    AMBER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 30), mw,
-                ".vocab[\"", token, "\"] must be a non-negative integer id");
+    AMBER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit, mw,
+                ".vocab[\"", token, "\"] must be a non-negative integer id below ", id_limit,
+                " (the file's token count plus ", kMaxIdGap, ")");
     const auto i = static_cast<size_t>(id.get<int64_t>());
     if (vocab.size() <= i) vocab.resize(i + 1);
     AMBER_CHECK(vocab[i].empty(), mw, ".vocab: id ", i, " is given to both \"", vocab[i], "\" and \"", token, "\"");
@@ -117,6 +123,8 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
                   aw, " needs an integer \"id\" and a string \"content\"");
       AMBER_CHECK(!optional_bool(t, "single_word", aw), aw,
                   ".single_word is true; amber supports added tokens with single_word set to false");
+      AMBER_CHECK(t["id"].get<int64_t>() >= 0 && t["id"].get<int64_t>() < id_limit, aw, ".id ", t["id"].dump(),
+                  " must be a non-negative id below ", id_limit, " (the file's token count plus ", kMaxIdGap, ")");
       AddedToken a;
       a.id = t["id"].get<int32_t>();
       a.content = t["content"].get<std::string>();
