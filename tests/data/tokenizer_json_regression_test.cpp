@@ -32,10 +32,19 @@ TEST(TokenizerJsonFuzzRegression, ANumberTooLargeForADoubleIsAnErrorNamingTheFil
 }
 
 TEST(TokenizerJsonFuzzRegression, AnIdFarPastTheFilesTokensIsRefusedBeforeAllocating) {
-  // fuzz/corpus/tokenizer_json/regression-huge-added-id.json: an added token's id sized
-  // the dense id tables (an id near 2^31 asks for gigabytes).
+  // fuzz/corpus/tokenizer_json/regression-huge-vocab-id.json: a vocabulary id of
+  // 52,222,225 sized the dense id tables; ids near 2^30 ask for gigabytes.
   const std::string path =
       (std::filesystem::temp_directory_path() / ("amber_tok_huge_id_" + std::to_string(::getpid()) + ".json")).string();
+  std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 52222225}, "merges": []}})";
+  try {
+    load_tokenizer_json(path);
+    ADD_FAILURE() << "loaded vocabulary id 52222225";
+  } catch (const amber::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(".vocab[\"b\"] must be a non-negative integer id below 65538"),
+              std::string::npos)
+        << e.what();
+  }
   for (const char* id : {"2000000000", "-3", "4294967296"}) {
     std::ofstream(path, std::ios::trunc) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},)"
                                          << R"( "added_tokens": [{"id": )" << id << R"(, "content": "<|x|>"}]})";
