@@ -1,7 +1,9 @@
 // The `amber` command line: parses arguments and wires subcommands; no logic lives here.
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <iostream>
+#include <new>
 
 #include "amber/core/error.h"
 #include "cli/commands.h"
@@ -22,6 +24,18 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const amber::Error& e) {
     std::cerr << "amber: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "amber: error: out of memory: a size in the input or the config is larger than this machine can "
+                 "allocate\n";
+    return 1;
+  } catch (const std::exception& e) {
+    // Library errors that amber's checks did not turn into an amber::Error (a filesystem
+    // or JSON failure): still a message and an exit status, never an abort.
+    std::cerr << "amber: error: " << e.what() << "\n";
+    return 1;
+  } catch (...) {
+    std::cerr << "amber: error: unexpected failure of unknown type\n";
     return 1;
   }
   return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "amber/core/nearest_name.h"
@@ -28,6 +29,8 @@ std::string type_name(const toml::node& n) {
 toml::table read_one(const std::filesystem::path& path, int depth) {
   AMBER_CHECK(depth < 16, path.string(), ": `extends` chain is longer than 16 files (a cycle?)");
   AMBER_CHECK(std::filesystem::exists(path), "config file ", path.string(), " does not exist");
+  AMBER_CHECK(!std::filesystem::is_directory(path), "config file ", path.string(),
+              " is a directory; give the path of a .toml file");
   toml::table root;
   try {
     root = toml::parse_file(path.string());
@@ -62,16 +65,24 @@ void apply_override(toml::table& root, const std::string& assignment) {
               "--set '", assignment, "' must look like section.key=value (e.g. model.depth=4)");
   const std::string section = assignment.substr(0, dot), key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string value = assignment.substr(eq + 1);
-  toml::table parsed;
+  const std::string where = concat("--set ", section, ".", key);
+  AMBER_CHECK(value.find_first_of("\r\n") == std::string::npos, where,
+              ": the value contains a line break; give one TOML value on one line");
+  // The value is a TOML value (3, 1e-3, true, "text", [1, 2]); anything else is taken as
+  // a bare string, except text that opens a quoted string or an array and does not parse.
+  std::optional<toml::table> parsed;
   try {
     parsed = toml::parse("v = " + value);
-  } catch (const toml::parse_error&) {
-    parsed = toml::parse("v = \"" + value + "\"");
+    if (parsed->size() != 1) parsed.reset();
+  } catch (const toml::parse_error& e) {
+    AMBER_CHECK(value.empty() || (value[0] != '"' && value[0] != '\'' && value[0] != '['), where, ": value ",
+                value, " is not valid TOML (", e.description(), ")");
   }
   if (!root.contains(section)) root.insert(section, toml::table{});
   toml::table* table = root[section].as_table();
   AMBER_CHECK(table, "--set ", assignment, ": ", section, " is not a table");
-  table->insert_or_assign(key, *parsed.get("v"));
+  if (parsed) table->insert_or_assign(key, *parsed->get("v"));
+  else table->insert_or_assign(key, value);
 }
 
 toml::table read_config_file(const std::string& path, const std::vector<std::string>& overrides) {

@@ -68,8 +68,9 @@ void bind_section(const toml::table& root, const std::string& section, const std
   AMBER_CHECK(node->is_table(), where, ": ", section, " must be a table ([", section, "])");
   std::vector<std::string> names;
   visit([&](const char* name, auto&) { names.emplace_back(name); });
-  for (const auto& [key_view, value] : *node->as_table()) {
-    const std::string key(key_view.str());
+  for (const auto& entry : *node->as_table()) {  // no structured binding: clang 14 cannot capture one
+    const std::string key(entry.first.str());
+    const toml::node& value = entry.second;
     bool found = false;
     visit([&](const char* name, auto& field) {
       if (key != name) return;

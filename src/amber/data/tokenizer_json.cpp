@@ -88,9 +88,16 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
   options.unk_token = optional_string(m, "unk_token", mw);
 
   AMBER_CHECK(m.contains("vocab") && m["vocab"].is_object(), mw, ".vocab must be an object of token -> id");
+  // Ids index dense tables, so an id far past the number of tokens the file defines is
+  // damage, not a tokenizer: a gap of more than kMaxIdGap unused ids is refused.
+  constexpr int64_t kMaxIdGap = 65536;
+  const size_t added_count = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0;
+  const int64_t id_limit = static_cast<int64_t>(m["vocab"].size() + added_count) + kMaxIdGap;
   std::vector<std::string> vocab;
   for (const auto& [token, id] : m["vocab"].items()) {
     const auto i = static_cast<size_t>(token_id(id, concat(mw, ".vocab[\"", token, "\"]")));
+    AMBER_CHECK(static_cast<int64_t>(i) < id_limit, mw, ".vocab[\"", token, "\"] = ", i, " must be below ", id_limit,
+                " (the file's token count plus ", kMaxIdGap, ")");
     if (vocab.size() <= i) vocab.resize(i + 1);
     AMBER_CHECK(vocab[i].empty(), mw, ".vocab: id ", i, " is given to both \"", vocab[i], "\" and \"", token, "\"");
     AMBER_CHECK(!token.empty(), mw, ".vocab: the empty string is not a valid token");
@@ -149,6 +156,8 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
       AMBER_CHECK(new_text, aw, " repeats the text \"", content, "\" of added_tokens[", by_text->second, "]", fix);
       AMBER_CHECK(!optional_bool(t, "single_word", aw), aw,
                   ".single_word is true; amber supports added tokens with single_word set to false");
+      AMBER_CHECK(t["id"].get<int64_t>() >= 0 && t["id"].get<int64_t>() < id_limit, aw, ".id ", t["id"].dump(),
+                  " must be a non-negative id below ", id_limit, " (the file's token count plus ", kMaxIdGap, ")");
       AddedToken a;
       a.id = id;
       a.content = content;
@@ -168,7 +177,7 @@ Tokenizer load_tokenizer_json(const std::string& path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail(path, ": not valid JSON (", e.what(), "); expected a Hugging Face tokenizer.json");
   }
   return tokenizer_from_json(j, path);

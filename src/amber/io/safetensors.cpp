@@ -27,6 +27,46 @@ DType dtype_from_safetensors(const std::string& name, const std::string& path, c
   fail(path, ": tensor '", tensor, "' has dtype ", name, ", which amber does not read");
 }
 
+struct TensorEntry {
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// One header entry, every field checked for type and range before anything is
+// allocated, so a damaged header is an error naming the tensor, never a huge allocation.
+TensorEntry parse_entry(const nlohmann::json& entry, uint64_t data_size, const std::string& path,
+                        const std::string& name) {
+  const std::string where = concat(path, ": tensor '", name, "'");
+  AMBER_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"),
+              where, " lacks dtype, shape or data_offsets");
+  const nlohmann::json &dtype = entry["dtype"], &shape = entry["shape"], &offsets = entry["data_offsets"];
+  AMBER_CHECK(dtype.is_string(), where, ": dtype must be a string such as \"F32\", got ", dtype.dump());
+  TensorEntry e{dtype_from_safetensors(dtype.get<std::string>(), path, name), {}, 0, 0};
+  AMBER_CHECK(shape.is_array() && shape.size() <= static_cast<size_t>(kMaxDims), where,
+              ": shape must be an array of at most ", kMaxDims, " non-negative integers, got ", shape.dump());
+  uint64_t bytes = dtype_size(e.dtype);
+  for (const nlohmann::json& d : shape) {
+    AMBER_CHECK(d.is_number_unsigned(), where, ": shape must hold non-negative integers, got ", shape.dump());
+    const uint64_t dim = d.get<uint64_t>();
+    AMBER_CHECK(dim <= static_cast<uint64_t>(INT64_MAX) && (dim == 0 || bytes <= static_cast<uint64_t>(INT64_MAX) / dim),
+                where, ": shape ", shape.dump(), " has more bytes than a 64-bit size can count; the header is corrupt");
+    bytes *= dim;
+    e.shape.push_back(static_cast<int64_t>(dim));
+  }
+  AMBER_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                  offsets[1].is_number_unsigned(),
+              where, ": data_offsets must be two non-negative integers [begin, end], got ", offsets.dump());
+  e.begin = offsets[0].get<uint64_t>();
+  e.end = offsets[1].get<uint64_t>();
+  AMBER_CHECK(e.begin <= e.end && e.end <= data_size, where, " claims bytes [", e.begin, ", ", e.end,
+              ") but the data section has ", data_size, " bytes; the file is truncated");
+  AMBER_CHECK(e.end - e.begin == bytes, where, " has dtype ", dtype.get<std::string>(), " and shape ", e.shape,
+              ", which need ", bytes, " bytes, but its range holds ", e.end - e.begin,
+              "; the header's dtype or shape disagrees with the stored data");
+  return e;
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
@@ -65,6 +105,7 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  AMBER_CHECK(!std::filesystem::is_directory(path), path, " is a directory; give the path of a .safetensors file");
   std::ifstream in(path, std::ios::binary);
   AMBER_CHECK(in, "cannot open ", path, ": the file does not exist or is not readable");
   const uint64_t file_size = std::filesystem::file_size(path);
@@ -89,31 +130,27 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
+      AMBER_CHECK(entry.is_object(), path, ": __metadata__ must be a JSON object of strings");
       for (const auto& [k, v] : entry.items()) result.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
-    AMBER_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
-                    entry.contains("data_offsets"),
-                path, ": tensor '", name, "' lacks dtype, shape or data_offsets");
-    const DType dtype = dtype_from_safetensors(entry["dtype"].get<std::string>(), path, name);
-    Shape shape;
-    for (const auto& d : entry["shape"]) shape.push_back(d.get<int64_t>());
-    const uint64_t begin = entry["data_offsets"][0].get<uint64_t>(), end = entry["data_offsets"][1].get<uint64_t>();
-    AMBER_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "' claims bytes [", begin, ", ", end,
-                ") but the data section has ", data_size, " bytes; the file is truncated");
-    AMBER_CHECK(end - begin == static_cast<uint64_t>(shape.numel()) * dtype_size(dtype), path, ": tensor '",
-                name, "' of shape ", shape, " needs ", shape.numel() * static_cast<int64_t>(dtype_size(dtype)),
-                " bytes, its range holds ", end - begin);
-    ranges.emplace_back(begin, end);
-    Tensor t = Tensor::empty(shape, dtype);
-    in.seekg(static_cast<std::streamoff>(8 + header_size + begin));
-    in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(end - begin));
+    const TensorEntry e = parse_entry(entry, data_size, path, name);
+    ranges.emplace_back(e.begin, e.end);
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    in.seekg(static_cast<std::streamoff>(8 + header_size + e.begin));
+    in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(e.end - e.begin));
     AMBER_CHECK(in, path, ": reading tensor '", name, "' failed");
     result.tensors.emplace(name, std::move(t));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     AMBER_CHECK(ranges[i].first >= ranges[i - 1].second, path, ": two tensors share bytes; the file is corrupt");
+  // As the safetensors format requires, the tensors tile the data section exactly: bytes
+  // no tensor claims mean the header and the data disagree (a changed dtype or shape).
+  uint64_t covered = 0;
+  for (const auto& [begin, end] : ranges) covered += end - begin;
+  AMBER_CHECK(covered == data_size, path, ": the header's tensors account for ", covered, " bytes but the data section holds ",
+              data_size, "; the header does not describe this data (a changed dtype or shape?)");
   return result;
 }
 

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "amber/io/checksum.h"
 #include "amber/io/safetensors.h"
 
 namespace amber {
@@ -40,6 +41,37 @@ std::vector<fs::path> completed_checkpoints(const fs::path& root) {
   return out;
 }
 
+// The index of the first NaN or infinity in a floating-point tensor, or -1. Read from
+// the bit patterns (an all-ones exponent), so any float dtype is checked the same way.
+int64_t first_non_finite(const Tensor& t) {
+  const auto scan = [&](auto word, uint64_t exponent) -> int64_t {
+    const auto* p = static_cast<const decltype(word)*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if ((p[i] & exponent) == exponent) return i;
+    return -1;
+  };
+  switch (t.dtype()) {
+    case DType::f64: return scan(uint64_t{}, 0x7ff0000000000000ull);
+    case DType::f32: return scan(uint32_t{}, 0x7f800000u);
+    case DType::bf16: return scan(uint16_t{}, 0x7f80u);
+    case DType::f16: return scan(uint16_t{}, 0x7c00u);
+    default: return -1;
+  }
+}
+
+// Checks `file` against the checksum trainer_state.json recorded for it; checkpoints
+// written before checksums were recorded carry none and load unchecked.
+void verify_checksum(const nlohmann::json& state, const fs::path& dir, const std::string& file) {
+  if (!state.contains("checksums")) return;
+  const nlohmann::json& sums = state["checksums"];
+  AMBER_CHECK(sums.is_object() && sums.contains(file) && sums[file].is_string(), (dir / "trainer_state.json").string(),
+              ": checksums has no entry for ", file, "; the checkpoint's state is damaged");
+  const std::string path = (dir / file).string(), actual = file_checksum(path);
+  AMBER_CHECK(actual == sums[file].get<std::string>(), path, " fails its checksum (recorded ",
+              sums[file].get<std::string>(), ", file has ", actual,
+              "): the file was damaged after it was written; resume from an earlier checkpoint");
+}
+
 void load_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor*>>& targets,
                   const std::string& what) {
   SafetensorsFile file = load_safetensors(path);
@@ -47,6 +79,9 @@ void load_tensors(const std::string& path, const std::vector<std::pair<std::stri
     auto it = file.tensors.find(name);
     AMBER_CHECK(it != file.tensors.end(), path, ": ", what, " tensor '", name,
                 "' is missing; the checkpoint was written by a different model or optimizer configuration");
+    const int64_t bad = first_non_finite(it->second);
+    AMBER_CHECK(bad < 0, path, ": ", what, " tensor '", name, "' holds a non-finite value (", it->second.item(bad),
+                " at flat index ", bad, "); the checkpoint is damaged or was saved from a diverged run");
     AMBER_CHECK(it->second.shape() == tensor->shape(), path, ": ", what, " tensor '", name, "' has shape ",
                 it->second.shape(), " but the configured model expects ", tensor->shape(),
                 "; check that the config matches the checkpoint's");
@@ -77,6 +112,8 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
   for (const StateTensor& s : optimizer.state()) state.push_back({s.name, *s.tensor});
   save_safetensors((temporary / "optimizer.safetensors").string(), state);
   nlohmann::json meta = trainer_state;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    meta["checksums"][file] = file_checksum((temporary / file).string());
   meta["format_version"] = kFormatVersion;
   meta["step"] = step;
   meta["optimizer_steps"] = optimizer.steps();
@@ -151,13 +188,18 @@ nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Opt
   const nlohmann::json state = read_trainer_state(dir);
   std::vector<std::pair<std::string, Tensor*>> weights;
   for (const auto& p : model.params()) weights.emplace_back(p->name, &p->value);
+  verify_checksum(state, dir, "model.safetensors");
   load_tensors((fs::path(dir) / "model.safetensors").string(), weights, "model");
   model.refresh_working_copies();
   if (optimizer) {
     std::vector<std::pair<std::string, Tensor*>> tensors;
     for (const StateTensor& s : optimizer->state()) tensors.emplace_back(s.name, s.tensor);
+    verify_checksum(state, dir, "optimizer.safetensors");
     load_tensors((fs::path(dir) / "optimizer.safetensors").string(), tensors, "optimizer");
-    optimizer->set_steps(trainer_state_integer(state, "optimizer_steps", dir));
+    const int64_t steps = trainer_state_integer(state, "optimizer_steps", dir);
+    AMBER_CHECK(steps >= 0, (fs::path(dir) / "trainer_state.json").string(),
+                ": optimizer_steps must not be negative, got ", steps, "; the checkpoint is damaged");
+    optimizer->set_steps(steps);
   }
   return state;
 }

@@ -3,6 +3,8 @@
 // parameter) and trainer_state.json. A checkpoint is written under a temporary
 // name and renamed when complete, and `latest` is replaced atomically afterwards, so
 // an interrupted write never damages the checkpoint a resume would load.
+// trainer_state.json records each tensor file's checksum; a load verifies them (a
+// checkpoint from before checksums loads unchecked) and refuses non-finite values.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -37,7 +39,8 @@ int64_t trainer_state_integer(const nlohmann::json& state, const std::string& ke
                               std::optional<int64_t> missing = std::nullopt);
 
 // Loads weights (and optimizer state when `optimizer` is given) into an already
-// built model; every missing, extra or mis-shaped tensor is an error naming it.
+// built model; every missing, extra, mis-shaped or non-finite tensor and every file
+// that fails its checksum is an error naming it.
 // Returns trainer_state.json.
 nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Optimizer* optimizer);
 
