@@ -48,15 +48,17 @@ def main():
         expect_error(["info", "--config", config, "--set", 'model.norm="a\nb"'], "--set model.norm", "line break")
 
         # A directory where a file belongs: an error and exit 1 whichever reader meets it.
-        def expect_error_stdin(args, stdin):
+        def expect_error_stdin(args, stdin, *fragments):
             r = run(args, stdin)
             expect(r.returncode == 1 and r.stderr.startswith("amber: error: "),
                    f"{args}: exit {r.returncode}, stderr {r.stderr[-300:]!r}")
+            for f in fragments:
+                expect(f in r.stderr, f"{args}: {f!r} not in {r.stderr[-300:]!r}")
 
-        expect_error_stdin(["tokenizer", "encode", "--tokenizer", tmp], "hi")
+        expect_error_stdin(["tokenizer", "encode", "--tokenizer", tmp], "hi", tmp, "is a directory")
         state_dir = os.path.join(tmp, "ck", "step-00000001", "trainer_state.json")
         os.makedirs(state_dir)
-        expect_error(["sample", "--checkpoint", os.path.dirname(state_dir)])
+        expect_error(["sample", "--checkpoint", os.path.dirname(state_dir)], state_dir, "is a directory")
 
         # An exception from a library amber calls (here the JSON parser, on a damaged
         # trainer_state.json) still reaches the user as an error, not an abort.

@@ -172,6 +172,8 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
 }
 
 Tokenizer load_tokenizer_json(const std::string& path) {
+  AMBER_CHECK(!std::filesystem::is_directory(path), "tokenizer file ", path,
+              " is a directory; give the path of a Hugging Face tokenizer.json");
   std::ifstream in(path, std::ios::binary);
   AMBER_CHECK(in.good(), "cannot open tokenizer file ", path, "; check the path (a Hugging Face tokenizer.json)");
   json j;

@@ -156,6 +156,8 @@ std::vector<std::string> checkpoint_dirs(const std::string& out_dir) {
 nlohmann::json read_trainer_state(const std::string& dir) {
   AMBER_CHECK(fs::is_directory(dir), "checkpoint ", dir, " does not exist or is not a directory");
   const fs::path state_path = fs::path(dir) / "trainer_state.json";
+  AMBER_CHECK(!fs::is_directory(state_path), state_path.string(), " is a directory, not a file: ", dir,
+              " is not a complete amber checkpoint");
   std::ifstream in(state_path);
   AMBER_CHECK(in, state_path.string(), " is missing: ", dir, " is not a complete amber checkpoint");
   nlohmann::json state;
