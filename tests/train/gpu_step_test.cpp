@@ -268,8 +268,8 @@ TEST(TrainStepGpu, MuonOverManyMatricesMatchesCpu) {
       initial.push_back(testing::random_tensor(shape_of(i), DType::f32, 300 + i, 0.02f));
       cpu[i]->value.copy_from(initial.back());
       gpu[i]->value.copy_from(initial.back());
-      gpu[i]->refresh_work();
     }
+    gpu_store.refresh_working_copies();
     OptimizerConfig c;
     c.name = "muon";
     auto opt_cpu = build_optimizer(c, cpu_store), opt_gpu = build_optimizer(c, gpu_store);

@@ -64,11 +64,6 @@ struct Param {
     *stale_grad = false;
     return accumulate;
   }
-
-  // Re-derives the working copy after value changed (init, optimizer step, load).
-  void refresh_work() {
-    if (!work.shares_storage_with(value)) work.copy_from(value);
-  }
 };
 
 // The value or gradient of an optional parameter (a bias), undefined without one.
