@@ -1,0 +1,39 @@
+// Grouped matrix products of Mixture-of-Experts layers. Rows (token copies) are sorted
+// by expert: expert e owns rows offsets[e] .. offsets[e + 1] - 1, with offsets an i32
+// tensor [E + 1] on the operands' device (offsets[0] = 0, non-decreasing, offsets[E] at
+// most the rows the buffers hold). The GPU never reads the offsets back to the host: a
+// launch is sized by the buffers' shapes and tiles past an expert's rows exit at once,
+// so a CUDA graph captured once replays with any routing. Rows past offsets[E] are
+// neither read into a result nor written.
+//
+// m-grouped products (forward and input gradient) split the rows; the k-grouped one
+// (weight gradient) reduces over them. Operands are 16-bit (bf16/f16) or, on the CPU,
+// f32/f64 too; products accumulate in fp32 (f64 for f64), outputs round once.
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+// y [M, N] = x_e [rows of e, K] w_e^T for each expert, w [E, N, K]. With row_scale
+// [M] (f32) each row is scaled as it is written: y[r] = row_scale[r] * (x w_e^T)[r]
+// (the gate weights of a MoE layer's second product).
+void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor& y,
+                          const Tensor& row_scale = Tensor());
+
+// The first product of a SwiGLU expert: w [E, 2H, K] holds each expert's gate rows and
+// then its up rows; h [M, H] = silu(gate) * up from the fp32 products. gate_up [M, 2H]
+// receives the products themselves when defined (what the backward reads).
+void grouped_gemm_swiglu_forward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor& gate_up,
+                                 Tensor& h);
+
+// dx [M, K] = dy_e [rows of e, N] w_e for each expert, w [E, N, K].
+void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor& offsets, Tensor& dx);
+
+// dw [E, N, K] (f32, or x's dtype on the CPU) += dy_e^T x_e over each expert's rows;
+// with accumulate false dw = (its old values never read). An expert without rows gets
+// zeros (or keeps its values).
+void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
+                                  bool accumulate);
+
+}  // namespace amber
