@@ -225,7 +225,7 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
   const int rows = total(counts);
   const Tensor offsets = gpu(offsets_of(counts));
   const Tensor x = gpu(random_tensor({rows, 192}, DType::bf16, 200)), w = gpu(random_tensor({4, 320, 192}, DType::bf16, 201));
-  const GroupedGemmVariant variants[4] = {{true, 128}, {false, 128}, {true, 256}, {false, 256}};
+  const GroupedGemmVariant variants[4] = {{true, true, 128}, {false, true, 128}, {true, true, 256}, {false, true, 256}};
   Tensor y[4], gu[4], h[4], dx[4];
   const Tensor dy = gpu(random_tensor({rows, 320}, DType::bf16, 202));
   for (int variant = 0; variant < 4; ++variant) {

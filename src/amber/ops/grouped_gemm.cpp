@@ -6,6 +6,7 @@
 #include "amber/ops/cpu/grouped_gemm.h"
 #include "amber/ops/cuda/grouped/grouped_gemm.h"
 #include "amber/ops/device_switch.h"
+#include "amber/ops/quant.h"
 
 namespace amber {
 namespace {
@@ -26,6 +27,39 @@ void check_operands(const char* op, std::initializer_list<const Tensor*> operand
               offsets.shape(), " ", dtype_name(offsets.dtype()), " must be i32 [", experts + 1,
               "] (experts + 1 row boundaries)");
   require_contiguous(offsets, op);
+}
+
+// The FP8 operands' checks: e4m3 values with the scales of ops/quant.h's layouts.
+void check_fp8_operands(const char* op, const Tensor& x, const Tensor& x_scales, const Tensor& w,
+                        const Tensor& w_scales, const Tensor& offsets) {
+  AMBER_CHECK(x.ndim() == 2 && w.ndim() == 3 && x.size(1) == w.size(2), op, ": input ", x.shape(),
+              " does not match weights ", w.shape(), " ([experts, N, K] against [rows, K])");
+  AMBER_CHECK(x.dtype() == DType::f8e4m3 && w.dtype() == DType::f8e4m3, op, ": FP8 operands must be f8e4m3, got ",
+              dtype_name(x.dtype()), " and ", dtype_name(w.dtype()), "; quantize them with ops/quant.h");
+  AMBER_CHECK(x_scales.dtype() == DType::f32 && x_scales.shape() == fp8_rows_scales_shape(x.shape()), op,
+              ": activation scales ", x_scales.shape(), " ", dtype_name(x_scales.dtype()), " must be f32 ",
+              fp8_rows_scales_shape(x.shape()), " (quantize_fp8_rows)");
+  AMBER_CHECK(w_scales.dtype() == DType::f32 && w_scales.shape() == fp8_blocks_scales_shape(w.shape()), op,
+              ": weight scales ", w_scales.shape(), " ", dtype_name(w_scales.dtype()), " must be f32 ",
+              fp8_blocks_scales_shape(w.shape()), " (quantize_fp8_blocks)");
+  for (const Tensor* t : {&x, &x_scales, &w, &w_scales}) require_contiguous(*t, op);
+  AMBER_CHECK(offsets.dtype() == DType::i32 && offsets.shape() == Shape({w.size(0) + 1}), op, ": offsets ",
+              offsets.shape(), " ", dtype_name(offsets.dtype()), " must be i32 [", w.size(0) + 1,
+              "] (experts + 1 row boundaries)");
+}
+
+// The CPU oracle of the FP8 products: the dequantized operands (exact in f64) through
+// the 16-bit forms' CPU path, in the output's compute type.
+struct Dequantized {
+  Tensor x, w;
+};
+Dequantized dequantized(const Tensor& x, const Tensor& x_scales, const Tensor& w, const Tensor& w_scales,
+                        DType out) {
+  const DType compute = out == DType::f64 ? DType::f64 : DType::f32;
+  Dequantized d{Tensor::empty(x.shape(), compute), Tensor::empty(w.shape(), compute)};
+  dequantize_fp8_rows(x, x_scales, d.x);
+  dequantize_fp8_blocks(w, w_scales, d.w);
+  return d;
 }
 
 }  // namespace
@@ -103,6 +137,46 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
     call_repeatable(op, work);
 }
 
+void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w, const Tensor& w_scales,
+                              const Tensor& offsets, Tensor& y, const Tensor& row_scale) {
+  const char* op = "grouped_gemm_forward_fp8";
+  check_fp8_operands(op, x, x_scales, w, w_scales, offsets);
+  AMBER_CHECK(y.shape() == Shape({x.size(0), w.size(1)}) && is_floating(y.dtype()), op, ": output ", y.shape(), " ",
+              dtype_name(y.dtype()), " must be floating [", x.size(0), ", ", w.size(1), "]");
+  require_contiguous(y, op);
+  if (row_scale.defined())
+    AMBER_CHECK(row_scale.dtype() == DType::f32 && row_scale.shape() == Shape({x.size(0)}), op, ": row scales ",
+                row_scale.shape(), " ", dtype_name(row_scale.dtype()), " must be f32 [", x.size(0), "]");
+  const auto on_cpu = [&] {
+    const Dequantized d = dequantized(x, x_scales, w, w_scales, y.dtype());
+    cpu::grouped_gemm_forward(d.x, d.w, offsets, y, row_scale);
+  };
+  call_repeatable(op, [&] {
+    AMBER_ON_DEVICE(ops::common_device(op, {&x, &x_scales, &w, &w_scales, &offsets, &y, &row_scale}), op,
+                    cuda::grouped_gemm_forward_fp8(x, x_scales, w, w_scales, offsets, y, row_scale), on_cpu());
+  });
+}
+
+void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
+                                     const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h) {
+  const char* op = "grouped_gemm_swiglu_forward_fp8";
+  check_fp8_operands(op, x, x_scales, w, w_scales, offsets);
+  AMBER_CHECK(w.size(1) % 2 == 0 && h.shape() == Shape({x.size(0), w.size(1) / 2}) && is_floating(h.dtype()), op,
+              ": h ", h.shape(), " must be floating [", x.size(0), ", ", w.size(1) / 2, "]");
+  AMBER_CHECK(!gate_up.defined() || (gate_up.shape() == Shape({x.size(0), w.size(1)}) && gate_up.dtype() == h.dtype()),
+              op, ": gate_up ", gate_up.shape(), " must be [", x.size(0), ", ", w.size(1), "] of h's dtype");
+  require_contiguous(h, op);
+  if (gate_up.defined()) require_contiguous(gate_up, op);
+  const auto on_cpu = [&] {
+    const Dequantized d = dequantized(x, x_scales, w, w_scales, h.dtype());
+    cpu::grouped_gemm_swiglu_forward(d.x, d.w, offsets, gate_up, h);
+  };
+  call_repeatable(op, [&] {
+    AMBER_ON_DEVICE(ops::common_device(op, {&x, &x_scales, &w, &w_scales, &offsets, &h, &gate_up}), op,
+                    cuda::grouped_gemm_swiglu_forward_fp8(x, x_scales, w, w_scales, offsets, gate_up, h), on_cpu());
+  });
+}
+
 bool grouped_gemm_available(Device device) {
   bool available = true;
   AMBER_ON_DEVICE(device, "grouped_gemm_available", available = cuda::grouped_gemm_available(device.index),
@@ -114,7 +188,7 @@ void set_grouped_gemm_variant(const GroupedGemmVariant& variant) {
   AMBER_CHECK(variant.tile_n == 0 || variant.tile_n == 128 || variant.tile_n == 256,
               "set_grouped_gemm_variant: tiles are 128 or 256 columns wide (0: chosen by shape), not ", variant.tile_n);
 #ifdef AMBER_WITH_CUDA
-  cuda::grouped_variant() = cuda::GroupedVariant{variant.store_partition, variant.tile_n};
+  cuda::grouped_variant() = cuda::GroupedVariant{variant.store_partition, variant.split_scales, variant.tile_n};
 #endif
 }
 

@@ -36,16 +36,29 @@ void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
                                   bool accumulate);
 
+// FP8 forms of the forward products (the DeepSeek-V3 recipe; ops/quant.h makes the
+// operands): x e4m3 [M, K] with f32 scales [M, ceil(K/128)] (quantize_fp8_rows), w e4m3
+// [E, N, K] with f32 scales [E, ceil(N/128), ceil(K/128)] (quantize_fp8_blocks); the
+// outputs are the products of the dequantized operands, fp32-accumulated, in bf16 (on the
+// CPU also f32/f64: the float64 oracle). The GPU needs K a multiple of 16 and, for
+// SwiGLU, H a multiple of 64 (a tile's gate and up rows each in one weight block).
+void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w, const Tensor& w_scales,
+                              const Tensor& offsets, Tensor& y, const Tensor& row_scale = Tensor());
+void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
+                                     const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h);
+
 // Whether `device` runs these products: the CPU always, a GPU when it is a Hopper card
 // (sm_90) and this build has sm_90a code.
 bool grouped_gemm_available(Device device);
 
 // For the A/B of `amber bench kernel grouped`: the Hopper kernels drain results through
-// a store partition (the default) or store them from the math warps, and take tiles
+// a store partition (the default) or store them from the math warps, load FP8 scales
+// with a loader of their own (the default) or with the tiles' loader, and take tiles
 // 128 or 256 columns wide, or as the shape suggests (tile_n 0). Every variant gives the
 // same bits; CPU-only builds ignore it.
 struct GroupedGemmVariant {
   bool store_partition = true;
+  bool split_scales = true;  // FP8 scales by a loader of their own, or by the tiles' loader
   int tile_n = 0;
 };
 void set_grouped_gemm_variant(const GroupedGemmVariant& variant);

@@ -31,21 +31,26 @@ CUtensorMap swizzled_rows_map(const Tensor& t, int box_rows, const char* op) {
 }
 
 CUtensorMap swizzled_matrix_map(const Tensor& t, int64_t rows, int64_t cols, int box_rows, const char* op) {
-  AMBER_CHECK(t.dtype() == DType::bf16 || t.dtype() == DType::f16, op,
-              ": tensor maps here take 16-bit elements, got ", dtype_name(t.dtype()));
-  AMBER_CHECK(cols % 8 == 0 && rows * cols <= t.numel(), op, ": ", t.shape(), " seen as ", rows, " x ", cols,
-              " needs rows of a multiple of 8 elements within the tensor");
+  const size_t size = dtype_size(t.dtype());
+  const bool wide = t.dtype() == DType::bf16 || t.dtype() == DType::f16;
+  const bool narrow = t.dtype() == DType::f8e4m3 || t.dtype() == DType::f8e5m2 || t.dtype() == DType::e8m0 || t.dtype() == DType::u8;
+  AMBER_CHECK(wide || narrow, op, ": tensor maps here take 16-bit or 8-bit elements, got ", dtype_name(t.dtype()));
+  const int64_t row_multiple = static_cast<int64_t>(16 / size);
+  AMBER_CHECK(cols % row_multiple == 0 && rows * cols <= t.numel(), op, ": ", t.shape(), " seen as ", rows, " x ",
+              cols, " needs rows of a multiple of ", row_multiple, " elements within the tensor");
+  const CUtensorMapDataType type = t.dtype() == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : t.dtype() == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                             : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * 2)};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * static_cast<int64_t>(size))};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / size), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t steps[2] = {1, 1};
-  const CUresult rc = encoder(op)(
-      &map, t.dtype() == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-      const_cast<void*>(t.raw()), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult rc = encoder(op)(&map, type, 2, const_cast<void*>(t.raw()), dims, strides, box, steps,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   AMBER_CHECK(rc == CUDA_SUCCESS, op, ": cuTensorMapEncodeTiled failed (error ", static_cast<int>(rc), ") for ",
-              t.shape(), " seen as ", rows, " x ", cols, " in boxes of 64 x ", box_rows);
+              t.shape(), " seen as ", rows, " x ", cols, " in boxes of ", 128 / size, " x ", box_rows);
   return map;
 }
 

@@ -12,15 +12,21 @@ void grouped_gemm_swiglu_forward(const Tensor& x, const Tensor& w, const Tensor&
 void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor& offsets, Tensor& dx);
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
                                   bool accumulate);
+void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w, const Tensor& w_scales,
+                              const Tensor& offsets, Tensor& y, const Tensor& row_scale);
+void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
+                                     const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h);
 
 // A Hopper card (sm_90) in a build with sm_90a code.
 bool grouped_gemm_available(int device);
 
 // How the m-grouped kernels run: with a store partition (the default) or stores from the
-// math warps, tiles 128 or 256 columns wide or as the shape suggests (0). Set by
+// math warps; FP8 scales by a loader warp of their own (the default) or by the tiles'
+// loader; tiles 128 or 256 columns wide or as the shape suggests (0). Set by
 // `amber bench kernel grouped` for its A/B (docs/perf/grouped_gemm.md).
 struct GroupedVariant {
   bool store_partition = true;
+  bool split_scales = true;
   int tile_n = 0;
 };
 GroupedVariant& grouped_variant();

@@ -1,0 +1,455 @@
+// The m-grouped kernel on Hopper (sm_90a): y[rows of e] = x[rows of e] op(w_e), for the
+// forward (op = transpose, w [E, N, K]) and the input gradient (op = identity, w read as
+// [reduction, output]), with 16-bit operands or e4m3 ones carrying f32 block scales
+// (1x128 along an activation row, 128x128 of a weight: the DeepSeek-V3 recipe). A
+// persistent block walks the (expert, n-tile, m-tile) items of the device plan
+// (grouped_tiles.cuh) in a fixed round robin, so a launch depends on the buffers' shapes
+// only and a captured graph replays with any routing.
+//
+// Roles: warp 0 is the loader (TMA copies of the activation and weight tiles into a ring
+// of stages, each completing on an mbarrier); warp 1 the store partition, draining
+// finished tiles from a shared staging buffer with one bulk copy per row (rows of the
+// next expert are never written); warp 2 the scale loader of FP8 operands, filling a
+// ring of its own, deeper than the tiles' (with kSplit false the loader warp copies the
+// scales beside its tiles instead); two consumer warpgroups of 64 rows run the wgmma
+// products and the epilogue. FP8 products of one 128-wide k-block land in a fresh
+// accumulator that is scaled into the fp32 total (the promotion that keeps Hopper's
+// reduced-precision FP8 accumulation short). With kStores false the consumers store
+// from registers themselves. kStores and kSplit exist for the A/B of the seed's two
+// ideas (docs/perf/grouped_gemm.md).
+#pragma once
+
+#include <algorithm>
+
+#include "amber/core/stream.h"
+#include "amber/ops/cuda/activation/glu_math.cuh"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/common/tensor_map.h"
+#include "amber/ops/cuda/common/wgmma.cuh"
+#include "amber/ops/cuda/grouped/grouped_gemm.h"
+#include "amber/ops/cuda/grouped/grouped_tiles.cuh"
+
+namespace amber::cuda::grouped {
+
+using namespace hopper;
+
+enum class Epilogue { plain, row_scale, swiglu };
+
+// Operand formats: 16-bit values of T (64 per 128-byte row), or e4m3 values (128 per
+// row) with f32 block scales, writing bf16.
+template <class T>
+struct Plain {
+  using Out = T;
+  static constexpr bool kScaled = false;
+  static constexpr int kBK = 64;
+};
+struct Fp8 {
+  using Out = __nv_bfloat16;
+  static constexpr bool kScaled = true;
+  static constexpr int kBK = 128;
+};
+
+constexpr int kBM = 128;       // rows of a tile (two consumers of 64); its columns: kBN, 128 or 256
+constexpr int kThreads = 384;  // loader/store warpgroup + two consumers
+constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
+
+// Output columns of a tile: SwiGLU halves the product's.
+template <Epilogue kE, int kBN>
+constexpr int kOutCols = kE == Epilogue::swiglu ? kBN / 2 : kBN;
+
+// Shared memory: the ring's stages (activation tile, then weight tile, 128-byte rows),
+// the staging buffer (rows padded by 16 bytes, so the consumers' fragment writes fall in
+// distinct banks) and for SwiGLU a second one for gate_up, FP8 scale slots (a tile's
+// row scales, then its two column halves' weight scales), then the barriers.
+template <class F, Epilogue kE, int kBN, bool kSplit>
+struct Smem {
+  static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128, kStageBytes = kABytes + kBBytes;
+  static constexpr int kPitch = kOutCols<kE, kBN> * 2 + 16, kGateUpPitch = kBN * 2 + 16;
+  static constexpr int kStagingBytes = kBM * kPitch + (kE == Epilogue::swiglu ? kBM * kGateUpPitch : 0);
+  static constexpr int kScaleSlotBytes = F::kScaled ? kBM * 4 + 16 : 0;
+  static constexpr int kRoom = 227 * 1024 - 1024 - static_cast<int>(sizeof(Plan)) - 512;
+  static constexpr int kStages = (kRoom - kStagingBytes) / (kStageBytes + 2 * kScaleSlotBytes);
+  // The scale loader runs ahead by twice the tiles' depth (its slots are small).
+  static constexpr int kScaleStages = F::kScaled ? (kSplit ? 2 * kStages : kStages) : 0;
+  static constexpr int kScalesOffset = kStages * kStageBytes + kStagingBytes;
+  static constexpr int kBarrierOffset = kScalesOffset + kScaleStages * kScaleSlotBytes;
+  static constexpr int kBytes = kBarrierOffset + 8 * (2 * kStages + 2 + 2 * kScaleStages) + 1024;  // +1024: alignment
+  static_assert(kStages >= 3, "the ring needs at least three stages");
+  static_assert(kBytes + static_cast<int>(sizeof(Plan)) <= 227 * 1024, "shared memory");
+
+  uint8_t* base;
+  __device__ explicit Smem(uint8_t* raw) : base(raw + ((1024 - smem_address(raw) % 1024) % 1024)) {}
+  __device__ uint8_t* a(int stage) const { return base + (stage % kStages) * kStageBytes; }
+  __device__ uint8_t* b(int stage) const { return a(stage) + kABytes; }
+  __device__ uint8_t* staging() const { return base + kStages * kStageBytes; }
+  __device__ uint8_t* gate_up_staging() const { return staging() + kBM * kPitch; }
+  __device__ float* scales(int slot) const {
+    return reinterpret_cast<float*>(base + kScalesOffset + (slot % kScaleStages) * kScaleSlotBytes);
+  }
+  __device__ uint64_t* full(int stage) const {
+    return reinterpret_cast<uint64_t*>(base + kBarrierOffset) + stage % kStages;
+  }
+  __device__ uint64_t* empty(int stage) const { return full(0) + kStages + stage % kStages; }
+  __device__ uint64_t* staged() const { return full(0) + 2 * kStages; }
+  __device__ uint64_t* drained() const { return staged() + 1; }
+  __device__ uint64_t* scale_full(int slot) const { return drained() + 1 + slot % kScaleStages; }
+  __device__ uint64_t* scale_empty(int slot) const { return drained() + 1 + kScaleStages + slot % kScaleStages; }
+  __device__ static int parity(int stage) { return (stage / kStages) & 1; }
+  __device__ static int scale_parity(int slot) { return (slot / kScaleStages) & 1; }
+};
+
+template <class Out>
+struct Args {
+  const int* offsets;
+  int experts, rows;      // rows: of x and y
+  int n_out, k;           // output columns of the product (before SwiGLU), reduction length
+  int w_rows_per_expert;  // rows of one expert's weight matrix in the 2-D map
+  Out* y;                 // [rows, y_cols]
+  int y_cols;
+  Out* gate_up;           // SwiGLU: [rows, n_out], or null
+  const float* row_scale;
+  const float* x_scales;  // FP8: [rows, k_blocks] and [experts, n_blocks, k_blocks]
+  const float* w_scales;
+  int k_blocks, n_blocks;
+};
+
+struct Maps {
+  CUtensorMap x, w;
+};
+
+// A work item: expert e, the tile's first row (absolute) and its rows of the expert,
+// and its n-tile.
+struct Tile {
+  int e, row0, rows, n_tile;
+};
+
+__device__ __forceinline__ Tile tile_of(const Plan& p, int experts, int w) {
+  const int e = expert_of(p, experts, w);
+  const int m_tiles = (p.count[e] + kBM - 1) / kBM, r = w - p.first[e];
+  const int i = r % m_tiles;
+  return Tile{e, p.begin[e] + i * kBM, min(kBM, p.count[e] - i * kBM), r / m_tiles};
+}
+
+// One k-block's FP8 scales into a slot by cp.async, a lane's share: the tile's row scales
+// (rows past the buffer repeat its last) and, by lanes 0 and 1, the weight scales of the
+// tile's two column halves (SwiGLU's gate and up rows lie in different weight blocks).
+template <class Out, Epilogue kE, int kBN>
+__device__ __forceinline__ void copy_scales(float* slot, const Args<Out>& a, const Tile& t, int kb, int lane) {
+  for (int r = lane; r < kBM; r += 32)
+    cp_async_4(slot + r, a.x_scales + static_cast<int64_t>(min(t.row0 + r, a.rows - 1)) * a.k_blocks + kb);
+  if (lane < 2) {
+    const int first_row = kE == Epilogue::swiglu ? (lane == 0 ? 0 : a.n_out / 2) + t.n_tile * (kBN / 2) : t.n_tile * kBN;
+    const int block = (t.e * a.n_blocks + first_row / 128) * a.k_blocks + kb;
+    cp_async_4(slot + kBM + lane, a.w_scales + block);
+  }
+}
+
+// The loader warp: every stage of every tile of this block (lane 0 the TMA copies; with
+// FP8 operands and kSplit false every lane copies scales into the stage's slot too).
+template <class F, Epilogue kE, int kBN, bool kTransB, bool kSplit>
+__device__ void load(const Smem<F, kE, kBN, kSplit>& s, const Maps& maps, const Args<typename F::Out>& a,
+                     const Plan& p, int items) {
+  using S = Smem<F, kE, kBN, kSplit>;
+  constexpr bool kCopiesScales = F::kScaled && !kSplit;
+  const int lane = threadIdx.x % 32, k_blocks = (a.k + F::kBK - 1) / F::kBK;
+  if (!kCopiesScales && lane != 0) return;
+  int stage = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    const Tile t = tile_of(p, a.experts, w);
+    const int w_row = t.e * a.w_rows_per_expert;
+    for (int kb = 0; kb < k_blocks; ++kb, ++stage) {
+      if (stage >= S::kStages) barrier_wait(s.empty(stage), S::parity(stage) ^ 1);
+      if (lane == 0) {
+        barrier_expect(s.full(stage), S::kStageBytes);
+        tma_load(s.a(stage), maps.x, kb * F::kBK, t.row0, s.full(stage));
+        if constexpr (kTransB) {
+          // [reduction rows, output columns]: 64-column panels of kBK rows.
+          for (int panel = 0; panel < kBN / 64; ++panel)
+            tma_load(s.b(stage) + panel * F::kBK * 128, maps.w, t.n_tile * kBN + panel * 64, w_row + kb * F::kBK,
+                     s.full(stage));
+        } else if constexpr (kE == Epilogue::swiglu) {
+          // The gate's rows of this tile, then the same rows of the up half.
+          tma_load(s.b(stage), maps.w, kb * F::kBK, w_row + t.n_tile * (kBN / 2), s.full(stage));
+          tma_load(s.b(stage) + (kBN / 2) * 128, maps.w, kb * F::kBK, w_row + a.n_out / 2 + t.n_tile * (kBN / 2),
+                   s.full(stage));
+        } else {
+          tma_load(s.b(stage), maps.w, kb * F::kBK, w_row + t.n_tile * kBN, s.full(stage));
+        }
+      }
+      if constexpr (kCopiesScales) {
+        copy_scales<typename F::Out, kE, kBN>(s.scales(stage), a, t, kb, lane);
+        barrier_arrive_after_copies(s.full(stage));
+      }
+    }
+  }
+}
+
+// The scale loader warp (FP8, kSplit): the scales of every k-block into its own ring.
+template <class F, Epilogue kE, int kBN>
+__device__ void load_scales(const Smem<F, kE, kBN, true>& s, const Args<typename F::Out>& a, const Plan& p,
+                            int items) {
+  using S = Smem<F, kE, kBN, true>;
+  const int lane = threadIdx.x % 32, k_blocks = (a.k + F::kBK - 1) / F::kBK;
+  int slot = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    const Tile t = tile_of(p, a.experts, w);
+    for (int kb = 0; kb < k_blocks; ++kb, ++slot) {
+      if (slot >= S::kScaleStages) barrier_wait(s.scale_empty(slot), S::scale_parity(slot) ^ 1);
+      copy_scales<typename F::Out, kE, kBN>(s.scales(slot), a, t, kb, lane);
+      barrier_arrive_after_copies(s.scale_full(slot));
+    }
+  }
+}
+
+// The store partition (one warp): each finished tile's valid rows, one bulk copy per row
+// and output, then the staging buffer is handed back.
+template <class F, Epilogue kE, int kBN, bool kSplit>
+__device__ void drain(const Smem<F, kE, kBN, kSplit>& s, const Args<typename F::Out>& a, const Plan& p, int items) {
+  using S = Smem<F, kE, kBN, kSplit>;
+  const int lane = threadIdx.x % 32;
+  int done = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x, ++done) {
+    const Tile t = tile_of(p, a.experts, w);
+    barrier_wait(s.staged(), done & 1);
+    const int col0 = t.n_tile * kOutCols<kE, kBN>;
+    const uint32_t bytes = static_cast<uint32_t>(min(kOutCols<kE, kBN>, a.y_cols - col0) * 2);
+    for (int r = lane; r < t.rows; r += 32) {
+      bulk_store(a.y + static_cast<int64_t>(t.row0 + r) * a.y_cols + col0, s.staging() + r * S::kPitch, bytes);
+      if (kE == Epilogue::swiglu && a.gate_up != nullptr) {
+        auto* row = a.gate_up + static_cast<int64_t>(t.row0 + r) * a.n_out + col0;
+        const uint8_t* staged = s.gate_up_staging() + r * S::kGateUpPitch;
+        bulk_store(row, staged, bytes);
+        bulk_store(row + a.n_out / 2, staged + kBN, bytes);
+      }
+    }
+    bulk_commit();
+    bulk_wait_read();
+    __syncwarp();
+    if (lane == 0) barrier_arrive(s.drained());
+  }
+  bulk_wait();
+}
+
+// Issues one stage's 16-bit products: the warpgroup's 64 rows x kBN += A (its rows of the
+// activation tile) op(B). A 256-wide tile is two m64n128 products; its second 128
+// columns start 16 KB in (128 K-major rows, or two 64-column MN-major panels).
+template <class T, int kBN, bool kTransB, class S>
+__device__ __forceinline__ void issue_stage(const S& s, int stage, int group, float (&acc)[kBN / 8][4],
+                                            bool accumulate) {
+  const uint64_t a = k_major(s.a(stage) + group * 64 * 128);
+  const uint64_t b = kTransB ? mn_major(s.b(stage), 64 * 128) : k_major(s.b(stage));
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t bk = kTransB ? mn_step(b, kk) : k_step<kBN * 128>(b, kk);
+#pragma unroll
+    for (int h = 0; h < kBN / 128; ++h)
+      mma_ss<T, 128, kTransB ? 1 : 0>(reinterpret_cast<float(&)[16][4]>(acc[16 * h]), k_step<kBM * 128>(a, kk),
+                                      bk + ((h * 16384) >> 4), accumulate || kk > 0);
+  }
+  wgmma_commit();
+}
+
+// Writes the tile's results: into the staging buffer for the store partition, or
+// straight to global memory.
+template <class Out, Epilogue kE, int kBN, bool kStores, class S>
+__device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const Tile& t, int group,
+                                         float (&acc)[kBN / 8][4]) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int local0 = group * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile
+  const int col0 = t.n_tile * kOutCols<kE, kBN>;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int local = local0 + 8 * half, row = t.row0 + local;
+    const bool valid = local < t.rows;
+    const float scale = kE == Epilogue::row_scale && valid ? a.row_scale[row] : 1.0f;
+#pragma unroll
+    for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; ++n8) {
+      const int col = n8 * 8 + 2 * (lane % 4);
+      float v0 = acc[n8][2 * half], v1 = acc[n8][2 * half + 1];
+      if constexpr (kE == Epilogue::swiglu) {
+        const float u0 = acc[n8 + kBN / 16][2 * half], u1 = acc[n8 + kBN / 16][2 * half + 1];
+        if (a.gate_up != nullptr) {
+          if constexpr (kStores) {
+            uint8_t* staged = s.gate_up_staging() + local * S::kGateUpPitch;
+            *reinterpret_cast<uint32_t*>(staged + col * 2) = pack2<Out>(v0, v1);
+            *reinterpret_cast<uint32_t*>(staged + kBN + col * 2) = pack2<Out>(u0, u1);
+          } else if (valid && col0 + col < a.y_cols) {
+            Out* out = a.gate_up + static_cast<int64_t>(row) * a.n_out + col0 + col;
+            *reinterpret_cast<uint32_t*>(out) = pack2<Out>(v0, v1);
+            *reinterpret_cast<uint32_t*>(out + a.n_out / 2) = pack2<Out>(u0, u1);
+          }
+        }
+        v0 = Silu::value(v0) * u0;
+        v1 = Silu::value(v1) * u1;
+      }
+      if constexpr (kE == Epilogue::row_scale) {
+        v0 *= scale;
+        v1 *= scale;
+      }
+      if constexpr (kStores) {
+        *reinterpret_cast<uint32_t*>(s.staging() + local * S::kPitch + col * 2) = pack2<Out>(v0, v1);
+      } else if (valid && col0 + col < a.y_cols) {
+        *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(row) * a.y_cols + col0 + col) = pack2<Out>(v0, v1);
+      }
+    }
+  }
+}
+
+// One tile's products, 16-bit: one stage's products stay in flight while the next
+// stage's are issued; each stage is handed back once the products after it are issued.
+template <class F, int kBN, bool kTransB, class S>
+__device__ __forceinline__ void products(const S& s, int k_blocks, int group, int& stage, int&,
+                                         float (&acc)[kBN / 8][4]) {
+  for (int kb = 0; kb < k_blocks; ++kb, ++stage) {
+    barrier_wait(s.full(stage), S::parity(stage));
+    issue_stage<typename F::Out, kBN, kTransB>(s, stage, group, acc, kb > 0);
+    if (kb > 0) {
+      wgmma_wait<1>();
+      if (threadIdx.x % 32 == 0) barrier_arrive(s.empty(stage - 1));
+    }
+  }
+  wgmma_wait<0>();
+  pin(acc);
+  if (threadIdx.x % 32 == 0) barrier_arrive(s.empty(stage - 1));
+}
+
+// One tile's products, FP8: each 128-wide k-block's product in a fresh accumulator,
+// then added to the total scaled by the row's and the weight block's scales.
+template <class F, int kBN, bool kTransB, bool kSplit, class S>
+__device__ __forceinline__ void scaled_products(const S& s, int k_blocks, int group, int& stage, int& slot,
+                                                float (&acc)[kBN / 8][4]) {
+  static_assert(kBN == 128 && !kTransB, "FP8 tiles are 128 wide, weights K-major");
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int local0 = group * 64 + warp * 16 + lane / 4;
+  for (int kb = 0; kb < k_blocks; ++kb, ++stage, ++slot) {
+    barrier_wait(s.full(stage), S::parity(stage));
+    if constexpr (kSplit) barrier_wait(s.scale_full(slot), S::scale_parity(slot));
+    const float* sc = s.scales(kSplit ? slot : stage);
+    const float row0 = sc[local0], row1 = sc[local0 + 8], w_lo = sc[kBM], w_hi = sc[kBM + 1];
+    if constexpr (kSplit) {
+      __syncwarp();
+      if (lane == 0) barrier_arrive(s.scale_empty(slot));
+    }
+    float part[16][4];
+    const uint64_t a = k_major(s.a(stage) + group * 64 * 128), b = k_major(s.b(stage));
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_ss_e4m3(part, k_step<kBM * 128>(a, kk), k_step<kBN * 128>(b, kk), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(part);
+    if (lane == 0) barrier_arrive(s.empty(stage));
+#pragma unroll
+    for (int n8 = 0; n8 < 16; ++n8) {
+      const float w = n8 < 8 ? w_lo : w_hi;
+      acc[n8][0] += part[n8][0] * (row0 * w);
+      acc[n8][1] += part[n8][1] * (row0 * w);
+      acc[n8][2] += part[n8][2] * (row1 * w);
+      acc[n8][3] += part[n8][3] * (row1 * w);
+    }
+  }
+}
+
+template <class F, Epilogue kE, int kBN, bool kTransB, bool kStores, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_m_kernel(const __grid_constant__ Maps maps, Args<typename F::Out> a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Smem<F, kE, kBN, kSplit>;
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ Plan plan;
+  const S s(smem_raw);
+  if (threadIdx.x == 32) {
+    for (int i = 0; i < S::kStages; ++i) {
+      barrier_init(s.full(i), F::kScaled && !kSplit ? 1 + 32 : 1);  // + the loader lanes' scale copies
+      barrier_init(s.empty(i), 8);                                 // one arrival per consumer warp
+    }
+    for (int i = 0; i < S::kScaleStages; ++i) {
+      barrier_init(s.scale_full(i), 32);
+      barrier_init(s.scale_empty(i), 8);
+    }
+    barrier_init(s.staged(), 8);
+    barrier_init(s.drained(), 1);
+    barrier_init_fence();
+  }
+  const int n_tiles = (a.y_cols + kOutCols<kE, kBN> - 1) / kOutCols<kE, kBN>;
+  make_plan(plan, a.offsets, a.experts, a.rows, [n_tiles](int rows) { return (rows + kBM - 1) / kBM * n_tiles; });
+  const int items = plan.first[a.experts];
+  if (threadIdx.x < 128) {
+    release_registers<kProducerRegisters>();
+    const int warp = threadIdx.x / 32;
+    if (warp == 0)
+      load<F, kE, kBN, kTransB, kSplit>(s, maps, a, plan, items);
+    else if (kStores && warp == 1)
+      drain<F, kE, kBN, kSplit>(s, a, plan, items);
+    else if constexpr (F::kScaled && kSplit)
+      if (warp == 2) load_scales<F, kE, kBN>(s, a, plan, items);
+    return;
+  }
+  claim_registers<kConsumerRegisters>();
+  const int group = threadIdx.x / 128 - 1, k_blocks = (a.k + F::kBK - 1) / F::kBK;
+  int stage = 0, slot = 0, done = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x, ++done) {
+    const Tile t = tile_of(plan, a.experts, w);
+    float acc[kBN / 8][4] = {};
+    if constexpr (F::kScaled)
+      scaled_products<F, kBN, kTransB, kSplit>(s, k_blocks, group, stage, slot, acc);
+    else
+      products<F, kBN, kTransB>(s, k_blocks, group, stage, slot, acc);
+    if constexpr (kStores) {
+      if (done > 0) barrier_wait(s.drained(), (done - 1) & 1);
+    }
+    epilogue<typename F::Out, kE, kBN, kStores>(s, a, t, group, acc);
+    if constexpr (kStores) {
+      fence_async_shared();  // the bulk copies read the staging buffer through the async proxy
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) barrier_arrive(s.staged());
+    }
+  }
+#endif
+}
+
+// Whether this build and the current card run the kernels, and why not.
+inline void check_supported(const Tensor& x, int experts, const char* op) {
+  AMBER_CHECK(grouped_gemm_available(x.device().index), op,
+              ": the GPU grouped products run on Hopper (sm_90a) cards in builds with sm_90a code; "
+              "run this model on an H100/H200 or on the CPU");
+  AMBER_CHECK(experts <= kMaxExperts, op, ": ", experts, " experts; the GPU kernels plan at most ", kMaxExperts);
+  AMBER_CHECK(x.size(0) < (int64_t{1} << 31) - kBM, op, ": ", x.size(0), " rows exceed the kernels' 32-bit row indices");
+}
+
+template <class F, Epilogue kE, int kBN, bool kTransB>
+void launch_tiles(const Tensor& x, const Tensor& w, Args<typename F::Out> a, const char* op) {
+  constexpr int w_box = kTransB ? F::kBK : (kE == Epilogue::swiglu ? kBN / 2 : kBN);
+  AMBER_CHECK(a.k % 16 == 0 && a.y_cols % 8 == 0 && a.n_out % 8 == 0, op, ": reduction length ", a.k,
+              " and output width ", a.y_cols, " must be multiples of 16 and 8 on the GPU (rows start 16-byte aligned)");
+  const int n_tiles = (a.y_cols + kOutCols<kE, kBN> - 1) / kOutCols<kE, kBN>;
+  const int64_t bound = ((int64_t{a.rows} + kBM - 1) / kBM + a.experts) * n_tiles;  // items, whatever the routing
+  if (bound == 0 || a.rows == 0) return;
+  const int64_t weight_cols = kTransB ? a.n_out : a.k;
+  const Maps maps{swizzled_matrix_map(x, a.rows, a.k, kBM, op),
+                  swizzled_matrix_map(w, int64_t{a.experts} * a.w_rows_per_expert, weight_cols, w_box, op)};
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(bound, sm_count()));
+  const GroupedVariant v = grouped_variant();
+  const auto run = [&](auto kernel, int smem) {
+    allow_smem(reinterpret_cast<const void*>(kernel), smem, op);
+    kernel<<<blocks, kThreads, smem, current_stream()>>>(maps, a);
+  };
+  if constexpr (F::kScaled) {
+    if (v.store_partition && v.split_scales)
+      run(grouped_m_kernel<F, kE, kBN, kTransB, true, true>, Smem<F, kE, kBN, true>::kBytes);
+    else if (v.store_partition)
+      run(grouped_m_kernel<F, kE, kBN, kTransB, true, false>, Smem<F, kE, kBN, false>::kBytes);
+    else if (v.split_scales)
+      run(grouped_m_kernel<F, kE, kBN, kTransB, false, true>, Smem<F, kE, kBN, true>::kBytes);
+    else
+      run(grouped_m_kernel<F, kE, kBN, kTransB, false, false>, Smem<F, kE, kBN, false>::kBytes);
+  } else if (v.store_partition) {
+    run(grouped_m_kernel<F, kE, kBN, kTransB, true, false>, Smem<F, kE, kBN, false>::kBytes);
+  } else {
+    run(grouped_m_kernel<F, kE, kBN, kTransB, false, false>, Smem<F, kE, kBN, false>::kBytes);
+  }
+  check_launch(op, x.shape());
+}
+
+}  // namespace amber::cuda::grouped
