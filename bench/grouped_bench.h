@@ -37,7 +37,7 @@ struct GroupedRouting {
 // without replacement in proportion to the weights (Gumbel top-k: the k largest
 // log(weight) + Gumbel noise), as a router's softmax would pick them. The same seed
 // gives the same routing on every machine (Philox draws).
-constexpr double kSkewedZipfExponent = 1.0;
+constexpr double kSkewedZipfExponent = 0.5;
 GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const std::string& routing,
                             uint64_t seed);
 
