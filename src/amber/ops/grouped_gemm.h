@@ -36,4 +36,13 @@ void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
                                   bool accumulate);
 
+// Whether `device` runs these products: the CPU always, a GPU when it is a Hopper card
+// (sm_90) and this build has sm_90a code.
+bool grouped_gemm_available(Device device);
+
+// For the A/B of `amber bench kernel grouped`: the Hopper kernels drain results through
+// a store partition (the default) or store them from the math warps. Both give the
+// same bits; CPU-only builds ignore it.
+void set_grouped_gemm_store_partition(bool on);
+
 }  // namespace amber

@@ -140,21 +140,6 @@ struct Ring {
   }
 };
 
-// Descriptors of whole tiles; a k-step moves the start address, which sits in the
-// low bits in 16-byte units, so stepping is one addition. A K-major tile (rows hold
-// k = head_dim in 64-element panels): k-step kk is 32 bytes further inside a panel.
-// An MN-major tile (rows hold k = the row index; columns n = head_dim in panels):
-// k-step kk is 16 rows further.
-__device__ __forceinline__ uint64_t k_major(const uint8_t* tile) { return sw128_desc(tile, 16, 1024); }
-__device__ __forceinline__ uint64_t mn_major(const uint8_t* tile, int panel_bytes) {
-  return sw128_desc(tile, panel_bytes, 1024);
-}
-template <int kPanelBytes>
-__device__ __forceinline__ uint64_t k_step(uint64_t tile, int kk) {
-  return tile + (((kk / 4) * kPanelBytes + (kk % 4) * 32) >> 4);
-}
-__device__ __forceinline__ uint64_t mn_step(uint64_t tile, int kk) { return tile + ((kk * 16 * 128) >> 4); }
-
 // Issues c (the warpgroup's 64 rows x N) = A B^T with A (64 rows of the K-major tile
 // a) and B (N rows of the K-major tile b), both D wide.
 template <class T, int D, int N, int kAPanelBytes, int kBPanelBytes>

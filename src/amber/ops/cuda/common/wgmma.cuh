@@ -129,6 +129,21 @@ __device__ __forceinline__ void mma_rs(float (&c)[N / 8][4], const uint32_t (&a)
 #undef AMBER_WGMMA_SS_N128
 #undef AMBER_WGMMA_RS_N128
 
+// Descriptors of whole tiles; a k-step moves the start address, which sits in the
+// low bits in 16-byte units, so stepping is one addition. A K-major tile (rows hold
+// k in 64-element panels): k-step kk is 32 bytes further inside a panel.
+// An MN-major tile (rows hold k = the row index; columns m or n in 64-wide panels):
+// k-step kk is 16 rows further.
+__device__ __forceinline__ uint64_t k_major(const uint8_t* tile) { return sw128_desc(tile, 16, 1024); }
+__device__ __forceinline__ uint64_t mn_major(const uint8_t* tile, int panel_bytes) {
+  return sw128_desc(tile, panel_bytes, 1024);
+}
+template <int kPanelBytes>
+__device__ __forceinline__ uint64_t k_step(uint64_t tile, int kk) {
+  return tile + (((kk / 4) * kPanelBytes + (kk % 4) * 32) >> 4);
+}
+__device__ __forceinline__ uint64_t mn_step(uint64_t tile, int kk) { return tile + ((kk * 16 * 128) >> 4); }
+
 // Gives this warpgroup's registers back (producers) or takes more (consumers); the
 // kernel must have a register cap at entry (__launch_bounds__(threads, 1)).
 template <int registers>

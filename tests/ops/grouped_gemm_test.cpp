@@ -1,0 +1,284 @@
+// Grouped products (ops/grouped_gemm.h): the CPU path against per-expert float64 loops
+// and finite differences, malformed offsets named, and the Hopper kernels against the
+// float64 oracle on ragged groups (empty experts, one-row experts, rows and widths off
+// the tiles, reduction tails), with their epilogues, the store partition's A/B giving
+// one result, and a graph captured once replaying any routing bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <numeric>
+#include <vector>
+
+#include "amber/core/cuda_runtime.h"
+#include "amber/ops/grouped_gemm.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+
+Tensor offsets_of(const std::vector<int>& counts) {
+  std::vector<int32_t> o(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) o[e + 1] = o[e] + counts[e];
+  return Tensor::from_vector(o, {static_cast<int64_t>(o.size())});
+}
+
+int total(const std::vector<int>& counts) { return std::accumulate(counts.begin(), counts.end(), 0); }
+
+// y[r] = scale[r] * sum_k x[r, k] w[e(r), n, k] in float64, independent of the op.
+std::vector<double> reference_forward(const Tensor& x, const Tensor& w, const std::vector<int>& counts,
+                                      const std::vector<double>& scale = {}) {
+  const std::vector<double> xs = x.to_doubles(), ws = w.to_doubles();
+  const int64_t k = x.size(1), n = w.size(1);
+  std::vector<double> y(static_cast<size_t>(x.size(0) * n), 0.0);
+  int64_t row = 0;
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int c = 0; c < counts[e]; ++c, ++row)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t i = 0; i < k; ++i) s += xs[row * k + i] * ws[(e * n + j) * k + i];
+        y[row * n + j] = s * (scale.empty() ? 1.0 : scale[row]);
+      }
+  return y;
+}
+
+TEST(GroupedGemm, ForwardMatchesPerExpertFloat64Loops) {
+  const std::vector<int> counts = {3, 0, 1, 7, 0, 2};
+  const int rows = total(counts) + 2;  // two rows past the last expert
+  const Tensor x = random_tensor({rows, 5}, DType::f64, 1), w = random_tensor({6, 4, 5}, DType::f64, 2);
+  const Tensor scale = random_tensor({rows}, DType::f32, 3);
+  const std::vector<double> scale_values = scale.to_doubles();
+  Tensor y = Tensor::full({rows, 4}, 7.0, DType::f64), ys = Tensor::full({rows, 4}, 7.0, DType::f64);
+  grouped_gemm_forward(x, w, offsets_of(counts), y);
+  grouped_gemm_forward(x, w, offsets_of(counts), ys, scale);
+  const std::vector<double> ref = reference_forward(x, w, counts), refs = reference_forward(x, w, counts, scale_values);
+  const std::vector<double> got = y.to_doubles(), gots = ys.to_doubles();
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < 4; ++j) {
+      const size_t i = static_cast<size_t>(r * 4 + j);
+      if (r >= total(counts)) {
+        EXPECT_EQ(got[i], 7.0) << "row " << r << " lies past the last expert and must stay untouched";
+        continue;
+      }
+      EXPECT_NEAR(got[i], ref[i], 1e-12) << "row " << r << " col " << j;
+      EXPECT_NEAR(gots[i], refs[i], 1e-12) << "scaled row " << r << " col " << j;
+    }
+}
+
+// d/dx and d/dw of sum(g * y) are the input and weight gradients.
+TEST(GroupedGemm, BackwardMatchesFiniteDifferences) {
+  const std::vector<int> counts = {2, 0, 3, 1};
+  const Tensor offsets = offsets_of(counts);
+  Tensor x = random_tensor({6, 5}, DType::f64, 4), w = random_tensor({4, 3, 5}, DType::f64, 5);
+  const Tensor g = random_tensor({6, 3}, DType::f64, 6);
+  const auto loss = [&] {
+    Tensor y = Tensor::zeros({6, 3}, DType::f64);
+    grouped_gemm_forward(x, w, offsets, y);
+    const std::vector<double> ys = y.to_doubles(), gs = g.to_doubles();
+    return std::inner_product(ys.begin(), ys.end(), gs.begin(), 0.0);
+  };
+  Tensor dx = Tensor::zeros({6, 5}, DType::f64), dw = Tensor::full({4, 3, 5}, 3.0, DType::f64);
+  grouped_gemm_backward_input(g, w, offsets, dx);
+  grouped_gemm_backward_weight(g, x, offsets, dw, false);
+  EXPECT_LT(testing::finite_difference_error(x, dx, loss, 30), 1e-7);
+  EXPECT_LT(testing::finite_difference_error(w, dw, loss, 60), 1e-7);
+  // Expert 1 has no rows: its gradient is zero, or kept when accumulating.
+  for (double v : dw.select(0, 1).to_doubles()) EXPECT_EQ(v, 0.0);
+  Tensor again = dw.clone();
+  grouped_gemm_backward_weight(g, x, offsets, again, true);
+  const std::vector<double> once = dw.to_doubles(), twice = again.to_doubles();
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-12);
+}
+
+TEST(GroupedGemm, SwigluForwardIsTheProductThenSwiglu) {
+  const std::vector<int> counts = {4, 0, 2};
+  const Tensor offsets = offsets_of(counts);
+  const Tensor x = random_tensor({6, 8}, DType::f64, 7), w = random_tensor({3, 6, 8}, DType::f64, 8);
+  Tensor gate_up = Tensor::zeros({6, 6}, DType::f64), h = Tensor::zeros({6, 3}, DType::f64);
+  grouped_gemm_swiglu_forward(x, w, offsets, gate_up, h);
+  const std::vector<double> ref = reference_forward(x, w, counts), gu = gate_up.to_doubles(), hs = h.to_doubles();
+  for (int r = 0; r < 6; ++r)
+    for (int j = 0; j < 3; ++j) {
+      const double gate = ref[r * 6 + j], up = ref[r * 6 + 3 + j];
+      EXPECT_NEAR(gu[r * 6 + j], gate, 1e-12);
+      EXPECT_NEAR(hs[r * 3 + j], gate / (1 + std::exp(-gate)) * up, 1e-12) << "row " << r << " col " << j;
+    }
+}
+
+TEST(GroupedGemm, MalformedOffsetsAndShapesAreNamed) {
+  const Tensor x = random_tensor({4, 8}, DType::f32, 9), w = random_tensor({2, 3, 8}, DType::f32, 10);
+  Tensor y = Tensor::zeros({4, 3}, DType::f32);
+  const auto message = [&](const Tensor& offsets, Tensor& out) {
+    try {
+      grouped_gemm_forward(x, w, offsets, out);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(Tensor::from_vector(std::vector<int32_t>{0, 3, 2}, {3}), y).find("decrease at expert 1"),
+            std::string::npos);
+  EXPECT_NE(message(Tensor::from_vector(std::vector<int32_t>{0, 3, 5}, {3}), y).find("hold 4 rows"),
+            std::string::npos);
+  EXPECT_NE(message(Tensor::from_vector(std::vector<int32_t>{1, 3, 4}, {3}), y).find("offsets[0] is 1"),
+            std::string::npos);
+  EXPECT_NE(message(Tensor::from_vector(std::vector<int32_t>{0, 4}, {2}), y).find("must be i32 [3]"),
+            std::string::npos);
+  Tensor wrong = Tensor::zeros({4, 2}, DType::f32);
+  EXPECT_NE(message(offsets_of({2, 2}), wrong).find("must be [4, 3]"), std::string::npos);
+}
+
+// ---- GPU ---------------------------------------------------------------------------
+
+#define REQUIRE_HOPPER()                                                                   \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";                                 \
+  if (!grouped_gemm_available(Device::cuda())) GTEST_SKIP() << "the grouped kernels need an sm_90 card"
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+Tensor nan_gpu(Shape shape, DType dt) { return gpu(Tensor::full(shape, NAN, dt)); }
+
+// A routing's counts, with empty experts, one-row experts and counts off the tiles.
+struct Case {
+  std::vector<int> counts;
+  int k, n, extra_rows;
+};
+
+// The GPU result's relative error against the f64 CPU op on the same (rounded) inputs;
+// rows past the last expert must still hold the NaN they were poisoned with.
+void expect_matches(const std::string& what, const Tensor& on_gpu, const Tensor& ref, int used_rows, double limit) {
+  const Tensor got = on_gpu.to(Device::cpu());
+  const int64_t rows = got.size(0);
+  const double err = testing::relative_error(got.slice(0, 0, used_rows), ref.slice(0, 0, used_rows));
+  std::cout << what << ": rel err " << err << "\n";
+  EXPECT_LT(err, limit) << what;
+  if (rows > used_rows)
+    for (double v : got.slice(0, used_rows, rows).to_doubles())
+      ASSERT_TRUE(std::isnan(v)) << what << ": a row past the last expert was written";
+}
+
+TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
+  REQUIRE_HOPPER();
+  const std::vector<Case> cases = {
+      {{0, 1, 130, 0, 257, 64, 1, 3}, 200, 136, 5},  // reduction and width tails
+      {{5, 0, 300, 17}, 2880, 256, 0},               // gpt-oss's hidden size, K off 128
+      {{129, 128, 0, 127}, 128, 128, 3},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    const int used = total(c.counts), rows = used + c.extra_rows, experts = static_cast<int>(c.counts.size());
+    const std::string tag = "K " + std::to_string(c.k) + " N " + std::to_string(c.n);
+    const Tensor offsets = offsets_of(c.counts), offsets_gpu = gpu(offsets);
+    const Tensor x = random_tensor({rows, c.k}, DType::bf16, seed++), w = random_tensor({experts, c.n, c.k}, DType::bf16, seed++, 0.05f);
+    const Tensor dy = random_tensor({rows, c.n}, DType::bf16, seed++);
+    const Tensor scale = random_tensor({rows}, DType::f32, seed++);
+    const Tensor x64 = x.to(DType::f64), w64 = w.to(DType::f64), dy64 = dy.to(DType::f64);
+
+    Tensor ref = Tensor::zeros({rows, c.n}, DType::f64);
+    grouped_gemm_forward(x64, w64, offsets, ref);
+    Tensor y = nan_gpu({rows, c.n}, DType::bf16);
+    grouped_gemm_forward(gpu(x), gpu(w), offsets_gpu, y);
+    expect_matches("forward " + tag, y, ref, used, 5e-3);
+
+    Tensor ref_scaled = Tensor::zeros({rows, c.n}, DType::f64);
+    grouped_gemm_forward(x64, w64, offsets, ref_scaled, scale);
+    Tensor ys = nan_gpu({rows, c.n}, DType::bf16);
+    grouped_gemm_forward(gpu(x), gpu(w), offsets_gpu, ys, gpu(scale));
+    expect_matches("forward, row scales " + tag, ys, ref_scaled, used, 5e-3);
+
+    Tensor ref_gu = Tensor::zeros({rows, c.n}, DType::f64), ref_h = Tensor::zeros({rows, c.n / 2}, DType::f64);
+    grouped_gemm_swiglu_forward(x64, w64, offsets, ref_gu, ref_h);
+    Tensor gu = nan_gpu({rows, c.n}, DType::bf16), h = nan_gpu({rows, c.n / 2}, DType::bf16);
+    grouped_gemm_swiglu_forward(gpu(x), gpu(w), offsets_gpu, gu, h);
+    expect_matches("swiglu gate_up " + tag, gu, ref_gu, used, 5e-3);
+    expect_matches("swiglu h " + tag, h, ref_h, used, 5e-3);
+    Tensor unused, h_only = nan_gpu({rows, c.n / 2}, DType::bf16);
+    grouped_gemm_swiglu_forward(gpu(x), gpu(w), offsets_gpu, unused, h_only);
+    expect_matches("swiglu h without gate_up " + tag, h_only, ref_h, used, 5e-3);
+
+    Tensor ref_dx = Tensor::zeros({rows, c.k}, DType::f64);
+    grouped_gemm_backward_input(dy64, w64, offsets, ref_dx);
+    Tensor dx = nan_gpu({rows, c.k}, DType::bf16);
+    grouped_gemm_backward_input(gpu(dy), gpu(w), offsets_gpu, dx);
+    expect_matches("backward input " + tag, dx, ref_dx, used, 5e-3);
+
+    Tensor ref_dw = Tensor::zeros({experts, c.n, c.k}, DType::f64);
+    grouped_gemm_backward_weight(dy64, x64, offsets, ref_dw, false);
+    Tensor dw = nan_gpu({experts, c.n, c.k}, DType::f32);
+    grouped_gemm_backward_weight(gpu(dy), gpu(x), offsets_gpu, dw, false);
+    const double dw_err = testing::relative_error(dw.to(Device::cpu()), ref_dw);
+    std::cout << "backward weight " << tag << ": rel err " << dw_err << "\n";
+    EXPECT_LT(dw_err, 1e-5) << "fp32 accumulation of exact bf16 products";
+    grouped_gemm_backward_weight(gpu(dy), gpu(x), offsets_gpu, dw, true);
+    Tensor twice = ref_dw.clone();
+    grouped_gemm_backward_weight(dy64, x64, offsets, twice, true);
+    EXPECT_LT(testing::relative_error(dw.to(Device::cpu()), twice), 1e-5) << "accumulated weight gradient";
+  }
+}
+
+// The store partition only moves where results are written from: both give one result.
+TEST(GroupedGemmGpu, StorePartitionOffGivesTheSameBits) {
+  REQUIRE_HOPPER();
+  const std::vector<int> counts = {70, 0, 1, 200};
+  const int rows = total(counts);
+  const Tensor offsets = gpu(offsets_of(counts));
+  const Tensor x = gpu(random_tensor({rows, 192}, DType::bf16, 200)), w = gpu(random_tensor({4, 320, 192}, DType::bf16, 201));
+  Tensor y[2], gu[2], h[2];
+  for (int variant = 0; variant < 2; ++variant) {
+    set_grouped_gemm_store_partition(variant == 0);
+    y[variant] = Tensor::zeros({rows, 320}, DType::bf16, Device::cuda());
+    gu[variant] = Tensor::zeros({rows, 320}, DType::bf16, Device::cuda());
+    h[variant] = Tensor::zeros({rows, 160}, DType::bf16, Device::cuda());
+    grouped_gemm_forward(x, w, offsets, y[variant]);
+    grouped_gemm_swiglu_forward(x, w, offsets, gu[variant], h[variant]);
+  }
+  set_grouped_gemm_store_partition(true);
+  for (const auto& [a, b] : {std::pair{y[0], y[1]}, std::pair{gu[0], gu[1]}, std::pair{h[0], h[1]}})
+    EXPECT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles());
+}
+
+// One capture of every kernel, replayed with three routings written into the offsets
+// buffer, matches eager calls on each routing bit for bit.
+TEST(GroupedGemmGpu, CapturedGraphReplaysAnyRoutingBitForBit) {
+  REQUIRE_HOPPER();
+  const std::vector<std::vector<int>> routings = {{100, 0, 156, 0, 1, 255}, {0, 512, 0, 0, 0, 0}, {85, 85, 85, 85, 86, 86}};
+  const int rows = 512, k = 256, n = 384, experts = 6;
+  const Tensor x = gpu(random_tensor({rows, k}, DType::bf16, 300)), w = gpu(random_tensor({experts, n, k}, DType::bf16, 301));
+  const Tensor dy = gpu(random_tensor({rows, n}, DType::bf16, 302)), scale = gpu(random_tensor({rows}, DType::f32, 303));
+  Tensor offsets = Tensor::zeros({experts + 1}, DType::i32, Device::cuda());
+  struct Outputs {
+    Tensor y, h, gate_up, dx, dw;
+  };
+  const auto make = [&] {
+    return Outputs{Tensor::zeros({rows, n}, DType::bf16, Device::cuda()), Tensor::zeros({rows, n / 2}, DType::bf16, Device::cuda()),
+                   Tensor::zeros({rows, n}, DType::bf16, Device::cuda()), Tensor::zeros({rows, k}, DType::bf16, Device::cuda()),
+                   Tensor::zeros({experts, n, k}, DType::f32, Device::cuda())};
+  };
+  const auto run = [&](Outputs& o) {
+    grouped_gemm_forward(x, w, offsets, o.y, scale);
+    grouped_gemm_swiglu_forward(x, w, offsets, o.gate_up, o.h);
+    grouped_gemm_backward_input(dy, w, offsets, o.dx);
+    grouped_gemm_backward_weight(dy, x, offsets, o.dw, false);
+  };
+  Outputs captured = make();
+  cuda::begin_capture();
+  run(captured);
+  void* graph = cuda::end_capture();
+  for (const auto& counts : routings) {
+    ASSERT_EQ(total(counts), rows);
+    offsets.copy_from(offsets_of(counts));
+    cuda::launch_graph(graph);
+    Outputs eager = make();
+    run(eager);
+    cuda::synchronize();
+    for (const auto& [a, b] : {std::pair{captured.y, eager.y}, std::pair{captured.h, eager.h},
+                               std::pair{captured.gate_up, eager.gate_up}, std::pair{captured.dx, eager.dx},
+                               std::pair{captured.dw, eager.dw}})
+      ASSERT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles());
+  }
+  cuda::destroy_graph(graph);
+}
+
+}  // namespace
+}  // namespace amber
