@@ -25,6 +25,18 @@ double open_uniform(uint64_t seed, uint64_t index) {
   return (static_cast<double>((hi << 26) | lo) + 0.5) * 0x1p-53;
 }
 
+// ||got - ref|| / ||ref|| in double; anything not finite (a row never written) gives inf.
+double relative_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to_doubles(), b = ref.to_doubles();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
 Tensor random(Shape shape, Device device, uint64_t seed, float std = 1.0f) {
   Tensor t = Tensor::empty(shape, DType::bf16, device);
   fill_normal(t, seed, 0, 0.0f, std);
@@ -114,7 +126,8 @@ GroupedRoofs measure_grouped_roofs(Device device, int64_t gemm_size, int repeats
   return roofs;
 }
 
-void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& roofs, int repeats) {
+void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& roofs,
+                       const GroupedBenchOptions& options) {
   const GroupedBenchShape& s = c.shape;
   AMBER_CHECK(s.n % 2 == 0, "bench kernel grouped: n (gate and up rows) must be even, got ", s.n);
   const int64_t rows = c.tokens * s.topk, half = s.n / 2;
@@ -125,18 +138,46 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
   const Tensor x = random({rows, s.k}, device, 11);
   const Tensor w = random({s.experts, s.n, s.k}, device, 12, 1.0f / std::sqrt(static_cast<float>(s.k)));
   const Tensor dy = random({rows, s.n}, device, 13);
-  Tensor y = Tensor::empty({rows, s.n}, DType::bf16, device), h = Tensor::empty({rows, half}, DType::bf16, device);
-  Tensor dx = Tensor::empty({rows, s.k}, DType::bf16, device);
+  Tensor y = Tensor::empty({rows, s.n}, DType::bf16, device), gate_up = Tensor::empty({rows, s.n}, DType::bf16, device);
+  Tensor h = Tensor::empty({rows, half}, DType::bf16, device), dx = Tensor::empty({rows, s.k}, DType::bf16, device);
   Tensor dw = Tensor::empty({s.experts, s.n, s.k}, DType::f32, device);
+
+  // The float64 reference of the first experts' rows, on the host: experts [0, ce)
+  // own rows [0, cr), so it is the same call on slices with offsets[0 .. ce].
+  const int64_t ce = std::min<int64_t>(s.experts, 8), cr = c.route.offsets[static_cast<size_t>(ce)];
+  const auto host64 = [](const Tensor& t, int64_t n) { return t.slice(0, 0, n).to(Device::cpu()).to(DType::f64); };
+  Tensor ry, rh, rdx, rdw;
+  if (options.check_errors) {
+    const Tensor ro = Tensor::from_vector(
+        std::vector<int32_t>(c.route.offsets.begin(), c.route.offsets.begin() + ce + 1), {ce + 1});
+    const Tensor rx = host64(x, cr), rw = host64(w, ce), rdy = host64(dy, cr);
+    ry = Tensor::empty({cr, s.n}, DType::f64);
+    rh = Tensor::empty({cr, half}, DType::f64);
+    rdx = Tensor::empty({cr, s.k}, DType::f64);
+    rdw = Tensor::empty({ce, s.n, s.k}, DType::f64);
+    Tensor rgu = Tensor::empty({cr, s.n}, DType::f64);
+    grouped_gemm_forward(rx, rw, ro, ry);
+    grouped_gemm_swiglu_forward(rx, rw, ro, rgu, rh);
+    grouped_gemm_backward_input(rdy, rw, ro, rdx);
+    grouped_gemm_backward_weight(rdy, rx, ro, rdw, false);
+  }
 
   const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(s.n) * static_cast<double>(s.k);
   const double bf16 = 2.0, active_w = bf16 * static_cast<double>(active * s.n * s.k);
   const double act_k = bf16 * static_cast<double>(rows * s.k), act_n = bf16 * static_cast<double>(rows * s.n);
   constexpr int kCalls = 5;  // back to back, as a step issues them: the host's setup hides behind the device
-  const auto add = [&](const std::string& product, double bytes, const std::function<void()>& fn) {
+  // Times fn into a row; when checking, its first call writes over NaN, and `out`'s
+  // first ref_rows rows are compared with `ref`.
+  const auto add = [&](const std::string& product, double bytes, const std::function<void()>& fn, Tensor& out,
+                       const Tensor& ref, int64_t ref_rows) {
     GroupedBenchRow r;
     r.product = product;
-    r.ms = best_ms(device, repeats, kCalls, fn);
+    if (options.check_errors) {
+      out.copy_from(Tensor::full(out.shape(), NAN, out.dtype()));
+      fn();
+      r.error = relative_error(host64(out, ref_rows), ref);
+    }
+    r.ms = best_ms(device, options.repeats, kCalls, fn);
     r.flops = flops;
     r.bytes = bytes;
     r.tflops = flops / (r.ms * 1e-3) / 1e12;
@@ -146,12 +187,22 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
     r.of_bound = std::max(r.memory_ms, r.compute_ms) / r.ms;
     c.rows.push_back(r);
   };
-  add("forward", act_k + active_w + act_n, [&] { grouped_gemm_forward(x, w, offsets, y); });
-  add("swiglu forward", act_k + active_w + act_n + act_n / 2,
-      [&] { grouped_gemm_swiglu_forward(x, w, offsets, y, h); });
-  add("backward input", act_n + active_w + act_k, [&] { grouped_gemm_backward_input(dy, w, offsets, dx); });
+  // An m-grouped product, and with the A/B its second arm: the store partition off.
+  const auto add_m = [&](const std::string& product, double bytes, const std::function<void()>& fn,
+                         Tensor& out, const Tensor& ref) {
+    add(product, bytes, fn, out, ref, cr);
+    if (!options.store_partition_ab) return;
+    set_grouped_gemm_store_partition(false);
+    add(product + ", math-warp stores", bytes, fn, out, ref, cr);
+    set_grouped_gemm_store_partition(true);
+  };
+  add_m("forward", act_k + active_w + act_n, [&] { grouped_gemm_forward(x, w, offsets, y); }, y, ry);
+  add_m("swiglu forward", act_k + active_w + act_n + act_n / 2,
+        [&] { grouped_gemm_swiglu_forward(x, w, offsets, gate_up, h); }, h, rh);
+  add_m("backward input", act_n + active_w + act_k, [&] { grouped_gemm_backward_input(dy, w, offsets, dx); }, dx,
+        rdx);
   add("backward weight", act_n + act_k + 4.0 * static_cast<double>(s.experts * s.n * s.k),
-      [&] { grouped_gemm_backward_weight(dy, x, offsets, dw, false); });
+      [&] { grouped_gemm_backward_weight(dy, x, offsets, dw, false); }, dw, rdw, ce);
 }
 
 void save_grouped_cases(const std::string& path, const std::vector<GroupedBenchCase>& cases,
@@ -163,7 +214,7 @@ void save_grouped_cases(const std::string& path, const std::vector<GroupedBenchC
                         {"cases", nlohmann::json::array()}};
   for (const GroupedBenchCase& c : cases) {
     nlohmann::json rows = nlohmann::json::object();
-    for (const GroupedBenchRow& r : c.rows) rows[r.product] = {{"ms", r.ms}, {"tflops", r.tflops}};
+    for (const GroupedBenchRow& r : c.rows) rows[r.product] = {{"ms", r.ms}, {"tflops", r.tflops}, {"error", r.error}};
     out["cases"].push_back({{"shape", c.shape.name},
                             {"experts", c.shape.experts},
                             {"topk", c.shape.topk},

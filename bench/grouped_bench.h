@@ -42,7 +42,10 @@ GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const
                             uint64_t seed);
 
 struct GroupedBenchRow {
-  std::string product;  // "forward", "swiglu forward", "backward input", "backward weight"
+  // "forward", "swiglu forward", "backward input", "backward weight"; the A/B's second
+  // arm adds ", math-warp stores"
+  std::string product;
+  double error = -1;    // relative, vs float64 over the first experts' rows; -1: not measured
   double ms = 0;
   double flops = 0;     // 2 * rows * n * k
   double bytes = 0;     // see run_grouped_bench
@@ -68,13 +71,24 @@ struct GroupedRoofs {
 };
 GroupedRoofs measure_grouped_roofs(Device device, int64_t gemm_size, int repeats);
 
+struct GroupedBenchOptions {
+  int repeats = 20;
+  // Each product's first call writes into NaN-filled outputs, and the rows of the first
+  // (at most 8) experts are compared with the float64 CPU products (on the host).
+  bool check_errors = false;
+  // The A/B of the Hopper m-grouped kernels' store partition: each m-grouped product
+  // timed again with the math warps storing their results themselves.
+  bool store_partition_ab = false;
+};
+
 // Times the four products of ops/grouped_gemm.h on one case (bf16 operands drawn from
 // the normal distribution, f32 weight gradient, overwritten). Bytes are the fewest each
 // product must move: its activations read and written once, plus the weights of the
 // experts that own at least one row (forward, swiglu forward, backward input; the
 // swiglu forward writes both the gate/up products and h), or every expert's f32
 // weight gradient (backward weight, which writes zeros where an expert has no rows).
-void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& roofs, int repeats);
+void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& roofs,
+                       const GroupedBenchOptions& options);
 
 // The cases and (when run) their rows as JSON, for bench/compare/grouped_torch.py
 // --inputs-dir: shapes, counts and offsets, the roofs, each product's ms.

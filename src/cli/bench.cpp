@@ -3,8 +3,10 @@
 // MoE grouped products against both roofline limits).
 #include <iomanip>
 #include <iostream>
+#include <set>
 
 #include "amber/ops/gemm.h"
+#include "amber/ops/grouped_gemm.h"
 #include "amber/train/run_config.h"
 #include "bench/attention_bench.h"
 #include "bench/grouped_bench.h"
@@ -142,10 +144,14 @@ void print_attention_bench(const std::string& which, Device device, int repeats,
 }
 
 void print_grouped_bench(const std::string& which, const std::vector<int64_t>& tokens, const std::string& routing,
-                         uint64_t seed, const std::string& device_name, int repeats, const std::string& inputs_dir) {
+                         uint64_t seed, const std::string& device_name, int repeats, const std::string& inputs_dir,
+                         bool store_partition_ab) {
   AMBER_CHECK(routing == "both" || routing == "uniform" || routing == "skewed",
               "bench kernel grouped: unknown --routing '", routing, "'; valid: uniform, skewed, both");
   const Device device = device_from_name(device_name);
+  AMBER_CHECK(grouped_gemm_available(device), "bench kernel grouped: ", device_name,
+              " has no grouped products (the GPU kernels run on Hopper, sm_90a, in builds with sm_90a code); "
+              "use a Hopper card or --device cpu --shape tiny");
   const std::vector<std::string> routings =
       routing == "both" ? std::vector<std::string>{"uniform", "skewed"} : std::vector<std::string>{routing};
   std::vector<GroupedBenchCase> cases;
@@ -172,17 +178,24 @@ void print_grouped_bench(const std::string& which, const std::vector<int64_t>& t
   std::cout << "roofs: device copy " << std::setprecision(3) << roofs.copy_tb_per_s << " TB/s (read + write); dense "
             << "bf16 gemm() " << roofs.gemm_size << "^3 " << std::setprecision(1) << roofs.gemm_tflops
             << " TFLOP/s\nbf16 operands, f32 weight gradient; TFLOP/s counts 2 x rows x n x k; bytes: activations "
-               "in and out, weights of experts with rows (every expert's f32 gradient)\n"
-            << "| shape | tokens | routing | product | ms | TFLOP/s | TB/s | memory limit ms | compute limit ms | "
-               "nearer limit | of it |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+               "in and out, weights of experts with rows (every expert's f32 gradient); error: each shape's first "
+               "case, its first 8 experts' rows against float64 on the host\n"
+            << "| shape | tokens | routing | product | error vs f64 | ms | TFLOP/s | TB/s | memory limit ms | compute "
+               "limit ms | nearer limit | of it |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::set<std::string> checked;  // shapes whose first case (their smallest) measured its errors
   for (GroupedBenchCase& c : cases) {
-    run_grouped_bench(c, device, roofs, repeats);
-    for (const GroupedBenchRow& r : c.rows)
-      std::cout << "| " << c.shape.name << " | " << c.tokens << " | " << c.routing << " | " << r.product << " | "
-                << std::setprecision(4) << r.ms << " | " << std::setprecision(1) << r.tflops << " | "
+    run_grouped_bench(c, device, roofs, {repeats, checked.insert(c.shape.name).second, store_partition_ab});
+    for (const GroupedBenchRow& r : c.rows) {
+      std::cout << "| " << c.shape.name << " | " << c.tokens << " | " << c.routing << " | " << r.product << " | ";
+      if (r.error >= 0)
+        std::cout << std::scientific << std::setprecision(1) << r.error << std::fixed;
+      else
+        std::cout << "-";
+      std::cout << " | " << std::setprecision(4) << r.ms << " | " << std::setprecision(1) << r.tflops << " | "
                 << std::setprecision(3) << r.tb_per_s << " | " << std::setprecision(4) << r.memory_ms << " | "
                 << r.compute_ms << " | " << (r.memory_ms > r.compute_ms ? "memory" : "compute") << " | "
                 << std::setprecision(1) << 100 * r.of_bound << "% |" << std::endl;
+    }
     if (!cases_file.empty()) save_grouped_cases(cases_file, cases, roofs, device_name);
   }
 }
@@ -248,6 +261,7 @@ void add_bench_command(CLI::App& app) {
     int candidates = 8;
     std::string routing = "both";
     uint64_t seed = 1;
+    bool store_partition_ab = false;
   };
   auto k = std::make_shared<KernelArgs>();
   auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits");
@@ -281,6 +295,9 @@ void add_bench_command(CLI::App& app) {
                      "popularity a Zipf law over a seeded ranking) or both")
       ->capture_default_str();
   kernel->add_option("--seed", k->seed, "grouped only: the routing's seed")->capture_default_str();
+  kernel->add_flag("--store-partition-ab", k->store_partition_ab,
+                   "grouped only: time each m-grouped product (forward, swiglu forward, backward input) again with "
+                   "the Hopper kernels' store partition off, the math warps storing their results themselves");
   kernel->add_flag("--portable", k->portable,
                    "attention only: the portable mma.sync kernels even on a Hopper card (to compare the paths)");
   kernel->add_option("--vocab", k->vocab, "lmhead only: vocabulary size")->capture_default_str();
@@ -299,7 +316,8 @@ void add_bench_command(CLI::App& app) {
       return k->tokens.empty() || k->tokens[0] <= 0 ? fallback : k->tokens[0];
     };
     if (k->name == "grouped")
-      return print_grouped_bench(k->shape, k->tokens, k->routing, k->seed, k->device, k->repeats, k->inputs_dir);
+      return print_grouped_bench(k->shape, k->tokens, k->routing, k->seed, k->device, k->repeats, k->inputs_dir,
+                                 k->store_partition_ab);
     if (k->name == "attention")
       return print_attention_bench(k->shape, device_from_name(k->device), k->repeats, k->inputs_dir, k->portable);
     if (k->name == "gemm") {

@@ -1,6 +1,7 @@
 // The grouped GEMM benchmark's routing, which both arms of the PyTorch comparison run
 // on: top-k distinct experts per token, counts and offsets that agree, one routing per
-// seed, and a skewed routing that is skewed; then the bench on the CPU and its file.
+// seed, and a skewed routing that is skewed; then the bench on the CPU and the file
+// the PyTorch arm reads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "amber/core/error.h"
+#include "amber/core/device.h"
 #include "bench/grouped_bench.h"
 
 namespace amber {
@@ -85,6 +87,64 @@ TEST(GroupedBench, BadArgumentsAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mm1, kohaku768"), std::string::npos) << e.what();
   }
+}
+
+// The CPU run of the tiny shape: every product timed, its first call within bf16
+// rounding of float64 (f32 rounding for the f32 weight gradient), the bytes and the
+// roofline limits as the header defines them.
+TEST(GroupedBench, TinyCaseOnTheCpuTimesEveryProductNearFloat64) {
+  GroupedBenchCase c{grouped_bench_shapes("tiny")[0], 64, "skewed", route_tokens(64, 8, 2, "skewed", 1), {}};
+  const GroupedRoofs roofs{.copy_tb_per_s = 0.01, .gemm_tflops = 0.1, .gemm_size = 512};
+  run_grouped_bench(c, Device::cpu(), roofs, {.repeats = 1, .check_errors = true, .store_partition_ab = false});
+  ASSERT_EQ(c.rows.size(), 4u);
+  const double rows = 128, n = 512, k = 256, weights = 2.0 * 8 * n * k;  // every tiny expert has rows
+  const double flops = 2 * rows * n * k;
+  const std::vector<std::pair<std::string, double>> expected = {
+      {"forward", 2 * rows * k + weights + 2 * rows * n},
+      {"swiglu forward", 2 * rows * k + weights + 3 * rows * n},
+      {"backward input", 2 * rows * n + weights + 2 * rows * k},
+      {"backward weight", 2 * rows * n + 2 * rows * k + 4.0 * 8 * n * k}};
+  ASSERT_TRUE(std::all_of(c.route.counts.begin(), c.route.counts.end(), [](int32_t r) { return r > 0; }));
+  for (size_t i = 0; i < 4; ++i) {
+    const GroupedBenchRow& r = c.rows[i];
+    EXPECT_EQ(r.product, expected[i].first);
+    EXPECT_DOUBLE_EQ(r.bytes, expected[i].second) << r.product;
+    EXPECT_DOUBLE_EQ(r.flops, flops) << r.product;
+    EXPECT_GT(r.ms, 0) << r.product;
+    EXPECT_NEAR(r.memory_ms, r.bytes / 1e10 * 1e3, 1e-9 * r.memory_ms) << r.product;
+    EXPECT_NEAR(r.compute_ms, flops / 1e11 * 1e3, 1e-9 * r.compute_ms) << r.product;
+    EXPECT_DOUBLE_EQ(r.of_bound, std::max(r.memory_ms, r.compute_ms) / r.ms) << r.product;
+    EXPECT_LT(r.error, r.product == "backward weight" ? 1e-6 : 8e-3) << r.product;
+    EXPECT_GE(r.error, 0) << r.product;
+  }
+}
+
+// The file bench/compare/grouped_torch.py runs PyTorch on: each case's routing and
+// amber's times.
+TEST(GroupedBench, CasesFileHoldsTheRoutingAndTheTimes) {
+  GroupedBenchCase c{grouped_bench_shapes("tiny")[0], 40, "uniform", route_tokens(40, 8, 2, "uniform", 2), {}};
+  c.rows.push_back({.product = "forward", .ms = 0.5, .tflops = 3.0});
+  const GroupedRoofs roofs{.copy_tb_per_s = 3.5, .gemm_tflops = 700, .gemm_size = 8192};
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "amber_grouped_cases_test";
+  std::filesystem::remove_all(dir);
+  save_grouped_cases((dir / "grouped_cases.json").string(), {c}, roofs, "cuda:0");
+  const auto saved = nlohmann::json::parse(std::ifstream(dir / "grouped_cases.json"));
+  EXPECT_EQ(saved["device"], "cuda:0");
+  EXPECT_DOUBLE_EQ(saved["gemm_tflops"].get<double>(), 700);
+  ASSERT_EQ(saved["cases"].size(), 1u);
+  const auto& one = saved["cases"][0];
+  EXPECT_EQ(one["shape"], "tiny");
+  EXPECT_EQ(one["experts"], 8);
+  EXPECT_EQ(one["topk"], 2);
+  EXPECT_EQ(one["k"], 256);
+  EXPECT_EQ(one["n"], 512);
+  EXPECT_EQ(one["tokens"], 40);
+  EXPECT_EQ(one["routing"], "uniform");
+  EXPECT_EQ(one["counts"].get<std::vector<int32_t>>(), c.route.counts);
+  EXPECT_EQ(one["offsets"].get<std::vector<int32_t>>(), c.route.offsets);
+  EXPECT_DOUBLE_EQ(one["amber"]["forward"]["ms"].get<double>(), 0.5);
+  EXPECT_FALSE(std::filesystem::exists(dir / "grouped_cases.json.partial"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
