@@ -129,7 +129,7 @@ def run_case(case, repeats, fast_accum, with_errors):
         try:
             error = rel(fn(), refs[product]) if refs else None
             rows.append((product, arm, best_ms(fn, repeats), flops, nbytes, error))
-        except (RuntimeError, TypeError) as err:  # an arm this PyTorch or this card lacks: say why, go on
+        except (RuntimeError, TypeError, ValueError, AttributeError) as err:  # an arm this PyTorch or card lacks
             rows.append((product, f"{arm}: {str(err).splitlines()[0][:80]}", None, flops, nbytes, None))
     return rows
 
@@ -166,22 +166,25 @@ def main():
             err = f"{error:.1e}" if error is not None else "-"
             print(f"{head} {err} | {ms:.4f} | {flops / ms / 1e9:.1f} | {nbytes / ms / 1e9:.3f} | {memory_ms:.4f} | "
                   f"{compute_ms:.4f} | {bound} | {100 * max(memory_ms, compute_ms) / ms:.1f}% |", flush=True)
-            results.append((case, product, arm, ms, flops))
+            results.append((case, product, arm, ms, flops, error))
     side_by_side(results)
 
 
 def side_by_side(results):
-    """amber's TFLOP/s beside each PyTorch arm of the same case and product."""
+    """amber's TFLOP/s (and, on each shape's first case, its error) beside each PyTorch arm's."""
     if not any(case.get("amber") for case, *_ in results):
         print("(amber's times are not in the file: its run did not finish)")
         return
-    print("\n| shape | tokens | routing | product | amber ms | amber TFLOP/s | PyTorch arm | PyTorch ms | "
-          "PyTorch TFLOP/s | amber / PyTorch |\n|---|---|---|---|---|---|---|---|---|---|")
-    for case, product, arm, ms, flops in results:
+    print("\n| shape | tokens | routing | product | error vs f64 amber / PyTorch | amber ms | amber TFLOP/s | "
+          "PyTorch arm | PyTorch ms | PyTorch TFLOP/s | amber / PyTorch |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for case, product, arm, ms, flops, error in results:
         mine = case.get("amber", {}).get(product)
         if not mine:
             continue
-        print(f"| {case['shape']} | {case['tokens']} | {case['routing']} | {product} | {mine['ms']:.4f} | "
+        errors = "-"
+        if error is not None and mine.get("error", -1) >= 0:
+            errors = f"{mine['error']:.1e} / {error:.1e}"
+        print(f"| {case['shape']} | {case['tokens']} | {case['routing']} | {product} | {errors} | {mine['ms']:.4f} | "
               f"{mine['tflops']:.1f} | {arm} | {ms:.4f} | {flops / ms / 1e9:.1f} | {ms / mine['ms']:.2f}x |")
 
 
