@@ -91,8 +91,9 @@ GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const
       keys[e] = {log_weight[e] - std::log(-std::log(u)), static_cast<int32_t>(e)};
     }
     // The k largest keys; ties (measure zero) fall to the lower expert.
-    std::partial_sort(keys.begin(), keys.begin() + topk, keys.end(),
-                      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    std::partial_sort(keys.begin(), keys.begin() + topk, keys.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
     for (int64_t j = 0; j < topk; ++j) {
       const int32_t e = keys[static_cast<size_t>(j)].second;
       r.choices[static_cast<size_t>(t * topk + j)] = e;

@@ -168,8 +168,8 @@ void print_grouped_bench(const std::string& which, const std::vector<int64_t>& t
     const double mean = static_cast<double>(c.route.offsets.back()) / static_cast<double>(c.shape.experts);
     std::cout << "| " << c.shape.name << " | " << c.tokens << " | " << c.routing << " | " << c.route.offsets.back()
               << " | " << *hi << " / " << std::setprecision(1) << mean << " / " << *lo << " | "
-              << std::setprecision(2) << *hi / mean << " | " << std::count(c.route.counts.begin(), c.route.counts.end(), 0)
-              << " |\n";
+              << std::setprecision(2) << *hi / mean << " | "
+              << std::count(c.route.counts.begin(), c.route.counts.end(), 0) << " |\n";
   }
   const std::string cases_file = inputs_dir.empty() ? "" : inputs_dir + "/grouped_cases.json";
   const GroupedRoofs roofs = measure_grouped_roofs(device, device.is_cuda() ? 8192 : 512, repeats);
@@ -264,7 +264,7 @@ void add_bench_command(CLI::App& app) {
     bool store_partition_ab = false;
   };
   auto k = std::make_shared<KernelArgs>();
-  auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits");
+  auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits, MoE grouped products against both roofline limits");
   kernel->add_option("name", k->name,
                      "rmsnorm, swiglu, rope, all (the memory-bound ones), attention, lmhead (chunked "
                      "linear cross-entropy against materialised logits), gemm (a model's products against "
@@ -312,7 +312,8 @@ void add_bench_command(CLI::App& app) {
   kernel->callback([k] {
     // Every kernel but grouped times one token count.
     const auto tokens_or = [&](int64_t fallback) {
-      AMBER_CHECK(k->tokens.size() <= 1, "bench kernel ", k->name, ": --tokens takes one count here (a list is for grouped)");
+      AMBER_CHECK(k->tokens.size() <= 1, "bench kernel ", k->name,
+                  ": --tokens takes one count here (a list is for grouped)");
       return k->tokens.empty() || k->tokens[0] <= 0 ? fallback : k->tokens[0];
     };
     if (k->name == "grouped")
