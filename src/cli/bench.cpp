@@ -1,6 +1,7 @@
 // `amber bench step` (the whole training step) and `amber bench kernel` (memory-bound
 // kernels against the measured copy bandwidth; attention against a float64 reference;
 // MoE grouped products against both roofline limits).
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <set>
@@ -155,10 +156,12 @@ void print_grouped_bench(const std::string& which, const std::vector<int64_t>& t
   const std::vector<std::string> routings =
       routing == "both" ? std::vector<std::string>{"uniform", "skewed"} : std::vector<std::string>{routing};
   std::vector<GroupedBenchCase> cases;
-  for (const GroupedBenchShape& shape : grouped_bench_shapes(which))
+  for (const GroupedBenchShape& shape : grouped_bench_shapes(which)) {
+    std::cout << "shape " << shape.name << ": " << shape.summary << "\n";
     for (int64_t t : tokens.empty() ? shape.tokens : tokens)
       for (const std::string& r : routings)
         cases.push_back({shape, t, r, route_tokens(t, shape.experts, shape.topk, r, seed), {}});
+  }
   std::cout << "routing (seed " << seed << "; skewed: Zipf popularity, exponent " << kSkewedZipfExponent
             << ", top-k drawn without replacement)\n| shape | tokens | routing | rows | rows per expert max / mean / "
                "min | max / mean | empty experts |\n|---|---|---|---|---|---|---|\n"
