@@ -74,9 +74,10 @@ GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const
   if (routing == "skewed") {
     std::vector<int64_t> rank(e_count);
     std::iota(rank.begin(), rank.end(), 0);
-    for (int64_t i = experts - 1; i > 0; --i)  // Fisher-Yates from the stream's first words
-      std::swap(rank[static_cast<size_t>(i)],
-                rank[static_cast<size_t>(philox::bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(i + 1))]);
+    for (int64_t i = experts - 1; i > 0; --i) {  // Fisher-Yates from the stream's first words
+      const uint64_t j = philox::bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(i + 1);
+      std::swap(rank[static_cast<size_t>(i)], rank[static_cast<size_t>(j)]);
+    }
     for (size_t e = 0; e < e_count; ++e)
       log_weight[e] = -kSkewedZipfExponent * std::log(static_cast<double>(rank[e] + 1));
   }
@@ -84,7 +85,7 @@ GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const
   r.choices.resize(static_cast<size_t>(tokens * topk));
   r.counts.assign(e_count, 0);
   std::vector<std::pair<double, int32_t>> keys(e_count);
-  const uint64_t draws = static_cast<uint64_t>(experts);  // the shuffle used indices below this
+  const uint64_t draws = static_cast<uint64_t>(experts);  // open_uniform's words start past the shuffle's
   for (int64_t t = 0; t < tokens; ++t) {
     for (size_t e = 0; e < e_count; ++e) {
       const double u = open_uniform(seed, draws + static_cast<uint64_t>(t) * e_count + e);

@@ -35,8 +35,8 @@ struct GroupedRouting {
 // follows a Zipf law with exponent kSkewedZipfExponent over a seeded ranking of the
 // experts: the expert of rank r, from 1, has weight r^-s). Each token draws its top-k
 // without replacement in proportion to the weights (Gumbel top-k: the k largest
-// log(weight) + Gumbel noise), as a router's softmax would pick them. The same seed
-// gives the same routing on every machine (Philox draws).
+// log(weight) + Gumbel noise), as a router's softmax would pick them. The draws are
+// Philox's, so a seed gives one routing (up to the C library's last bit of log).
 constexpr double kSkewedZipfExponent = 0.5;
 GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const std::string& routing,
                             uint64_t seed);
