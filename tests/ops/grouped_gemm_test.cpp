@@ -161,7 +161,7 @@ void expect_matches(const std::string& what, const Tensor& on_gpu, const Tensor&
 TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
   REQUIRE_HOPPER();
   const std::vector<Case> cases = {
-      {{0, 1, 130, 0, 257, 64, 1, 3}, 200, 136, 5},  // reduction and width tails
+      {{0, 1, 130, 0, 257, 64, 1, 3}, 200, 144, 5},  // reduction and width tails
       {{5, 0, 300, 17}, 2880, 256, 0},               // gpt-oss's hidden size, K off 128
       {{129, 128, 0, 127}, 128, 128, 3},
   };
@@ -217,25 +217,32 @@ TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
   }
 }
 
-// The store partition only moves where results are written from: both give one result.
-TEST(GroupedGemmGpu, StorePartitionOffGivesTheSameBits) {
+// The store partition only moves where results are written from, and a tile's width
+// only which block computes an output: every variant gives one result.
+TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
   REQUIRE_HOPPER();
   const std::vector<int> counts = {70, 0, 1, 200};
   const int rows = total(counts);
   const Tensor offsets = gpu(offsets_of(counts));
   const Tensor x = gpu(random_tensor({rows, 192}, DType::bf16, 200)), w = gpu(random_tensor({4, 320, 192}, DType::bf16, 201));
-  Tensor y[2], gu[2], h[2];
-  for (int variant = 0; variant < 2; ++variant) {
-    set_grouped_gemm_store_partition(variant == 0);
+  const GroupedGemmVariant variants[4] = {{true, 128}, {false, 128}, {true, 256}, {false, 256}};
+  Tensor y[4], gu[4], h[4], dx[4];
+  const Tensor dy = gpu(random_tensor({rows, 320}, DType::bf16, 202));
+  for (int variant = 0; variant < 4; ++variant) {
+    set_grouped_gemm_variant(variants[variant]);
     y[variant] = Tensor::zeros({rows, 320}, DType::bf16, Device::cuda());
     gu[variant] = Tensor::zeros({rows, 320}, DType::bf16, Device::cuda());
     h[variant] = Tensor::zeros({rows, 160}, DType::bf16, Device::cuda());
     grouped_gemm_forward(x, w, offsets, y[variant]);
     grouped_gemm_swiglu_forward(x, w, offsets, gu[variant], h[variant]);
+    dx[variant] = Tensor::zeros({rows, 192}, DType::bf16, Device::cuda());
+    grouped_gemm_backward_input(dy, w, offsets, dx[variant]);
   }
-  set_grouped_gemm_store_partition(true);
-  for (const auto& [a, b] : {std::pair{y[0], y[1]}, std::pair{gu[0], gu[1]}, std::pair{h[0], h[1]}})
-    EXPECT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles());
+  set_grouped_gemm_variant({});
+  for (int variant = 1; variant < 4; ++variant)
+    for (const auto& [a, b] : {std::pair{y[0], y[variant]}, std::pair{gu[0], gu[variant]}, std::pair{h[0], h[variant]},
+                               std::pair{dx[0], dx[variant]}})
+      EXPECT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles()) << "variant " << variant;
 }
 
 // One capture of every kernel, replayed with three routings written into the offsets

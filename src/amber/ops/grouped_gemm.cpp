@@ -110,11 +110,11 @@ bool grouped_gemm_available(Device device) {
   return available;
 }
 
-void set_grouped_gemm_store_partition(bool on) {
+void set_grouped_gemm_variant(const GroupedGemmVariant& variant) {
+  AMBER_CHECK(variant.tile_n == 0 || variant.tile_n == 128 || variant.tile_n == 256,
+              "set_grouped_gemm_variant: tiles are 128 or 256 columns wide (0: chosen by shape), not ", variant.tile_n);
 #ifdef AMBER_WITH_CUDA
-  cuda::set_grouped_store_partition(on);
-#else
-  (void)on;
+  cuda::grouped_variant() = cuda::GroupedVariant{variant.store_partition, variant.tile_n};
 #endif
 }
 

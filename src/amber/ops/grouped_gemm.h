@@ -41,8 +41,13 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
 bool grouped_gemm_available(Device device);
 
 // For the A/B of `amber bench kernel grouped`: the Hopper kernels drain results through
-// a store partition (the default) or store them from the math warps. Both give the
+// a store partition (the default) or store them from the math warps, and take tiles
+// 128 or 256 columns wide, or as the shape suggests (tile_n 0). Every variant gives the
 // same bits; CPU-only builds ignore it.
-void set_grouped_gemm_store_partition(bool on);
+struct GroupedGemmVariant {
+  bool store_partition = true;
+  int tile_n = 0;
+};
+void set_grouped_gemm_variant(const GroupedGemmVariant& variant);
 
 }  // namespace amber

@@ -16,9 +16,13 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
 // A Hopper card (sm_90) in a build with sm_90a code.
 bool grouped_gemm_available(int device);
 
-// The m-grouped kernels' store partition (on unless switched off for its A/B in
-// `amber bench kernel grouped`; docs/perf/grouped_gemm.md).
-void set_grouped_store_partition(bool on);
-bool grouped_store_partition();
+// How the m-grouped kernels run: with a store partition (the default) or stores from the
+// math warps, tiles 128 or 256 columns wide or as the shape suggests (0). Set by
+// `amber bench kernel grouped` for its A/B (docs/perf/grouped_gemm.md).
+struct GroupedVariant {
+  bool store_partition = true;
+  int tile_n = 0;
+};
+GroupedVariant& grouped_variant();
 
 }  // namespace amber::cuda

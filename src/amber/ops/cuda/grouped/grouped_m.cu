@@ -29,21 +29,21 @@ using namespace hopper;
 
 enum class Epilogue { plain, row_scale, swiglu };
 
-constexpr int kBM = 128, kBN = 128, kBK = 64;  // rows x columns of a tile, reduction per stage
+constexpr int kBM = 128, kBK = 64;  // rows of a tile, reduction per stage (its columns: kBN, 128 or 256)
 constexpr int kThreads = 384;                  // loader/store warpgroup + two consumers
 constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
 
 // Output columns of a tile: SwiGLU halves the product's.
-template <Epilogue kE>
+template <Epilogue kE, int kBN>
 constexpr int kOutCols = kE == Epilogue::swiglu ? kBN / 2 : kBN;
 
 // Shared memory: the ring's stages (activation tile, then weight tile), the staging
 // buffer (rows padded by 16 bytes, so the consumers' fragment writes fall in distinct
 // banks), and for SwiGLU a second one for gate_up; then the barriers.
-template <Epilogue kE>
+template <Epilogue kE, int kBN>
 struct Smem {
   static constexpr int kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
-  static constexpr int kPitch = kOutCols<kE> * 2 + 16, kGateUpPitch = kBN * 2 + 16;
+  static constexpr int kPitch = kOutCols<kE, kBN> * 2 + 16, kGateUpPitch = kBN * 2 + 16;
   static constexpr int kStagingBytes = kBM * kPitch + (kE == Epilogue::swiglu ? kBM * kGateUpPitch : 0);
   static constexpr int kRoom = 227 * 1024 - 1024 - static_cast<int>(sizeof(grouped::Plan)) - 256;
   static constexpr int kStages = (kRoom - kStagingBytes) / kStageBytes;
@@ -96,8 +96,8 @@ __device__ __forceinline__ Tile tile_of(const grouped::Plan& p, int experts, int
 }
 
 // The loader thread: every stage of every tile of this block.
-template <Epilogue kE, bool kTransB>
-__device__ void load(const Smem<kE>& s, const Maps& maps, const grouped::Plan& p, int experts, int items, int k,
+template <Epilogue kE, int kBN, bool kTransB>
+__device__ void load(const Smem<kE, kBN>& s, const Maps& maps, const grouped::Plan& p, int experts, int items, int k,
                      int w_rows_per_expert, int half) {
   const int k_blocks = (k + kBK - 1) / kBK;
   int stage = 0;
@@ -105,8 +105,8 @@ __device__ void load(const Smem<kE>& s, const Maps& maps, const grouped::Plan& p
     const Tile t = tile_of(p, experts, w);
     const int w_row = t.e * w_rows_per_expert;
     for (int kb = 0; kb < k_blocks; ++kb, ++stage) {
-      if (stage >= Smem<kE>::kStages) barrier_wait(s.empty(stage), Smem<kE>::parity(stage) ^ 1);
-      barrier_expect(s.full(stage), Smem<kE>::kStageBytes);
+      if (stage >= Smem<kE, kBN>::kStages) barrier_wait(s.empty(stage), Smem<kE, kBN>::parity(stage) ^ 1);
+      barrier_expect(s.full(stage), Smem<kE, kBN>::kStageBytes);
       tma_load(s.a(stage), maps.x, kb * kBK, t.row0, s.full(stage));
       if constexpr (kTransB) {
         // [reduction rows, output columns]: two 64-column panels of kBK rows.
@@ -126,20 +126,20 @@ __device__ void load(const Smem<kE>& s, const Maps& maps, const grouped::Plan& p
 
 // The store partition (one warp): each finished tile's valid rows, one bulk copy per row
 // and output, then the staging buffer is handed back.
-template <class T, Epilogue kE>
-__device__ void drain(const Smem<kE>& s, const Args<T>& a, const grouped::Plan& p, int items) {
+template <class T, Epilogue kE, int kBN>
+__device__ void drain(const Smem<kE, kBN>& s, const Args<T>& a, const grouped::Plan& p, int items) {
   const int lane = threadIdx.x % 32;
   int done = 0;
   for (int w = blockIdx.x; w < items; w += gridDim.x, ++done) {
     const Tile t = tile_of(p, a.experts, w);
     barrier_wait(s.staged(), done & 1);
-    const int col0 = t.n_tile * kOutCols<kE>;
-    const uint32_t bytes = static_cast<uint32_t>(min(kOutCols<kE>, a.y_cols - col0) * 2);
+    const int col0 = t.n_tile * kOutCols<kE, kBN>;
+    const uint32_t bytes = static_cast<uint32_t>(min(kOutCols<kE, kBN>, a.y_cols - col0) * 2);
     for (int r = lane; r < t.rows; r += 32) {
-      bulk_store(a.y + static_cast<int64_t>(t.row0 + r) * a.y_cols + col0, s.staging() + r * Smem<kE>::kPitch, bytes);
+      bulk_store(a.y + static_cast<int64_t>(t.row0 + r) * a.y_cols + col0, s.staging() + r * Smem<kE, kBN>::kPitch, bytes);
       if (kE == Epilogue::swiglu && a.gate_up != nullptr) {
         T* row = a.gate_up + static_cast<int64_t>(t.row0 + r) * a.n_out + col0;
-        const uint8_t* staged = s.gate_up_staging() + r * Smem<kE>::kGateUpPitch;
+        const uint8_t* staged = s.gate_up_staging() + r * Smem<kE, kBN>::kGateUpPitch;
         bulk_store(row, staged, bytes);
         bulk_store(row + a.n_out / 2, staged + kBN, bytes);
       }
@@ -154,16 +154,22 @@ __device__ void drain(const Smem<kE>& s, const Args<T>& a, const grouped::Plan& 
 
 // Issues one stage's products: the warpgroup's 64 rows x kBN += A (its rows of the
 // activation tile) op(B).
-template <class T, Epilogue kE, bool kTransB>
-__device__ __forceinline__ void issue_stage(const Smem<kE>& s, int stage, int group, float (&acc)[kBN / 8][4],
+template <class T, Epilogue kE, int kBN, bool kTransB>
+__device__ __forceinline__ void issue_stage(const Smem<kE, kBN>& s, int stage, int group, float (&acc)[kBN / 8][4],
                                             bool accumulate) {
   const uint64_t a = k_major(s.a(stage) + group * 64 * 128);
   const uint64_t b = kTransB ? mn_major(s.b(stage), kBK * 128) : k_major(s.b(stage));
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kBK / 16; ++kk)
-    mma_ss<T, kBN, kTransB ? 1 : 0>(acc, k_step<kBM * 128>(a, kk), kTransB ? mn_step(b, kk) : k_step<kBN * 128>(b, kk),
-                                    accumulate || kk > 0);
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    const uint64_t bk = kTransB ? mn_step(b, kk) : k_step<kBN * 128>(b, kk);
+    // A 256-wide tile is two m64n128 products; its second 128 columns start 16 KB in
+    // (128 K-major rows, or two 64-column MN-major panels).
+#pragma unroll
+    for (int h = 0; h < kBN / 128; ++h)
+      mma_ss<T, 128, kTransB ? 1 : 0>(reinterpret_cast<float(&)[16][4]>(acc[16 * h]), k_step<kBM * 128>(a, kk),
+                                      bk + ((h * 16384) >> 4), accumulate || kk > 0);
+  }
   wgmma_commit();
 }
 
@@ -179,25 +185,25 @@ __device__ __forceinline__ void finish_pair(float& v0, float& v1, const float* r
 
 // Writes the tile's results: into the staging buffer for the store partition, or
 // straight to global memory.
-template <class T, Epilogue kE, bool kStores>
-__device__ __forceinline__ void epilogue(const Smem<kE>& s, const Args<T>& a, const Tile& t, int group,
+template <class T, Epilogue kE, int kBN, bool kStores>
+__device__ __forceinline__ void epilogue(const Smem<kE, kBN>& s, const Args<T>& a, const Tile& t, int group,
                                          float (&acc)[kBN / 8][4]) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int local0 = group * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile
-  const int col0 = t.n_tile * kOutCols<kE>;
+  const int col0 = t.n_tile * kOutCols<kE, kBN>;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int local = local0 + 8 * half, row = t.row0 + local;
     const bool valid = local < t.rows;
 #pragma unroll
-    for (int n8 = 0; n8 < kOutCols<kE> / 8; ++n8) {
+    for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; ++n8) {
       const int col = n8 * 8 + 2 * (lane % 4);
       float v0 = acc[n8][2 * half], v1 = acc[n8][2 * half + 1];
       if constexpr (kE == Epilogue::swiglu) {
         const float u0 = acc[n8 + kBN / 16][2 * half], u1 = acc[n8 + kBN / 16][2 * half + 1];
         if (a.gate_up != nullptr) {
           if constexpr (kStores) {
-            uint8_t* staged = s.gate_up_staging() + local * Smem<kE>::kGateUpPitch;
+            uint8_t* staged = s.gate_up_staging() + local * Smem<kE, kBN>::kGateUpPitch;
             *reinterpret_cast<uint32_t*>(staged + col * 2) = pack2<T>(v0, v1);
             *reinterpret_cast<uint32_t*>(staged + kBN + col * 2) = pack2<T>(u0, u1);
           } else if (valid && col0 + col < a.y_cols) {
@@ -211,7 +217,7 @@ __device__ __forceinline__ void epilogue(const Smem<kE>& s, const Args<T>& a, co
       }
       finish_pair<kE>(v0, v1, a.row_scale, row, valid);
       if constexpr (kStores) {
-        *reinterpret_cast<uint32_t*>(s.staging() + local * Smem<kE>::kPitch + col * 2) = pack2<T>(v0, v1);
+        *reinterpret_cast<uint32_t*>(s.staging() + local * Smem<kE, kBN>::kPitch + col * 2) = pack2<T>(v0, v1);
       } else if (valid && col0 + col < a.y_cols) {
         *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(row) * a.y_cols + col0 + col) = pack2<T>(v0, v1);
       }
@@ -219,10 +225,10 @@ __device__ __forceinline__ void epilogue(const Smem<kE>& s, const Args<T>& a, co
   }
 }
 
-template <class T, Epilogue kE, bool kTransB, bool kStores>
+template <class T, Epilogue kE, int kBN, bool kTransB, bool kStores>
 __global__ void __launch_bounds__(kThreads, 1) grouped_m_kernel(const __grid_constant__ Maps maps, Args<T> a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Smem<kE>;
+  using S = Smem<kE, kBN>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ grouped::Plan plan;
   const S s(smem_raw);
@@ -235,16 +241,16 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_m_kernel(const __grid_con
     barrier_init(s.drained(), 1);
     barrier_init_fence();
   }
-  const int n_tiles = (a.y_cols + kOutCols<kE> - 1) / kOutCols<kE>;
+  const int n_tiles = (a.y_cols + kOutCols<kE, kBN> - 1) / kOutCols<kE, kBN>;
   grouped::make_plan(plan, a.offsets, a.experts, a.rows,
                      [n_tiles](int rows) { return (rows + kBM - 1) / kBM * n_tiles; });
   const int items = plan.first[a.experts];
   if (threadIdx.x < 128) {
     release_registers<kProducerRegisters>();
     if (threadIdx.x == 0)
-      load<kE, kTransB>(s, maps, plan, a.experts, items, a.k, a.w_rows_per_expert, a.n_out / 2);
+      load<kE, kBN, kTransB>(s, maps, plan, a.experts, items, a.k, a.w_rows_per_expert, a.n_out / 2);
     else if (kStores && threadIdx.x / 32 == 1)
-      drain<T, kE>(s, a, plan, items);
+      drain<T, kE, kBN>(s, a, plan, items);
     return;
   }
   claim_registers<kConsumerRegisters>();
@@ -255,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_m_kernel(const __grid_con
     float acc[kBN / 8][4] = {};
     for (int kb = 0; kb < k_blocks; ++kb, ++stage) {
       barrier_wait(s.full(stage), S::parity(stage));
-      issue_stage<T, kE, kTransB>(s, stage, group, acc, kb > 0);
+      issue_stage<T, kE, kBN, kTransB>(s, stage, group, acc, kb > 0);
       // One stage's products stay in flight; the one before has read its tiles.
       if (kb > 0) {
         wgmma_wait<1>();
@@ -268,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_m_kernel(const __grid_con
     if constexpr (kStores) {
       if (done > 0) barrier_wait(s.drained(), (done - 1) & 1);
     }
-    epilogue<T, kE, kStores>(s, a, t, group, acc);
+    epilogue<T, kE, kBN, kStores>(s, a, t, group, acc);
     if constexpr (kStores) {
       fence_async_shared();  // the bulk copies read the staging buffer through the async proxy
       __syncwarp();
@@ -290,24 +296,37 @@ void check_supported(const Tensor& x, int experts, const char* op) {
   AMBER_CHECK(x.size(0) < (int64_t{1} << 31) - kBM, op, ": ", x.size(0), " rows exceed the kernels' 32-bit row indices");
 }
 
-template <class T, Epilogue kE, bool kTransB>
-void launch(const Tensor& x, const Tensor& w, const Tensor& offsets, Args<T> a, const char* op) {
+template <class T, Epilogue kE, int kBN, bool kTransB>
+void launch_tiles(const Tensor& x, const Tensor& w, const Tensor& offsets, Args<T> a, const char* op) {
   constexpr int w_box = kTransB ? kBK : (kE == Epilogue::swiglu ? kBN / 2 : kBN);
   AMBER_CHECK(a.k % 8 == 0 && a.y_cols % 8 == 0 && a.n_out % 8 == 0, op, ": reduction length ", a.k,
               " and output width ", a.y_cols, " must be multiples of 8 on the GPU (rows start 16-byte aligned)");
-  const int n_tiles = (a.y_cols + kOutCols<kE> - 1) / kOutCols<kE>;
+  const int n_tiles = (a.y_cols + kOutCols<kE, kBN> - 1) / kOutCols<kE, kBN>;
   const int64_t bound = ((int64_t{a.rows} + kBM - 1) / kBM + a.experts) * n_tiles;  // items, whatever the routing
   if (bound == 0 || a.rows == 0) return;
   const int64_t weight_cols = kTransB ? a.n_out : a.k;
   const Maps maps{swizzled_matrix_map(x, a.rows, a.k, kBM, op),
                   swizzled_matrix_map(w, int64_t{a.experts} * a.w_rows_per_expert, weight_cols, w_box, op)};
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(bound, sm_count()));
-  constexpr int smem = Smem<kE>::kBytes;
+  constexpr int smem = Smem<kE, kBN>::kBytes;
   const auto kernel =
-      grouped_store_partition() ? grouped_m_kernel<T, kE, kTransB, true> : grouped_m_kernel<T, kE, kTransB, false>;
+      grouped_variant().store_partition ? grouped_m_kernel<T, kE, kBN, kTransB, true> : grouped_m_kernel<T, kE, kBN, kTransB, false>;
   allow_smem(reinterpret_cast<const void*>(kernel), smem, op);
   kernel<<<blocks, kThreads, smem, current_stream()>>>(maps, a);
   check_launch(op, x.shape());
+}
+
+// Tiles 256 columns wide where the experts average a 256-row tile's worth of rows and the
+// output is that wide: fewer, larger products per byte of shared memory read; else 128.
+// SwiGLU stays 128 wide: its two staging buffers at 256 would leave the ring two stages.
+template <class T, Epilogue kE, bool kTransB>
+void launch(const Tensor& x, const Tensor& w, const Tensor& offsets, Args<T> a, const char* op) {
+  const int chosen = grouped_variant().tile_n;
+  const bool wide = chosen != 0 ? chosen == 256 : a.n_out >= 256 && int64_t{a.rows} >= int64_t{256} * a.experts;
+  if (kE != Epilogue::swiglu && wide)
+    launch_tiles<T, kE, kE == Epilogue::swiglu ? 128 : 256, kTransB>(x, w, offsets, a, op);
+  else
+    launch_tiles<T, kE, 128, kTransB>(x, w, offsets, a, op);
 }
 
 template <class Fn>
@@ -375,12 +394,9 @@ bool grouped_gemm_available(int device) {
 #endif
 }
 
-bool& store_partition_flag() {
-  static bool on = true;
-  return on;
+GroupedVariant& grouped_variant() {
+  static GroupedVariant variant;
+  return variant;
 }
-
-void set_grouped_store_partition(bool on) { store_partition_flag() = on; }
-bool grouped_store_partition() { return store_partition_flag(); }
 
 }  // namespace amber::cuda
