@@ -13,7 +13,6 @@
 #include "amber/core/random.h"
 #include "amber/core/tensor.h"
 #include "amber/ops/gemm.h"
-#include "amber/ops/grouped_gemm.h"
 #include "bench/kernel_bench.h"
 
 namespace amber {
@@ -106,6 +105,14 @@ GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const
   return r;
 }
 
+GroupedGemmVariant grouped_variant(const std::string& name) {
+  if (name == "default") return {};
+  if (name == "math-stores") return {.store_partition = false, .tile_n = 0};
+  if (name == "tile128") return {.store_partition = true, .tile_n = 128};
+  if (name == "tile256") return {.store_partition = true, .tile_n = 256};
+  fail("bench kernel grouped: unknown variant '", name, "'; valid: default, math-stores, tile128, tile256");
+}
+
 GroupedRoofs measure_grouped_roofs(Device device, int64_t gemm_size, int repeats) {
   GroupedRoofs roofs;
   roofs.gemm_size = gemm_size;
@@ -193,14 +200,14 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
     r.of_bound = std::max(r.memory_ms, r.compute_ms) / r.ms;
     c.rows.push_back(r);
   };
-  // An m-grouped product, and with the A/B its second arm: the store partition off.
+  // An m-grouped product, under each variant asked for.
   const auto add_m = [&](const std::string& product, double bytes, const std::function<void()>& fn,
                          const Tensor& out, const Tensor& ref) {
-    add(product, bytes, fn, out, ref, cr);
-    if (!options.store_partition_ab) return;
-    set_grouped_gemm_store_partition(false);
-    add(product + ", math-warp stores", bytes, fn, out, ref, cr);
-    set_grouped_gemm_store_partition(true);
+    for (const std::string& v : options.variants) {
+      set_grouped_gemm_variant(grouped_variant(v));
+      add(v == "default" ? product : product + ", " + v, bytes, fn, out, ref, cr);
+    }
+    set_grouped_gemm_variant({});
   };
   add_m("forward", act_k + active_w + act_n, [&] { grouped_gemm_forward(x, w, offsets, y); }, y, ry);
   add_m("swiglu forward", act_k + active_w + act_n + act_n / 2,

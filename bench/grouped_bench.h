@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amber/core/device.h"
+#include "amber/ops/grouped_gemm.h"
 
 namespace amber {
 
@@ -42,8 +43,8 @@ GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const
                             uint64_t seed);
 
 struct GroupedBenchRow {
-  // "forward", "swiglu forward", "backward input", "backward weight"; the A/B's second
-  // arm adds ", math-warp stores"
+  // "forward", "swiglu forward", "backward input", "backward weight"; a kernel variant
+  // other than the default adds its name (", tile256")
   std::string product;
   double error = -1;    // relative, vs float64 over the first experts' rows; -1: not measured
   double ms = 0;
@@ -76,10 +77,15 @@ struct GroupedBenchOptions {
   // Each product's first call writes into NaN-filled outputs, and the rows of the first
   // (at most 8) experts are compared with the float64 CPU products (on the host).
   bool check_errors = false;
-  // The A/B of the Hopper m-grouped kernels' store partition: each m-grouped product
-  // timed again with the math warps storing their results themselves.
-  bool store_partition_ab = false;
+  // The m-grouped products (forward, swiglu forward, backward input) are timed under each
+  // of these kernel variants (grouped_variant), for the A/Bs of docs/perf/grouped_gemm.md.
+  std::vector<std::string> variants = {"default"};
 };
+
+// A variant's name as `--variants` takes it: default (what the kernels choose), math-stores
+// (the store partition off: the math warps store their results themselves), tile128 or
+// tile256 (tiles of that many columns whatever the shape; SwiGLU stays 128 wide).
+GroupedGemmVariant grouped_variant(const std::string& name);
 
 // Times the four products of ops/grouped_gemm.h on one case (bf16 operands drawn from
 // the normal distribution, f32 weight gradient, overwritten). Bytes are the fewest each

@@ -146,13 +146,14 @@ void print_attention_bench(const std::string& which, Device device, int repeats,
 
 void print_grouped_bench(const std::string& which, const std::vector<int64_t>& tokens, const std::string& routing,
                          uint64_t seed, const std::string& device_name, int repeats, const std::string& inputs_dir,
-                         bool store_partition_ab) {
+                         const std::vector<std::string>& variants) {
   AMBER_CHECK(routing == "both" || routing == "uniform" || routing == "skewed",
               "bench kernel grouped: unknown --routing '", routing, "'; valid: uniform, skewed, both");
   const Device device = device_from_name(device_name);
   AMBER_CHECK(grouped_gemm_available(device), "bench kernel grouped: ", device_name,
               " has no grouped products (the GPU kernels run on Hopper, sm_90a, in builds with sm_90a code); "
               "use a Hopper card or --device cpu --shape tiny");
+  for (const std::string& v : variants) grouped_variant(v);  // a bad name stops the run before any timing
   const std::vector<std::string> routings =
       routing == "both" ? std::vector<std::string>{"uniform", "skewed"} : std::vector<std::string>{routing};
   std::vector<GroupedBenchCase> cases;
@@ -187,7 +188,7 @@ void print_grouped_bench(const std::string& which, const std::vector<int64_t>& t
                "limit ms | nearer limit | of it |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::set<std::string> checked;  // shapes whose first case (their smallest) measured its errors
   for (GroupedBenchCase& c : cases) {
-    run_grouped_bench(c, device, roofs, {repeats, checked.insert(c.shape.name).second, store_partition_ab});
+    run_grouped_bench(c, device, roofs, {repeats, checked.insert(c.shape.name).second, variants});
     for (const GroupedBenchRow& r : c.rows) {
       std::cout << "| " << c.shape.name << " | " << c.tokens << " | " << c.routing << " | " << r.product << " | ";
       if (r.error >= 0)
@@ -264,7 +265,7 @@ void add_bench_command(CLI::App& app) {
     int candidates = 8;
     std::string routing = "both";
     uint64_t seed = 1;
-    bool store_partition_ab = false;
+    std::vector<std::string> variants = {"default"};
   };
   auto k = std::make_shared<KernelArgs>();
   auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits, MoE grouped products against both roofline limits");
@@ -298,9 +299,13 @@ void add_bench_command(CLI::App& app) {
                      "popularity a Zipf law over a seeded ranking) or both")
       ->capture_default_str();
   kernel->add_option("--seed", k->seed, "grouped only: the routing's seed")->capture_default_str();
-  kernel->add_flag("--store-partition-ab", k->store_partition_ab,
-                   "grouped only: time each m-grouped product (forward, swiglu forward, backward input) again with "
-                   "the Hopper kernels' store partition off, the math warps storing their results themselves");
+  kernel->add_option("--variants", k->variants,
+                     "grouped only: time each m-grouped product (forward, swiglu forward, backward input) under "
+                     "each of these Hopper kernel variants, comma-separated: default (as the kernels choose), "
+                     "math-stores (store partition off: the math warps store their results), tile128, tile256 "
+                     "(tiles that many columns wide whatever the shape); every variant gives the same bits")
+      ->delimiter(',')
+      ->capture_default_str();
   kernel->add_flag("--portable", k->portable,
                    "attention only: the portable mma.sync kernels even on a Hopper card (to compare the paths)");
   kernel->add_option("--vocab", k->vocab, "lmhead only: vocabulary size")->capture_default_str();
@@ -321,7 +326,7 @@ void add_bench_command(CLI::App& app) {
     };
     if (k->name == "grouped")
       return print_grouped_bench(k->shape, k->tokens, k->routing, k->seed, k->device, k->repeats, k->inputs_dir,
-                                 k->store_partition_ab);
+                                 k->variants);
     if (k->name == "attention")
       return print_attention_bench(k->shape, device_from_name(k->device), k->repeats, k->inputs_dir, k->portable);
     if (k->name == "gemm") {

@@ -95,7 +95,7 @@ TEST(GroupedBench, BadArgumentsAreNamed) {
 TEST(GroupedBench, TinyCaseOnTheCpuTimesEveryProductNearFloat64) {
   GroupedBenchCase c{grouped_bench_shapes("tiny")[0], 64, "skewed", route_tokens(64, 8, 2, "skewed", 1), {}};
   const GroupedRoofs roofs{.copy_tb_per_s = 0.01, .gemm_tflops = 0.1, .gemm_size = 512};
-  run_grouped_bench(c, Device::cpu(), roofs, {.repeats = 1, .check_errors = true, .store_partition_ab = false});
+  run_grouped_bench(c, Device::cpu(), roofs, {.repeats = 1, .check_errors = true});
   ASSERT_EQ(c.rows.size(), 4u);
   const double rows = 128, n = 512, k = 256, weights = 2.0 * 8 * n * k;  // every tiny expert has rows
   const double flops = 2 * rows * n * k;
@@ -117,6 +117,24 @@ TEST(GroupedBench, TinyCaseOnTheCpuTimesEveryProductNearFloat64) {
     EXPECT_LT(r.error, r.product == "backward weight" ? 1e-6 : 8e-3) << r.product;
     EXPECT_GE(r.error, 0) << r.product;
   }
+}
+
+// --variants: each m-grouped product once per variant, named after it (the CPU ignores
+// the variants, so this checks the bookkeeping), the weight gradient once.
+TEST(GroupedBench, EveryVariantTimesTheMGroupedProducts) {
+  EXPECT_EQ(grouped_variant("default").tile_n, 0);
+  EXPECT_TRUE(grouped_variant("default").store_partition);
+  EXPECT_FALSE(grouped_variant("math-stores").store_partition);
+  EXPECT_EQ(grouped_variant("tile128").tile_n, 128);
+  EXPECT_EQ(grouped_variant("tile256").tile_n, 256);
+  EXPECT_THROW(grouped_variant("tile64"), Error);
+  GroupedBenchCase c{grouped_bench_shapes("tiny")[0], 16, "uniform", route_tokens(16, 8, 2, "uniform", 1), {}};
+  const GroupedRoofs roofs{.copy_tb_per_s = 0.01, .gemm_tflops = 0.1, .gemm_size = 512};
+  run_grouped_bench(c, Device::cpu(), roofs, {.repeats = 1, .check_errors = false, .variants = {"default", "tile256"}});
+  std::vector<std::string> names;
+  for (const GroupedBenchRow& r : c.rows) names.push_back(r.product);
+  EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward, tile256", "swiglu forward", "swiglu forward, tile256",
+                                             "backward input", "backward input, tile256", "backward weight"}));
 }
 
 // The file bench/compare/grouped_torch.py runs PyTorch on: each case's routing and
