@@ -102,6 +102,34 @@ TEST(DType, E4M3RoundsToNearestEvenAndSaturates) {
   EXPECT_EQ(f8e4m3_to_float(1), 0x1p-9f);  // smallest subnormal
 }
 
+TEST(DType, E2M1RoundsToNearestEvenAndSaturates) {
+  check_format({4, e2m1_to_float, [](float x) { return uint32_t{e2m1_from_float(x)}; }, true}, "e2m1");
+  const float values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (uint8_t c = 0; c < 16; ++c) EXPECT_EQ(e2m1_to_float(c), (c & 8 ? -1.0f : 1.0f) * values[c & 7]);
+  EXPECT_EQ(e2m1_from_float(-INFINITY), 0xF);
+  EXPECT_EQ(e2m1_from_float(7.0f), 0x7);
+  EXPECT_EQ(e2m1_from_float(NAN), 0x0);  // no NaN code: MXFP4 flags NaN in its scale
+  EXPECT_EQ(e2m1_to_float(0xF3), 1.5f);  // only the low nibble is read
+}
+
+TEST(DType, U8IsAnUnsignedByte) {
+  EXPECT_EQ(dtype_from_name("u8"), DType::u8);
+  EXPECT_EQ(dtype_name(DType::u8), "u8");
+  EXPECT_EQ(dtype_size(DType::u8), 1u);
+  EXPECT_FALSE(is_floating(DType::u8));
+  const uint8_t bytes[3] = {0, 0x96, 255};
+  float f[3];
+  convert(bytes, DType::u8, f, DType::f32, 3);
+  EXPECT_EQ(f[1], 150.0f);
+  EXPECT_EQ(f[2], 255.0f);
+  uint8_t back[3];
+  convert(f, DType::f32, back, DType::u8, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(back[i], bytes[i]);
+  uint8_t stored = 0;
+  store_from_double(&stored, DType::u8, 0, 200.0);
+  EXPECT_EQ(load_as_double(&stored, DType::u8, 0), 200.0);
+}
+
 TEST(DType, E5M2RoundsToNearestEven) {
   check_format({8, f8e5m2_to_float, [](float x) { return uint32_t{f8e5m2_from_float(x)}; }, false}, "e5m2");
   EXPECT_TRUE(std::isinf(f8e5m2_to_float(f8e5m2_from_float(1e6f))));

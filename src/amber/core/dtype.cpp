@@ -20,11 +20,13 @@ struct FloatFormat {
   // Formats without infinity: the largest finite magnitude and the NaN code.
   double max_finite;
   uint32_t nan_code;
+  bool has_nan = true;  // false: NaN encodes as nan_code, which is an ordinary value
 };
 
 constexpr FloatFormat kF16{5, 10, true, 65504.0, 0x7E00};
 constexpr FloatFormat kE5M2{5, 2, true, 57344.0, 0x7E};
 constexpr FloatFormat kE4M3{4, 3, false, 448.0, 0x7F};
+constexpr FloatFormat kE2M1{2, 1, false, 6.0, 0x0, false};
 
 uint32_t encode(const FloatFormat& f, float value) {
   const uint32_t sign = std::signbit(value) ? 1u : 0u;
@@ -72,7 +74,7 @@ float decode(const FloatFormat& f, uint32_t bits) {
   double v;
   if (f.has_infinity && exp_field == exp_all_ones) {
     v = man_field ? NAN : INFINITY;
-  } else if (!f.has_infinity && exp_field == exp_all_ones && man_field == man_mask) {
+  } else if (f.has_nan && !f.has_infinity && exp_field == exp_all_ones && man_field == man_mask) {
     v = NAN;
   } else if (exp_field == 0) {
     v = std::ldexp(static_cast<double>(man_field), 1 - bias - f.mantissa_bits);
@@ -100,6 +102,9 @@ float f8e4m3_to_float(uint8_t bits) { return decode(kE4M3, bits); }
 uint8_t f8e5m2_from_float(float x) { return static_cast<uint8_t>(encode(kE5M2, x)); }
 float f8e5m2_to_float(uint8_t bits) { return decode(kE5M2, bits); }
 
+uint8_t e2m1_from_float(float x) { return static_cast<uint8_t>(encode(kE2M1, x)); }
+float e2m1_to_float(uint8_t code) { return decode(kE2M1, code & 0xFu); }
+
 uint8_t e8m0_from_float(float x) {
   if (!(x > 0.0f) || std::isinf(x)) return 0xFF;
   const double a = x;
@@ -120,14 +125,14 @@ size_t dtype_size(DType t) {
     case DType::f64: case DType::i64: return 8;
     case DType::f32: case DType::i32: return 4;
     case DType::bf16: case DType::f16: case DType::u16: return 2;
-    case DType::f8e4m3: case DType::f8e5m2: case DType::e8m0: return 1;
+    case DType::f8e4m3: case DType::f8e5m2: case DType::e8m0: case DType::u8: return 1;
   }
   return 0;
 }
 
 namespace {
-constexpr std::array<std::string_view, 10> kNames = {
-    "f64", "f32", "bf16", "f16", "f8e4m3", "f8e5m2", "e8m0", "i32", "i64", "u16"};
+constexpr std::array<std::string_view, 11> kNames = {
+    "f64", "f32", "bf16", "f16", "f8e4m3", "f8e5m2", "e8m0", "i32", "i64", "u16", "u8"};
 }
 
 std::string_view dtype_name(DType t) { return kNames[static_cast<size_t>(t)]; }
@@ -135,11 +140,11 @@ std::string_view dtype_name(DType t) { return kNames[static_cast<size_t>(t)]; }
 DType dtype_from_name(std::string_view name) {
   for (size_t i = 0; i < kNames.size(); ++i)
     if (kNames[i] == name) return static_cast<DType>(i);
-  fail("unknown dtype '", name, "'; valid dtypes: f64 f32 bf16 f16 f8e4m3 f8e5m2 e8m0 i32 i64 u16");
+  fail("unknown dtype '", name, "'; valid dtypes: f64 f32 bf16 f16 f8e4m3 f8e5m2 e8m0 i32 i64 u16 u8");
 }
 
 bool is_floating(DType t) {
-  return t != DType::i32 && t != DType::i64 && t != DType::u16;
+  return t != DType::i32 && t != DType::i64 && t != DType::u16 && t != DType::u8;
 }
 
 double load_as_double(const void* base, DType t, size_t i) {
@@ -154,6 +159,7 @@ double load_as_double(const void* base, DType t, size_t i) {
     case DType::i32: return static_cast<const int32_t*>(base)[i];
     case DType::i64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
     case DType::u16: return static_cast<const uint16_t*>(base)[i];
+    case DType::u8: return static_cast<const uint8_t*>(base)[i];
   }
   return 0.0;
 }
@@ -173,6 +179,7 @@ void store_from_double(void* base, DType t, size_t i, double v) {
     case DType::i32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
     case DType::i64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
     case DType::u16: static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(v); break;
+    case DType::u8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
   }
 }
 

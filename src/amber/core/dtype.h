@@ -9,7 +9,8 @@
 
 namespace amber {
 
-enum class DType : uint8_t { f64, f32, bf16, f16, f8e4m3, f8e5m2, e8m0, i32, i64, u16 };
+// u8 is raw bytes read as unsigned integers: packed MXFP4 pairs (ops/quant.h).
+enum class DType : uint8_t { f64, f32, bf16, f16, f8e4m3, f8e5m2, e8m0, i32, i64, u16, u8 };
 
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
@@ -32,6 +33,12 @@ float f8e5m2_to_float(uint8_t bits);
 // infinite inputs give NaN; the midpoint between two powers ties to the even code.
 uint8_t e8m0_from_float(float x);
 float e8m0_to_float(uint8_t bits);
+// e2m1 (OCP MX FP4, a 4-bit code in the low nibble; no DType of its own: two codes
+// share a u8): values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives. No infinity or
+// NaN: overflow and infinities saturate to +-6; NaN encodes as +0 (MXFP4 marks a
+// block holding NaN in its scale).
+uint8_t e2m1_from_float(float x);
+float e2m1_to_float(uint8_t code);
 
 // Converts `n` contiguous elements between any two dtypes (floats round as above,
 // integers convert through double and truncate toward zero).

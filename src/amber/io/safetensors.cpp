@@ -17,7 +17,7 @@ const std::map<DType, std::string>& dtype_names() {
       {DType::f64, "F64"},     {DType::f32, "F32"},        {DType::bf16, "BF16"},
       {DType::f16, "F16"},     {DType::f8e4m3, "F8_E4M3"}, {DType::f8e5m2, "F8_E5M2"},
       {DType::e8m0, "F8_E8M0"}, {DType::i32, "I32"},        {DType::i64, "I64"},
-      {DType::u16, "U16"}};
+      {DType::u16, "U16"},     {DType::u8, "U8"}};
   return names;
 }
 

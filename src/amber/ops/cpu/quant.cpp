@@ -1,0 +1,156 @@
+// CPU quantizers: one pass per scale block (amax, then the scale, then the codes), with
+// the core's e4m3 and e2m1 encoders and the scale rules of docs/numerics.md. Blocks are
+// independent, so the results do not depend on the thread count.
+#include "amber/ops/cpu/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "amber/ops/cpu/dispatch.h"
+#include "amber/ops/quant.h"
+
+namespace amber::cpu {
+namespace {
+
+constexpr uint8_t kE4m3Nan = 0x7F;
+constexpr uint8_t kE8m0Nan = 0xFF;
+
+// A stack of `batch` row-major [rows, cols] matrices cut into tiles of tile_rows x 128
+// (1 x 128 for the row recipe); scales are [batch, row tiles, column tiles].
+struct Tiling {
+  int64_t batch, rows, cols, tile_rows;
+  int64_t row_tiles() const { return (rows + tile_rows - 1) / tile_rows; }
+  int64_t col_tiles() const { return (cols + kFp8Block - 1) / kFp8Block; }
+  int64_t tiles() const { return batch * row_tiles() * col_tiles(); }
+  // The scale of element `e` of the stack (flat, row-major).
+  int64_t scale_index(int64_t e) const {
+    const int64_t b = e / (rows * cols), r = e / cols % rows, c = e % cols;
+    return (b * row_tiles() + r / tile_rows) * col_tiles() + c / kFp8Block;
+  }
+};
+
+Tiling row_tiling(const Tensor& x) { return {1, x.size(0), x.size(1), 1}; }
+Tiling block_tiling(const Tensor& w) {
+  const int64_t rows = w.size(-2), cols = w.size(-1);
+  return {w.numel() / (rows * cols), rows, cols, kFp8Block};
+}
+
+void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, const Tiling& t) {
+  const Tensor x = widened<float>(src);
+  const float* px = x.data<float>();
+  uint8_t* pv = static_cast<uint8_t*>(values.raw());
+  float* ps = scales.data<float>();
+  const int64_t col_tiles = t.col_tiles(), row_tiles = t.row_tiles(), tiles = t.tiles();
+#pragma omp parallel for if (src.numel() > 65536)
+  for (int64_t i = 0; i < tiles; ++i) {
+    const int64_t b = i / (row_tiles * col_tiles), tr = i / col_tiles % row_tiles, tc = i % col_tiles;
+    const int64_t r0 = tr * t.tile_rows, r1 = std::min(r0 + t.tile_rows, t.rows);
+    const int64_t c0 = tc * kFp8Block, c1 = std::min(c0 + kFp8Block, t.cols);
+    const int64_t base = b * t.rows * t.cols;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        const float v = px[base + r * t.cols + c];
+        finite = finite && std::isfinite(v);
+        amax = std::max(amax, std::fabs(v));
+      }
+    float scale = amax / 448.0f;
+    if (scale == 0.0f) scale = 1.0f;  // an all-zero block (or amax below 448 * 2^-149)
+    if (!finite) scale = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t e = base + r * t.cols + c;
+        pv[e] = finite ? f8e4m3_from_float(px[e] / scale) : kE4m3Nan;
+      }
+    ps[i] = scale;
+  }
+}
+
+// out = e4m3 value * scale: in double for f64 (exact), else one fp32 product, then
+// rounded to out's dtype.
+void dequantize_fp8_tiles(const Tensor& values, const Tensor& scales, Tensor& out, const Tiling& t) {
+  const uint8_t* pv = static_cast<const uint8_t*>(values.raw());
+  const float* ps = scales.data<float>();
+  const int64_t n = out.numel();
+  with_compute_type(out.dtype(), [&]<class T>() {
+    Output<T> buffer(out);
+    T* po = buffer.data();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t e = 0; e < n; ++e) po[e] = T(f8e4m3_to_float(pv[e])) * T(ps[t.scale_index(e)]);
+    buffer.store();
+  });
+}
+
+// The e8m0 code of a block's scale, 2^(floor(log2 amax) - 2) clamped to 2^-127.
+uint8_t mxfp4_scale(float amax, bool finite) {
+  if (!finite) return kE8m0Nan;
+  if (amax == 0.0f) return 0;
+  return static_cast<uint8_t>(std::max(std::ilogb(amax) - 2 + 127, 0));
+}
+
+}  // namespace
+
+void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales) {
+  quantize_fp8_tiles(x, values, scales, row_tiling(x));
+}
+void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {
+  dequantize_fp8_tiles(values, scales, x, row_tiling(x));
+}
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales) {
+  quantize_fp8_tiles(w, values, scales, block_tiling(w));
+}
+void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w) {
+  dequantize_fp8_tiles(values, scales, w, block_tiling(w));
+}
+
+// K % 32 == 0, so block b is elements 32b .. 32b + 31 of the flat tensor, bytes
+// 16b .. 16b + 15 of the values and scale b.
+void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
+  const Tensor x = widened<float>(w);
+  const float* px = x.data<float>();
+  uint8_t* pv = values.data<uint8_t>();
+  uint8_t* ps = static_cast<uint8_t*>(scales.raw());
+  const int64_t blocks = w.numel() / kMxfp4Block;
+#pragma omp parallel for if (w.numel() > 65536)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* in = px + b * kMxfp4Block;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int64_t i = 0; i < kMxfp4Block; ++i) {
+      finite = finite && std::isfinite(in[i]);
+      amax = std::max(amax, std::fabs(in[i]));
+    }
+    const uint8_t code = mxfp4_scale(amax, finite);
+    const float scale = e8m0_to_float(code);
+    uint8_t* out = pv + b * (kMxfp4Block / 2);
+    for (int64_t i = 0; i < kMxfp4Block / 2; ++i) {
+      // A block with NaN or an infinity keeps zeros: its NaN scale carries the news.
+      const uint8_t lo = finite ? e2m1_from_float(in[2 * i] / scale) : 0;
+      const uint8_t hi = finite ? e2m1_from_float(in[2 * i + 1] / scale) : 0;
+      out[i] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    ps[b] = code;
+  }
+}
+
+// Every product e2m1 * 2^k is exact in f32, bf16 and f64 (at most two significant
+// bits, and the quantizer's scales keep it within range).
+void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
+  const uint8_t* pv = values.data<uint8_t>();
+  const uint8_t* ps = static_cast<const uint8_t*>(scales.raw());
+  const int64_t n = w.numel();
+  with_compute_type(w.dtype(), [&]<class T>() {
+    Output<T> buffer(w);
+    T* po = buffer.data();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t e = 0; e < n; ++e) {
+      const uint8_t byte = pv[e / 2], code = e % 2 ? byte >> 4 : byte & 0xF;
+      po[e] = T(e2m1_to_float(code)) * T(e8m0_to_float(ps[e / kMxfp4Block]));
+    }
+    buffer.store();
+  });
+}
+
+}  // namespace amber::cpu

@@ -1,0 +1,355 @@
+// CUDA quantizers: a warp per 1x128 row block, a 256-thread block per 128x128 tile and
+// four threads per 32-element MXFP4 block. Each reduces |x| to the block's amax, forms
+// the scale with the CPU's fp32 operations (IEEE division, never the fast reciprocal)
+// and encodes with quant_codes.h, so the bits equal the CPU oracle's. Dequantizers are
+// element-wise, four (FP8) or eight (MXFP4) elements a thread.
+#include <type_traits>
+
+#include "amber/core/stream.h"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/quant/quant.h"
+#include "amber/ops/cuda/quant/quant_codes.h"
+#include "amber/ops/quant.h"
+
+namespace amber::cuda {
+namespace {
+
+namespace qc = quant_codes;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = static_cast<int>(kFp8Block);
+constexpr uint8_t kE4m3Nan = 0x7F;
+constexpr uint32_t kFloatNan = 0x7FC00000u;  // std::numeric_limits<float>::quiet_NaN()'s bits
+static_assert(kTile == 4 * 32, "a warp covers one 128-wide block, four elements a lane");
+static_assert(kMxfp4Block == 4 * 8, "four threads cover one MXFP4 block, eight elements each");
+
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Calls fn(std::true_type{}) when the vectorised path applies, else fn(std::false_type{}).
+template <class Fn>
+void with_vec(bool vec, Fn&& fn) {
+  if (vec)
+    fn(std::true_type{});
+  else
+    fn(std::false_type{});
+}
+
+// Four elements p[0..3] of a row with `left` elements from p on (<= 0: past the row's
+// end), zeros past it. kVec: the row width is a multiple of 4 and p is aligned to 4 T.
+template <class T, bool kVec>
+__device__ __forceinline__ void load4(const T* p, int64_t left, float (&v)[4]) {
+  if (kVec) {
+    if (left > 0) {
+      load_f32<T, 4>(p, v);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
+  }
+}
+
+template <bool kVec>
+__device__ __forceinline__ void store4(uint8_t* p, int64_t left, const uint8_t (&q)[4]) {
+  if (kVec) {
+    if (left > 0)
+      *reinterpret_cast<uint32_t*>(p) = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (e < left) p[e] = q[e];
+  }
+}
+
+__device__ __forceinline__ void accumulate(const float (&v)[4], float& amax, bool& finite) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    finite = finite && isfinite(v[e]);
+    amax = fmaxf(amax, fabsf(v[e]));
+  }
+}
+
+// scale = amax / 448; 1 when that is zero; NaN for a block holding NaN or an infinity.
+__device__ __forceinline__ float fp8_scale(float amax, bool finite) {
+  if (!finite) return qc::bits_float(kFloatNan);
+  const float s = __fdiv_rn(amax, 448.0f);
+  return s == 0.0f ? 1.0f : s;
+}
+
+__device__ __forceinline__ void encode4(const float (&v)[4], float scale, bool finite, uint8_t (&q)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) q[e] = finite ? qc::e4m3_code(__fdiv_rn(v[e], scale)) : kE4m3Nan;
+}
+
+// Warp-uniform loop: warp b takes row block b = (row, column block).
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    quantize_fp8_rows_kernel(const T* x, uint8_t* values, float* scales, int64_t rows, int64_t cols) {
+  const int lane = threadIdx.x % 32;
+  const int64_t col_tiles = (cols + kTile - 1) / kTile, blocks = rows * col_tiles;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < blocks; b += warps) {
+    const int64_t c = b % col_tiles * kTile + lane * 4, at = b / col_tiles * cols + c;
+    float v[4], amax = 0.0f;
+    bool finite = true;
+    load4<T, kVec>(x + at, cols - c, v);
+    accumulate(v, amax, finite);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    finite = __all_sync(0xffffffffu, finite);
+    const float scale = fp8_scale(amax, finite);
+    uint8_t q[4];
+    encode4(v, scale, finite, q);
+    store4<kVec>(values + at, cols - c, q);
+    if (lane == 0) scales[b] = scale;
+  }
+}
+
+// One 128x128 tile per block iteration: warp w holds rows w, w + 8, ..., lane l the
+// columns 4l .. 4l + 3, all 64 elements in registers between the reduction and the
+// encoding.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, int64_t batch, int64_t rows,
+                               int64_t cols) {
+  constexpr int kRowsPerWarp = kTile / kWarps;
+  __shared__ float scratch[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t tiles = batch * row_tiles * col_tiles;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t matrix = t / (row_tiles * col_tiles) * rows * cols;
+    const int64_t r0 = t / col_tiles % row_tiles * kTile + warp, c = t % col_tiles * kTile + lane * 4;
+    float v[kRowsPerWarp][4], amax = 0.0f;
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int64_t r = r0 + j * kWarps;
+      load4<T, kVec>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
+      accumulate(v[j], amax, finite);
+    }
+    amax = block_max(amax, scratch);
+    finite = __syncthreads_and(finite);
+    const float scale = fp8_scale(amax, finite);
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int64_t r = r0 + j * kWarps;
+      uint8_t q[4];
+      encode4(v[j], scale, finite, q);
+      store4<kVec>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
+    }
+    if (threadIdx.x == 0) scales[t] = scale;
+  }
+}
+
+// Eight consecutive elements (16-byte packs when kVec: p aligned to 16 bytes).
+template <class T, bool kVec>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  if (kVec) {
+    constexpr int n = Pack<T>::n < 8 ? Pack<T>::n : 8;
+#pragma unroll
+    for (int k = 0; k < 8 / n; ++k) {
+      const Pack<T> a = reinterpret_cast<const Pack<T>*>(p)[k];
+#pragma unroll
+      for (int e = 0; e < n; ++e) v[k * n + e] = to_f32(a.v[e]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = to_f32(p[e]);
+  }
+}
+
+// Thread group g holds elements 8g .. 8g + 7 and writes bytes 4g .. 4g + 3; the four
+// groups of a block are four neighbouring lanes, so the loop runs warp-uniform and the
+// block's amax meets over two shuffles.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    quantize_mxfp4_kernel(const T* w, uint8_t* values, uint8_t* scales, int64_t groups) {
+  const int lane = threadIdx.x % 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x - lane; base < groups;
+       base += stride) {
+    const int64_t g = base + lane;
+    const bool active = g < groups;
+    float v[8] = {}, amax = 0.0f;
+    int finite = 1;
+    if (active) load8<T, kVec>(w + g * 8, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      finite = finite && isfinite(v[e]);
+      amax = fmaxf(amax, fabsf(v[e]));
+    }
+    for (int o = 1; o < 4; o <<= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      finite = finite & __shfl_xor_sync(0xffffffffu, finite, o);
+    }
+    const uint8_t code = qc::mxfp4_scale_code(amax, finite);
+    uint32_t packed = 0;
+    if (finite) {
+      const float scale = qc::e8m0_value(code);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) packed |= static_cast<uint32_t>(qc::e2m1_code(__fdiv_rn(v[e], scale))) << (4 * e);
+    }
+    if (!active) continue;
+    if (kVec) {
+      *reinterpret_cast<uint32_t*>(values + g * 4) = packed;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) values[g * 4 + k] = static_cast<uint8_t>(packed >> (8 * k));
+    }
+    if (lane % 4 == 0) scales[g / 4] = code;
+  }
+}
+
+// The FP8 scale layout of both recipes: `batch` matrices [rows, cols], tiles of
+// tile_rows x 128, scales [batch, row tiles, column tiles].
+struct Tiling {
+  int64_t batch, rows, cols, tile_rows;
+  __device__ int64_t scale_index(int64_t e) const {
+    const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows, col_tiles = (cols + kTile - 1) / kTile;
+    const int64_t b = e / (rows * cols), r = e / cols % rows, c = e % cols;
+    return (b * row_tiles + r / tile_rows) * col_tiles + c / kTile;
+  }
+};
+
+// V = 4 (kVec: cols % 4 == 0, out aligned to 16 bytes, values to 4) or 1 element a
+// step; the four elements of a step share a row and hence a scale.
+template <class O, int V>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_fp8_kernel(const uint8_t* values, const float* scales, O* out, Tiling t, int64_t n) {
+  const int64_t steps = n / V, stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < steps; i += stride) {
+    const int64_t e = i * V;
+    const float scale = scales[t.scale_index(e)];
+    uint32_t codes = V == 4 ? *reinterpret_cast<const uint32_t*>(values + e) : values[e];
+    Vec<O, V> o;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = from_f32<O>(__fmul_rn(qc::e4m3_value((codes >> (8 * k)) & 0xFFu), scale));
+    *reinterpret_cast<Vec<O, V>*>(out + e) = o;
+  }
+}
+
+template <class O, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_mxfp4_kernel(const uint8_t* values, const uint8_t* scales, O* out, int64_t groups) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; g < groups; g += stride) {
+    uint32_t packed;
+    if (kVec) {
+      packed = *reinterpret_cast<const uint32_t*>(values + g * 4);
+    } else {
+      packed = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) packed |= static_cast<uint32_t>(values[g * 4 + k]) << (8 * k);
+    }
+    const uint8_t code = scales[g / 4];
+    const float scale = code == 0xFF ? qc::bits_float(kFloatNan) : qc::e8m0_value(code);
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(qc::e2m1_value((packed >> (4 * e)) & 0xFu), scale);
+    O* p = out + g * 8;
+    if (kVec) {
+      constexpr int n = Pack<O>::n < 8 ? Pack<O>::n : 8;
+#pragma unroll
+      for (int k = 0; k < 8 / n; ++k) {
+        Pack<O> a;
+#pragma unroll
+        for (int e = 0; e < n; ++e) a.v[e] = from_f32<O>(v[k * n + e]);
+        reinterpret_cast<Pack<O>*>(p)[k] = a;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) p[e] = from_f32<O>(v[e]);
+    }
+  }
+}
+
+void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, int64_t tile_rows, const char* op) {
+  const int64_t rows = src.size(-2), cols = src.size(-1);
+  const int64_t batch = src.numel() / (rows * cols);
+  with_element_type(src.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(src.raw());
+    uint8_t* out = static_cast<uint8_t*>(values.raw());
+    float* s = static_cast<float*>(scales.raw());
+    const bool vec = cols % 4 == 0 && aligned_to(in, 4 * sizeof(T)) && aligned_to(out, 4);
+    with_vec(vec, [&](auto v) {
+      constexpr bool kVec = decltype(v)::value;
+      if (tile_rows == 1)
+        quantize_fp8_rows_kernel<T, kVec><<<grid_for(scales.numel() * 32, kThreads), kThreads, 0, current_stream()>>>(
+            in, out, s, rows, cols);
+      else
+        quantize_fp8_blocks_kernel<T, kVec><<<grid_for(scales.numel(), 1), kThreads, 0, current_stream()>>>(
+            in, out, s, batch, rows, cols);
+    });
+  });
+  check_launch(op, src.shape());
+}
+
+void dequantize_fp8_tiles(const Tensor& values, const Tensor& scales, Tensor& out, int64_t tile_rows,
+                          const char* op) {
+  const int64_t rows = out.size(-2), cols = out.size(-1), n = out.numel();
+  const Tiling tiling{n / (rows * cols), rows, cols, tile_rows};
+  const uint8_t* v = static_cast<const uint8_t*>(values.raw());
+  const float* s = static_cast<const float*>(scales.raw());
+  with_element_type(out.dtype(), op, [&](auto tag) {
+    using O = decltype(tag);
+    O* o = static_cast<O*>(out.raw());
+    if (cols % 4 == 0 && aligned16(o) && aligned_to(v, 4))
+      dequantize_fp8_kernel<O, 4><<<grid_for(n / 4, kThreads), kThreads, 0, current_stream()>>>(v, s, o, tiling, n);
+    else
+      dequantize_fp8_kernel<O, 1><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(v, s, o, tiling, n);
+  });
+  check_launch(op, out.shape());
+}
+
+}  // namespace
+
+void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales) {
+  quantize_fp8_tiles(x, values, scales, 1, "quantize_fp8_rows");
+}
+void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {
+  dequantize_fp8_tiles(values, scales, x, 1, "dequantize_fp8_rows");
+}
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales) {
+  quantize_fp8_tiles(w, values, scales, kFp8Block, "quantize_fp8_blocks");
+}
+void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w) {
+  dequantize_fp8_tiles(values, scales, w, kFp8Block, "dequantize_fp8_blocks");
+}
+
+void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
+  const char* op = "quantize_mxfp4";
+  const int64_t groups = w.numel() / 8;
+  with_element_type(w.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(w.raw());
+    uint8_t* out = static_cast<uint8_t*>(values.raw());
+    uint8_t* s = static_cast<uint8_t*>(scales.raw());
+    with_vec(aligned16(in) && aligned_to(out, 4), [&](auto v) {
+      quantize_mxfp4_kernel<T, decltype(v)::value>
+          <<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(in, out, s, groups);
+    });
+  });
+  check_launch(op, w.shape());
+}
+
+void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
+  const char* op = "dequantize_mxfp4";
+  const int64_t groups = w.numel() / 8;
+  const uint8_t* v = static_cast<const uint8_t*>(values.raw());
+  const uint8_t* s = static_cast<const uint8_t*>(scales.raw());
+  with_element_type(w.dtype(), op, [&](auto tag) {
+    using O = decltype(tag);
+    O* o = static_cast<O*>(w.raw());
+    with_vec(aligned16(o) && aligned_to(v, 4), [&](auto vec) {
+      dequantize_mxfp4_kernel<O, decltype(vec)::value>
+          <<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(v, s, o, groups);
+    });
+  });
+  check_launch(op, w.shape());
+}
+
+}  // namespace amber::cuda

@@ -1,0 +1,16 @@
+// CUDA quantizers and dequantizers behind ops/quant.h: contiguous tensors validated by
+// the entry points; results bit-identical to the CPU's (tests/ops/quant_test.cpp).
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber::cuda {
+
+void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales);
+void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x);
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales);
+void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w);
+void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales);
+void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w);
+
+}  // namespace amber::cuda

@@ -1,0 +1,140 @@
+// Entry points of ops/quant.h: every tensor's shape and dtype checked against the
+// source's (errors name both), then the device switch.
+#include "amber/ops/quant.h"
+
+#include "amber/ops/cpu/quant.h"
+#include "amber/ops/cuda/quant/quant.h"
+#include "amber/ops/device_switch.h"
+
+namespace amber {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_source(const Tensor& t, const char* op, const char* name) {
+  AMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16, op, ": ",
+              name, " ", t.shape(), " is ", dtype_name(t.dtype()), "; the quantizers read f32, bf16 or f16");
+  require_contiguous(t, op);
+}
+
+// An output or an input derived from `source`: it must have `shape` and `dtype`.
+void check_companion(const Tensor& t, const char* op, const char* name, const Shape& shape, DType dtype,
+                     const char* source_name, const Shape& source_shape) {
+  AMBER_CHECK(t.defined() && t.shape() == shape && t.dtype() == dtype, op, ": ", name, " ",
+              t.defined() ? t.shape() : Shape{}, " ", t.defined() ? dtype_name(t.dtype()) : "undefined",
+              " must be ", shape, " ", dtype_name(dtype), " for ", source_name, " ", source_shape);
+  require_contiguous(t, op);
+}
+
+void check_dequantized(const Tensor& t, const char* op, const char* name) {
+  const bool cpu_f64 = t.dtype() == DType::f64 && t.device().is_cpu();
+  AMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || cpu_f64, op, ": ", name, " ", t.shape(),
+              " is ", dtype_name(t.dtype()), "; dequantizers write f32 or bf16 (or f64 on the CPU)");
+  require_contiguous(t, op);
+}
+
+void check_fp8_rows(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op) {
+  AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
+  check_companion(values, op, "values", x.shape(), DType::f8e4m3, "x", x.shape());
+  check_companion(scales, op, "scales", fp8_rows_scales_shape(x.shape()), DType::f32, "x", x.shape());
+}
+
+void check_fp8_blocks(const Tensor& w, const Tensor& values, const Tensor& scales, const char* op) {
+  AMBER_CHECK(w.ndim() >= 2, op, ": w ", w.shape(), " must be [..., N, K]");
+  check_companion(values, op, "values", w.shape(), DType::f8e4m3, "w", w.shape());
+  check_companion(scales, op, "scales", fp8_blocks_scales_shape(w.shape()), DType::f32, "w", w.shape());
+}
+
+void check_mxfp4(const Tensor& w, const Tensor& values, const Tensor& scales, const char* op) {
+  AMBER_CHECK(w.ndim() >= 1 && w.size(-1) % kMxfp4Block == 0, op, ": w ", w.shape(),
+              " must be [..., K] with K a multiple of 32 (one MXFP4 scale per 32 elements of the last dim)");
+  check_companion(values, op, "values", mxfp4_values_shape(w.shape()), DType::u8, "w", w.shape());
+  check_companion(scales, op, "scales", mxfp4_scales_shape(w.shape()), DType::e8m0, "w", w.shape());
+}
+
+}  // namespace
+
+Shape fp8_rows_scales_shape(const Shape& x) {
+  AMBER_CHECK(x.ndim() == 2, "fp8_rows_scales_shape: x ", x, " must be [M, K]");
+  return {x[0], ceil_div(x[1], kFp8Block)};
+}
+
+Shape fp8_blocks_scales_shape(const Shape& w) {
+  AMBER_CHECK(w.ndim() >= 2, "fp8_blocks_scales_shape: w ", w, " must be [..., N, K]");
+  Shape s = w;
+  s[w.ndim() - 2] = ceil_div(w[w.ndim() - 2], kFp8Block);
+  s[w.ndim() - 1] = ceil_div(w[w.ndim() - 1], kFp8Block);
+  return s;
+}
+
+Shape mxfp4_values_shape(const Shape& w) {
+  AMBER_CHECK(w.ndim() >= 1 && w[w.ndim() - 1] % 2 == 0, "mxfp4_values_shape: w ", w,
+              " must be [..., K] with K even");
+  Shape s = w;
+  s[w.ndim() - 1] = w[w.ndim() - 1] / 2;
+  return s;
+}
+
+Shape mxfp4_scales_shape(const Shape& w) {
+  AMBER_CHECK(w.ndim() >= 1 && w[w.ndim() - 1] % kMxfp4Block == 0, "mxfp4_scales_shape: w ", w,
+              " must be [..., K] with K a multiple of 32");
+  Shape s = w;
+  s[w.ndim() - 1] = w[w.ndim() - 1] / kMxfp4Block;
+  return s;
+}
+
+void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales) {
+  const char* op = "quantize_fp8_rows";
+  check_source(x, op, "x");
+  check_fp8_rows(x, values, scales, op);
+  if (x.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&x, &values, &scales}), op, cuda::quantize_fp8_rows(x, values, scales),
+                  cpu::quantize_fp8_rows(x, values, scales));
+}
+
+void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {
+  const char* op = "dequantize_fp8_rows";
+  check_dequantized(x, op, "x");
+  check_fp8_rows(x, values, scales, op);
+  if (x.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&values, &scales, &x}), op, cuda::dequantize_fp8_rows(values, scales, x),
+                  cpu::dequantize_fp8_rows(values, scales, x));
+}
+
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales) {
+  const char* op = "quantize_fp8_blocks";
+  check_source(w, op, "w");
+  check_fp8_blocks(w, values, scales, op);
+  if (w.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&w, &values, &scales}), op, cuda::quantize_fp8_blocks(w, values, scales),
+                  cpu::quantize_fp8_blocks(w, values, scales));
+}
+
+void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w) {
+  const char* op = "dequantize_fp8_blocks";
+  check_dequantized(w, op, "w");
+  check_fp8_blocks(w, values, scales, op);
+  if (w.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&values, &scales, &w}), op,
+                  cuda::dequantize_fp8_blocks(values, scales, w), cpu::dequantize_fp8_blocks(values, scales, w));
+}
+
+void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
+  const char* op = "quantize_mxfp4";
+  check_source(w, op, "w");
+  check_mxfp4(w, values, scales, op);
+  if (w.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&w, &values, &scales}), op, cuda::quantize_mxfp4(w, values, scales),
+                  cpu::quantize_mxfp4(w, values, scales));
+}
+
+void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
+  const char* op = "dequantize_mxfp4";
+  check_dequantized(w, op, "w");
+  check_mxfp4(w, values, scales, op);
+  if (w.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&values, &scales, &w}), op, cuda::dequantize_mxfp4(values, scales, w),
+                  cpu::dequantize_mxfp4(values, scales, w));
+}
+
+}  // namespace amber

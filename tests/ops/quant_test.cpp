@@ -1,0 +1,564 @@
+// The quantizers of ops/quant.h: the GPU's scalar codes against the core's conversions,
+// each format's scale rule on hand-made blocks, round-trip error bounds, packing, shape
+// errors, and (QuantGpu) the CUDA kernels bit-identical to the CPU on fresh inputs.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "amber/ops/cuda/quant/quant_codes.h"
+#include "amber/ops/quant.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+namespace qc = quant_codes;
+
+constexpr float kE2m1Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+
+const uint8_t* bytes(const Tensor& t) { return static_cast<const uint8_t*>(t.raw()); }
+
+Tensor from_floats(const std::vector<float>& v, Shape shape, DType dt = DType::f32) {
+  return Tensor::from_vector(v, shape).to(dt);
+}
+
+struct Quantized {
+  Tensor values, scales;
+};
+
+Quantized fp8_rows(const Tensor& x) {
+  Quantized q{Tensor::empty(x.shape(), DType::f8e4m3, x.device()),
+        Tensor::empty(fp8_rows_scales_shape(x.shape()), DType::f32, x.device())};
+  quantize_fp8_rows(x, q.values, q.scales);
+  return q;
+}
+
+Quantized fp8_blocks(const Tensor& w) {
+  Quantized q{Tensor::empty(w.shape(), DType::f8e4m3, w.device()),
+        Tensor::empty(fp8_blocks_scales_shape(w.shape()), DType::f32, w.device())};
+  quantize_fp8_blocks(w, q.values, q.scales);
+  return q;
+}
+
+Quantized mxfp4(const Tensor& w) {
+  Quantized q{Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8, w.device()),
+        Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0, w.device())};
+  quantize_mxfp4(w, q.values, q.scales);
+  return q;
+}
+
+// Random values whose magnitude changes by powers of two from block to block (every
+// 32 elements along a row, so FP8 blocks and MXFP4 blocks see different ranges), with
+// outliers: about one element in 97 is 300 times larger.
+Tensor varied(Shape shape, DType dt, uint64_t seed) {
+  Tensor t = testing::random_tensor(shape, DType::f64, seed);
+  double* p = t.data<double>();
+  const int64_t cols = shape[shape.ndim() - 1];
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t block = i / cols * 7 + i % cols / 32;
+    p[i] *= std::ldexp(1.0, static_cast<int>(block % 23) - 11);
+    if (rng() % 97 == 0) p[i] *= 300.0;
+  }
+  return t.to(dt);
+}
+
+// ---- scalar codes ----------------------------------------------------------------------
+
+TEST(QuantCodes, E2m1DecodesEveryCodeAndEncodesEveryValueExactly) {
+  for (uint8_t c = 0; c < 16; ++c) {
+    const float want = (c & 8 ? -1.0f : 1.0f) * kE2m1Values[c & 7];
+    EXPECT_EQ(bits(e2m1_to_float(c)), bits(want)) << "core, code " << int(c);
+    EXPECT_EQ(bits(qc::e2m1_value(c)), bits(want)) << "gpu, code " << int(c);
+    EXPECT_EQ(e2m1_from_float(want), c) << "core, value " << want;
+    EXPECT_EQ(qc::e2m1_code(want), c) << "gpu, value " << want;
+  }
+}
+
+TEST(QuantCodes, E2m1TiesGoToEvenSaturatesAndKeepsTheSignOfZero) {
+  // (input, code): the seven midpoints go to the even code; just past them, the other.
+  const std::vector<std::pair<float, uint8_t>> cases = {
+      {0.25f, 0},  {0.75f, 2},  {1.25f, 2},  {1.75f, 4},  {2.5f, 4},  {3.5f, 6},  {5.0f, 6},
+      {std::nextafter(0.25f, 1.0f), 1}, {std::nextafter(0.75f, 0.0f), 1}, {std::nextafter(1.25f, 2.0f), 3},
+      {std::nextafter(1.75f, 0.0f), 3}, {std::nextafter(2.5f, 3.0f), 5},  {std::nextafter(3.5f, 0.0f), 5},
+      {std::nextafter(5.0f, 6.0f), 7},  {6.0f, 7},   {6.99f, 7},  {1e30f, 7},  {INFINITY, 7},
+      {-INFINITY, 15}, {-7.0f, 15}, {-0.0f, 8}, {-0.1f, 8}, {0.1f, 0}, {1e-40f, 0}, {NAN, 0}};
+  for (const auto& [x, code] : cases) {
+    EXPECT_EQ(e2m1_from_float(x), code) << "core, x = " << x;
+    EXPECT_EQ(qc::e2m1_code(x), code) << "gpu, x = " << x;
+  }
+}
+
+// Every float class the quantizers can meet: all codes' values, the midpoints between
+// neighbouring codes and the floats either side of them, and a million random bit
+// patterns (NaN, infinities and subnormals included).
+TEST(QuantCodes, DeviceEncodersMatchTheCoreOnCodesMidpointsAndRandomBits) {
+  std::vector<float> inputs;
+  for (int c = 0; c < 256; ++c) {
+    const float a = f8e4m3_to_float(static_cast<uint8_t>(c)), b = f8e4m3_to_float(static_cast<uint8_t>(c + 1));
+    inputs.push_back(a);
+    if (c % 128 != 127 && std::isfinite(a) && std::isfinite(b)) {
+      const float mid = 0.5f * (a + b);
+      inputs.insert(inputs.end(), {mid, std::nextafter(mid, -INFINITY), std::nextafter(mid, INFINITY)});
+    }
+  }
+  for (int c = 0; c < 15; ++c) {
+    const float mid = 0.5f * (e2m1_to_float(static_cast<uint8_t>(c)) + e2m1_to_float(static_cast<uint8_t>(c + 1)));
+    inputs.insert(inputs.end(), {mid, std::nextafter(mid, -INFINITY), std::nextafter(mid, INFINITY)});
+  }
+  inputs.insert(inputs.end(), {464.0f, -464.0f, 448.5f, 0x1p-6f, 0x1p-10f, 0x1p-149f, INFINITY, -INFINITY, NAN});
+  std::mt19937 rng(17);
+  for (int i = 0; i < 1000000; ++i) inputs.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  int checked = 0;
+  for (float x : inputs) {
+    ASSERT_EQ(qc::e4m3_code(x), f8e4m3_from_float(x)) << "e4m3, x = " << x << " bits " << std::hex << bits(x);
+    ASSERT_EQ(qc::e2m1_code(x), e2m1_from_float(x)) << "e2m1, x = " << x << " bits " << std::hex << bits(x);
+    const float a = std::fabs(x);
+    if (std::isfinite(a) && a > 0) {
+      ASSERT_EQ(qc::floor_log2(a), std::ilogb(a)) << "x = " << x;
+    }
+    ++checked;
+  }
+  for (int c = 0; c < 256; ++c) {
+    const float want = f8e4m3_to_float(static_cast<uint8_t>(c)), got = qc::e4m3_value(static_cast<uint8_t>(c));
+    if (std::isnan(want))
+      EXPECT_TRUE(std::isnan(got)) << "code " << c;
+    else
+      EXPECT_EQ(bits(got), bits(want)) << "code " << c;
+    if (c < 255) {
+      EXPECT_EQ(bits(qc::e8m0_value(static_cast<uint8_t>(c))), bits(e8m0_to_float(static_cast<uint8_t>(c))));
+    }
+  }
+  EXPECT_GT(checked, 1000000);
+}
+
+// ---- FP8 rows ---------------------------------------------------------------------------
+
+TEST(QuantFp8Rows, ScaleIsAmaxOver448AndTheAmaxElementBecomes448) {
+  // Row 0: amax a power of two (1); row 1: amax 448 (scale exactly 1); row 2: one below
+  // 2 and row 3 just above it (the scale follows amax continuously).
+  const int64_t k = 128;
+  std::vector<float> x(4 * k);
+  const float amax[4] = {1.0f, 448.0f, std::nextafter(2.0f, 0.0f), std::nextafter(2.0f, 4.0f)};
+  for (int r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < k; ++c) x[r * k + c] = amax[r] * (c == 5 ? -1.0f : 0.01f * static_cast<float>(c % 50));
+  const Quantized q = fp8_rows(from_floats(x, {4, k}));
+  for (int r = 0; r < 4; ++r) {
+    const float scale = q.scales.data<float>()[r];
+    EXPECT_EQ(bits(scale), bits(amax[r] / 448.0f)) << "row " << r;
+    EXPECT_EQ(bytes(q.values)[r * k + 5], 0xFE) << "row " << r << ": -amax is -448";
+    for (int64_t c = 0; c < k; ++c)
+      ASSERT_EQ(bytes(q.values)[r * k + c], f8e4m3_from_float(x[r * k + c] / scale)) << r << ", " << c;
+  }
+  EXPECT_EQ(q.scales.data<float>()[1], 1.0f);
+}
+
+TEST(QuantFp8Rows, ZeroBlockGetsScaleOneAndShortLastBlockItsOwnAmax) {
+  // K = 300: blocks of 128, 128 and 44. Block 0 is zeros (one of them -0), block 1
+  // holds an outlier, the short block 2 has amax 3.
+  const int64_t k = 300;
+  std::vector<float> x(k, 0.0f);
+  x[7] = -0.0f;
+  for (int64_t c = 128; c < 256; ++c) x[c] = 0.5f;
+  x[200] = 1000.0f;
+  for (int64_t c = 256; c < k; ++c) x[c] = c == 299 ? -3.0f : 1.0f;
+  const Quantized q = fp8_rows(from_floats(x, {1, k}, DType::bf16));
+  const float* s = q.scales.data<float>();
+  EXPECT_EQ(q.scales.shape(), (Shape{1, 3}));
+  EXPECT_EQ(s[0], 1.0f);
+  EXPECT_EQ(bytes(q.values)[0], 0x00);
+  EXPECT_EQ(bytes(q.values)[7], 0x80);  // -0 stays -0
+  EXPECT_EQ(bits(s[1]), bits(1000.0f / 448.0f));
+  EXPECT_EQ(bits(s[2]), bits(3.0f / 448.0f));
+  EXPECT_EQ(bytes(q.values)[299], 0xFE);
+  // 1 / (3 / 448) = 149.33.. -> e4m3 144 (step 16 in [128, 256)).
+  EXPECT_EQ(f8e4m3_to_float(bytes(q.values)[256]), 144.0f);
+}
+
+TEST(QuantFp8Rows, OneElementRowAndNonFiniteBlocks) {
+  const Quantized one = fp8_rows(from_floats({-3.0f}, {1, 1}));
+  EXPECT_EQ(bits(one.scales.data<float>()[0]), bits(3.0f / 448.0f));
+  EXPECT_EQ(bytes(one.values)[0], 0xFE);
+  // A NaN or an infinity makes its block's scale NaN and its values NaN (0x7F); the
+  // other blocks of the row are untouched.
+  std::vector<float> x(2 * 256, 1.0f);
+  x[3] = NAN;
+  x[256 + 130] = -INFINITY;
+  const Quantized q = fp8_rows(from_floats(x, {2, 256}));
+  const float* s = q.scales.data<float>();
+  EXPECT_TRUE(std::isnan(s[0]));
+  EXPECT_EQ(bits(s[1]), bits(1.0f / 448.0f));
+  EXPECT_EQ(bits(s[2]), bits(1.0f / 448.0f));
+  EXPECT_TRUE(std::isnan(s[3]));
+  for (int64_t c = 0; c < 512; ++c) {
+    const bool poisoned = c < 128 || (c >= 384);
+    ASSERT_EQ(bytes(q.values)[c], poisoned ? 0x7F : 0x7E) << c;
+  }
+  Tensor back = Tensor::empty({2, 256}, DType::f32);
+  dequantize_fp8_rows(q.values, q.scales, back);
+  EXPECT_TRUE(std::isnan(back.data<float>()[0]));
+  EXPECT_EQ(back.data<float>()[128], 448.0f * (1.0f / 448.0f));
+}
+
+// Each element's error: y = x / s is rounded once in fp32 (relative 2^-24), then to e4m3
+// (relative 2^-4 in the normal range, absolute 2^-10 below 2^-6); times s that is
+// |x - q s| <= (2^-4 + 2^-22) |x| + 2^-10 s. The largest relative error seen must come
+// close to 2^-4, or the inputs missed the coarse part of the grid.
+TEST(QuantFp8Rows, RoundTripErrorStaysWithinTheE4m3Bound) {
+  const Tensor x = varied({19, 2880}, DType::f32, 3);
+  const Quantized q = fp8_rows(x);
+  Tensor back = Tensor::empty(x.shape(), DType::f64);
+  dequantize_fp8_rows(q.values, q.scales, back);
+  const float* px = x.data<float>();
+  const double* pb = back.data<double>();
+  const float* s = q.scales.data<float>();
+  double worst_relative = 0, worst_ratio = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double scale = s[i / 2880 * 23 + i % 2880 / 128];
+    const double err = std::fabs(pb[i] - px[i]);
+    const double bound = (0x1p-4 + 0x1p-22) * std::fabs(px[i]) + 0x1p-10 * scale;
+    ASSERT_LE(err, bound) << "element " << i << " x = " << px[i];
+    worst_ratio = std::max(worst_ratio, err / bound);
+    if (std::fabs(px[i]) / scale >= 0x1p-6) worst_relative = std::max(worst_relative, err / std::fabs(px[i]));
+  }
+  std::cout << "fp8 rows: worst relative error " << worst_relative << " (bound 2^-4 = 0.0625), worst "
+            << worst_ratio << " of the bound\n";
+  EXPECT_GT(worst_relative, 0.055);
+}
+
+TEST(QuantFp8Rows, DequantizeIsOneFp32ProductRoundedOnce) {
+  const Tensor x = varied({3, 200}, DType::f32, 4);
+  const Quantized q = fp8_rows(x);
+  Tensor f32 = Tensor::empty(x.shape(), DType::f32), bf16 = Tensor::empty(x.shape(), DType::bf16);
+  Tensor f64 = Tensor::empty(x.shape(), DType::f64);
+  dequantize_fp8_rows(q.values, q.scales, f32);
+  dequantize_fp8_rows(q.values, q.scales, bf16);
+  dequantize_fp8_rows(q.values, q.scales, f64);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = f8e4m3_to_float(bytes(q.values)[i]), s = q.scales.data<float>()[i / 200 * 2 + i % 200 / 128];
+    ASSERT_EQ(bits(f32.data<float>()[i]), bits(v * s)) << i;
+    ASSERT_EQ(static_cast<const uint16_t*>(bf16.raw())[i], bf16_from_float(v * s)) << i;
+    ASSERT_EQ(f64.data<double>()[i], static_cast<double>(v) * s) << i;
+  }
+}
+
+// ---- FP8 blocks -------------------------------------------------------------------------
+
+// [E, N, K] = [2, 130, 200]: tiles of 128x128 cut both N and K short. The test finds each
+// tile's amax itself and checks the scale and every code against the rule.
+TEST(QuantFp8Blocks, EachTileOfEveryExpertScalesByItsOwnAmax) {
+  const int64_t e = 2, n = 130, k = 200;
+  Tensor w = varied({e, n, k}, DType::f32, 5);
+  w.data<float>()[1 * n * k + 129 * k + 199] = -1e9f;  // beyond every other value, in a 2x72 tile
+  const Quantized q = fp8_blocks(w);
+  ASSERT_EQ(q.scales.shape(), (Shape{2, 2, 2}));
+  const float* pw = w.data<float>();
+  for (int64_t x = 0; x < e; ++x)
+    for (int64_t tr = 0; tr < 2; ++tr)
+      for (int64_t tc = 0; tc < 2; ++tc) {
+        float amax = 0;
+        for (int64_t r = tr * 128; r < std::min(n, tr * 128 + 128); ++r)
+          for (int64_t c = tc * 128; c < std::min(k, tc * 128 + 128); ++c)
+            amax = std::max(amax, std::fabs(pw[(x * n + r) * k + c]));
+        const float scale = q.scales.data<float>()[(x * 2 + tr) * 2 + tc];
+        ASSERT_EQ(bits(scale), bits(amax / 448.0f)) << "tile " << x << "," << tr << "," << tc;
+        for (int64_t r = tr * 128; r < std::min(n, tr * 128 + 128); ++r)
+          for (int64_t c = tc * 128; c < std::min(k, tc * 128 + 128); ++c) {
+            const int64_t i = (x * n + r) * k + c;
+            ASSERT_EQ(bytes(q.values)[i], f8e4m3_from_float(pw[i] / scale)) << i;
+          }
+      }
+  EXPECT_EQ(q.scales.data<float>()[7], 1e9f / 448.0f);
+  EXPECT_EQ(bytes(q.values)[2 * n * k - 1], 0xFE);
+  Tensor back = Tensor::empty(w.shape(), DType::f64);
+  dequantize_fp8_blocks(q.values, q.scales, back);
+  EXPECT_EQ(back.data<double>()[2 * n * k - 1], -448.0 * static_cast<double>(1e9f / 448.0f));
+}
+
+// ---- MXFP4 ------------------------------------------------------------------------------
+
+// Scale exponent floor(log2 amax) - 2 (+127 bias): amax 4 -> 2^0; one ulp below 4 ->
+// 2^-1 (and 3.9999998 / 0.5 saturates to 6: the spec's floor clips the top of the
+// block); one ulp above -> 2^0.
+TEST(QuantMxfp4, ScaleExponentIsFloorLog2AmaxMinusTwo) {
+  const float amax[] = {4.0f, std::nextafter(4.0f, 0.0f), std::nextafter(4.0f, 8.0f), 6.0f, 7.99f,
+                        0x1.8p127f, 0x1p-124f, 0x1p-130f, 0.0f};
+  const uint8_t want[] = {127, 126, 127, 127, 127, 252, 1, 0, 0};
+  const int blocks = sizeof(amax) / sizeof(amax[0]);
+  std::vector<float> x(32 * blocks, 0.0f);
+  for (int b = 0; b < blocks; ++b) x[32 * b + 3] = -amax[b];
+  const Quantized q = mxfp4(from_floats(x, {blocks, 32}));
+  for (int b = 0; b < blocks; ++b) {
+    EXPECT_EQ(bytes(q.scales)[b], want[b]) << "amax " << amax[b];
+    const uint8_t code = bytes(q.values)[16 * b + 1] >> 4;  // element 3: high nibble of byte 1
+    const float scale = e8m0_to_float(want[b]);
+    const float expect = b == 8 ? 0.0f : std::min(amax[b] / scale, 6.0f);
+    EXPECT_EQ(e2m1_to_float(code), b == 8 ? 0.0f : -e2m1_to_float(e2m1_from_float(expect))) << "amax " << amax[b];
+  }
+  EXPECT_EQ(bytes(q.values)[16 * 1 + 1] >> 4, 0xF);  // 3.9999998 at scale 0.5 saturates to -6
+  EXPECT_EQ(bytes(q.values)[16 * 4 + 1] >> 4, 0xF);  // 7.99 at scale 1 saturates to -6
+  EXPECT_EQ(bytes(q.values)[16 * 7 + 1] >> 4, 0x8);  // 2^-130 / 2^-127 = 0.125 rounds to -0
+}
+
+// Element 2i sits in the low nibble of byte i, element 2i + 1 in the high nibble.
+TEST(QuantMxfp4, PacksEvenElementsInTheLowNibble) {
+  std::vector<float> x(64, 0.0f);
+  x[0] = 4.0f, x[1] = -0.5f, x[2] = 1.5f, x[3] = 3.0f, x[31] = -6.0f;  // scale 2^0
+  x[32] = 1.0f, x[33] = 0.25f;  // amax 1: scale 2^-2; 4 and 1 in units of the scale
+  const Quantized q = mxfp4(from_floats(x, {2, 32}, DType::f16));
+  EXPECT_EQ(bytes(q.values)[0], 0x96);   // 4 -> 0110, -0.5 -> 1001
+  EXPECT_EQ(bytes(q.values)[1], 0x53);   // 1.5 -> 0011, 3 -> 0101
+  EXPECT_EQ(bytes(q.values)[15], 0xF0);  // element 30 is 0, element 31 is -6
+  EXPECT_EQ(bytes(q.scales)[0], 127);
+  EXPECT_EQ(bytes(q.scales)[1], 125);
+  EXPECT_EQ(bytes(q.values)[16], 0x26);  // 1 / 2^-2 = 4 -> 0110, 0.25 / 2^-2 = 1 -> 0010
+  Tensor back = Tensor::empty({2, 32}, DType::f32);
+  dequantize_mxfp4(q.values, q.scales, back);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(back.data<float>()[i], x[i]) << i;
+}
+
+TEST(QuantMxfp4, NonFiniteBlockGetsNanScaleAndZeroCodes) {
+  std::vector<float> x(96, 1.0f);
+  x[40] = NAN;
+  x[95] = INFINITY;
+  const Quantized q = mxfp4(from_floats(x, {3, 32}));
+  EXPECT_EQ(bytes(q.scales)[0], 125);  // amax 1
+  EXPECT_EQ(bytes(q.scales)[1], 0xFF);
+  EXPECT_EQ(bytes(q.scales)[2], 0xFF);
+  for (int i = 16; i < 48; ++i) ASSERT_EQ(bytes(q.values)[i], 0) << i;
+  Tensor back = Tensor::empty({3, 32}, DType::bf16);
+  dequantize_mxfp4(q.values, q.scales, back);
+  const std::vector<double> b = back.to_doubles();
+  EXPECT_EQ(b[0], 1.0);
+  for (int i = 32; i < 96; ++i) ASSERT_TRUE(std::isnan(b[i])) << i;
+}
+
+// With X the block's scale, an element with |x| <= 6X is off by at most half the e2m1
+// step at its magnitude (X/4 below 2X, X/2 below 4X, X up to 6X); above 6X (possible up
+// to 8X, as the scale is floor-based) it saturates to exactly +-6X.
+TEST(QuantMxfp4, RoundTripErrorIsHalfAStepOrSaturation) {
+  const Tensor w = varied({4, 37, 2880}, DType::bf16, 6);
+  const Quantized q = mxfp4(w);
+  Tensor back = Tensor::empty(w.shape(), DType::f64);
+  dequantize_mxfp4(q.values, q.scales, back);
+  const std::vector<double> x = w.to_doubles();
+  const double* pb = back.data<double>();
+  int64_t saturated = 0;
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double scale = e8m0_to_float(bytes(q.scales)[i / 32]), a = std::fabs(x[i]) / scale;
+    const double err = std::fabs(pb[i] - x[i]) / scale;
+    if (a > 6) {
+      ASSERT_EQ(pb[i], std::copysign(6 * scale, x[i])) << i;
+      ++saturated;
+      continue;
+    }
+    const double half_step = a <= 2 ? 0.25 : a <= 4 ? 0.5 : 1.0;
+    ASSERT_LE(err, half_step) << "element " << i << " x = " << x[i];
+    worst = std::max(worst, err / half_step);
+  }
+  std::cout << "mxfp4: worst error " << worst << " of half a step, " << saturated << " of " << x.size()
+            << " saturated\n";
+  EXPECT_EQ(worst, 1.0);  // ties occur in bf16 inputs, and sit exactly half a step away
+  EXPECT_GT(saturated, 0);
+}
+
+// ---- errors -----------------------------------------------------------------------------
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(QuantErrors, BadShapesAndDtypesNameTheShape) {
+  Tensor x = Tensor::zeros({4, 300}, DType::f32);
+  Tensor values = Tensor::empty({4, 300}, DType::f8e4m3), scales = Tensor::empty({4, 2}, DType::f32);
+  std::string m = error_of([&] { quantize_fp8_rows(x, values, scales); });
+  EXPECT_NE(m.find("quantize_fp8_rows: scales [4, 2] f32 must be [4, 3] f32 for x [4, 300]"), std::string::npos) << m;
+
+  Tensor x3 = Tensor::zeros({2, 4, 300}, DType::f32);
+  m = error_of([&] { quantize_fp8_rows(x3, values, scales); });
+  EXPECT_NE(m.find("x [2, 4, 300] must be [M, K]"), std::string::npos) << m;
+
+  Tensor wrong = Tensor::empty({4, 300}, DType::bf16), good_scales = Tensor::empty({4, 3}, DType::f32);
+  m = error_of([&] { quantize_fp8_rows(x, wrong, good_scales); });
+  EXPECT_NE(m.find("values [4, 300] bf16 must be [4, 300] f8e4m3"), std::string::npos) << m;
+
+  m = error_of([&] { quantize_fp8_rows(x.to(DType::f64), values, good_scales); });
+  EXPECT_NE(m.find("x [4, 300] is f64"), std::string::npos) << m;
+
+  Tensor w = Tensor::zeros({3, 130, 200}, DType::bf16);
+  Tensor wv = Tensor::empty({3, 130, 200}, DType::f8e4m3), ws = Tensor::empty({3, 1, 2}, DType::f32);
+  m = error_of([&] { quantize_fp8_blocks(w, wv, ws); });
+  EXPECT_NE(m.find("scales [3, 1, 2] f32 must be [3, 2, 2] f32 for w [3, 130, 200]"), std::string::npos) << m;
+
+  Tensor w30 = Tensor::zeros({4, 30}, DType::f32);
+  Tensor v15 = Tensor::empty({4, 15}, DType::u8), s1 = Tensor::empty({4, 1}, DType::e8m0);
+  m = error_of([&] { quantize_mxfp4(w30, v15, s1); });
+  EXPECT_NE(m.find("w [4, 30] must be [..., K] with K a multiple of 32"), std::string::npos) << m;
+
+  Tensor w64 = Tensor::zeros({4, 64}, DType::f32);
+  Tensor v32 = Tensor::empty({4, 32}, DType::u8), s2 = Tensor::empty({4, 2}, DType::e8m0);
+  Tensor v32_bytes_as_e4m3 = Tensor::empty({4, 32}, DType::f8e4m3);
+  m = error_of([&] { quantize_mxfp4(w64, v32_bytes_as_e4m3, s2); });
+  EXPECT_NE(m.find("values [4, 32] f8e4m3 must be [4, 32] u8 for w [4, 64]"), std::string::npos) << m;
+
+  Tensor f16_out = Tensor::empty({4, 64}, DType::f16);
+  m = error_of([&] { dequantize_mxfp4(v32, s2, f16_out); });
+  EXPECT_NE(m.find("dequantize_mxfp4: w [4, 64] is f16"), std::string::npos) << m;
+}
+
+// ---- GPU against the CPU ----------------------------------------------------------------
+
+#define REQUIRE_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+// The GPU's outputs start as 0xA5 bytes, so an element the kernel skips shows.
+Tensor poisoned(Shape shape, DType dt) {
+  Tensor t = Tensor::empty(shape, dt);
+  std::memset(t.raw(), 0xA5, t.bytes());
+  return gpu(t);
+}
+
+void expect_same_bytes(const std::string& what, const Tensor& on_gpu, const Tensor& on_cpu) {
+  const Tensor g = on_gpu.to(Device::cpu());
+  ASSERT_EQ(g.bytes(), on_cpu.bytes()) << what;
+  const uint8_t *a = bytes(g), *b = bytes(on_cpu);
+  int64_t differ = 0, first = -1;
+  for (size_t i = 0; i < g.bytes(); ++i)
+    if (a[i] != b[i]) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++differ;
+    }
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " bytes differ, first at byte " << first;
+}
+
+// The dequantized values as doubles, NaN equal to NaN (its payload is the hardware's).
+void expect_same_values(const std::string& what, const Tensor& on_gpu, const Tensor& on_cpu) {
+  const std::vector<double> a = on_gpu.to(Device::cpu()).to_doubles(), b = on_cpu.to_doubles();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::isnan(a[i]) && std::isnan(b[i]))) {
+      ASSERT_EQ(a[i], b[i]) << what << " at " << i;
+    }
+}
+
+// A contiguous tensor whose data starts one element past an allocation's start, so
+// every vectorised path falls back to its scalar one.
+Tensor misaligned_gpu(const Tensor& t) {
+  Tensor flat = Tensor::empty({t.numel() + 1}, t.dtype(), Device::cuda());
+  Tensor view = flat.slice(0, 1, t.numel() + 1).view(t.shape());
+  view.copy_from(gpu(t));
+  return view;
+}
+
+TEST(QuantGpu, Fp8RowsAndDequantizationBitIdenticalToCpu) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{37, 2880}, {5, 200}, {3, 7}, {1, 1}, {300, 128}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const Shape& shape : shapes)
+      for (bool aligned : {true, false}) {
+        const std::string what = std::string("fp8 rows ") + std::string(dtype_name(dt)) +
+                                 (aligned ? " [" : " misaligned [") + std::to_string(shape[0]) + ", " +
+                                 std::to_string(shape[1]) + "]";
+        const Tensor x = varied(shape, dt, 10 + shape[1]);
+        const Quantized c = fp8_rows(x);
+        Tensor values = poisoned(shape, DType::f8e4m3), scales = poisoned(c.scales.shape(), DType::f32);
+        quantize_fp8_rows(aligned ? gpu(x) : misaligned_gpu(x), values, scales);
+        expect_same_bytes(what + " values", values, c.values);
+        expect_same_bytes(what + " scales", scales, c.scales);
+        for (DType out : {DType::f32, DType::bf16}) {
+          Tensor on_cpu = Tensor::empty(shape, out), on_gpu = poisoned(shape, out);
+          dequantize_fp8_rows(c.values, c.scales, on_cpu);
+          dequantize_fp8_rows(values, scales, on_gpu);
+          expect_same_values(what + " dequantized to " + std::string(dtype_name(out)), on_gpu, on_cpu);
+        }
+      }
+}
+
+TEST(QuantGpu, Fp8BlocksOfStackedExpertsBitIdenticalToCpu) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{3, 300, 2880}, {2, 130, 200}, {5, 7}, {1, 129, 131}};
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Shape& shape : shapes) {
+      const std::string what = std::string("fp8 blocks ") + std::string(dtype_name(dt)) + " " +
+                               std::to_string(shape.numel()) + " elements";
+      const Tensor w = varied(shape, dt, 20 + shape.numel());
+      const Quantized c = fp8_blocks(w);
+      Tensor values = poisoned(shape, DType::f8e4m3), scales = poisoned(c.scales.shape(), DType::f32);
+      quantize_fp8_blocks(gpu(w), values, scales);
+      expect_same_bytes(what + " values", values, c.values);
+      expect_same_bytes(what + " scales", scales, c.scales);
+      Tensor on_cpu = Tensor::empty(shape, DType::bf16), on_gpu = poisoned(shape, DType::bf16);
+      dequantize_fp8_blocks(c.values, c.scales, on_cpu);
+      dequantize_fp8_blocks(values, scales, on_gpu);
+      expect_same_values(what + " dequantized", on_gpu, on_cpu);
+    }
+}
+
+TEST(QuantGpu, Mxfp4AndDequantizationBitIdenticalToCpu) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{3, 300, 2880}, {7, 64}, {1, 32}, {2, 5, 96}};
+  for (DType dt : {DType::bf16, DType::f32, DType::f16})
+    for (const Shape& shape : shapes)
+      for (bool aligned : {true, false}) {
+        const std::string what = std::string("mxfp4 ") + std::string(dtype_name(dt)) +
+                                 (aligned ? " " : " misaligned ") + std::to_string(shape.numel()) + " elements";
+        const Tensor w = varied(shape, dt, 30 + shape.numel());
+        const Quantized c = mxfp4(w);
+        Tensor values = poisoned(c.values.shape(), DType::u8), scales = poisoned(c.scales.shape(), DType::e8m0);
+        quantize_mxfp4(aligned ? gpu(w) : misaligned_gpu(w), values, scales);
+        expect_same_bytes(what + " values", values, c.values);
+        expect_same_bytes(what + " scales", scales, c.scales);
+        for (DType out : {DType::f32, DType::bf16}) {
+          Tensor on_cpu = Tensor::empty(shape, out), on_gpu = poisoned(shape, out);
+          dequantize_mxfp4(c.values, c.scales, on_cpu);
+          dequantize_mxfp4(values, scales, on_gpu);
+          expect_same_values(what + " dequantized to " + std::string(dtype_name(out)), on_gpu, on_cpu);
+        }
+      }
+}
+
+// Zeros, subnormal blocks, NaN and infinities in the three quantizers.
+TEST(QuantGpu, SpecialBlocksBitIdenticalToCpu) {
+  REQUIRE_GPU();
+  Tensor x = varied({4, 512}, DType::f32, 40);
+  float* p = x.data<float>();
+  for (int i = 0; i < 128; ++i) p[i] = i % 2 ? 0.0f : -0.0f;            // a zero block
+  for (int i = 128; i < 256; ++i) p[i] = static_cast<float>(i) * 0x1p-149f;  // subnormals
+  p[300] = NAN;
+  p[512 + 5] = INFINITY;
+  p[1024 + 400] = -INFINITY;
+  for (int i = 1536; i < 1568; ++i) p[i] = 0x1p-135f * static_cast<float>(i % 7);  // MXFP4 scale clamp
+  const Quantized rows = fp8_rows(x), blocks = fp8_blocks(x), fp4 = mxfp4(x);
+  Tensor rv = poisoned(x.shape(), DType::f8e4m3), rs = poisoned(rows.scales.shape(), DType::f32);
+  Tensor bv = poisoned(x.shape(), DType::f8e4m3), bs = poisoned(blocks.scales.shape(), DType::f32);
+  Tensor mv = poisoned(fp4.values.shape(), DType::u8), ms = poisoned(fp4.scales.shape(), DType::e8m0);
+  quantize_fp8_rows(gpu(x), rv, rs);
+  quantize_fp8_blocks(gpu(x), bv, bs);
+  quantize_mxfp4(gpu(x), mv, ms);
+  expect_same_bytes("special fp8 rows values", rv, rows.values);
+  expect_same_bytes("special fp8 rows scales", rs, rows.scales);
+  expect_same_bytes("special fp8 blocks values", bv, blocks.values);
+  expect_same_bytes("special fp8 blocks scales", bs, blocks.scales);
+  expect_same_bytes("special mxfp4 values", mv, fp4.values);
+  expect_same_bytes("special mxfp4 scales", ms, fp4.scales);
+}
+
+}  // namespace
+}  // namespace amber
