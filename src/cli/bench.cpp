@@ -1,11 +1,16 @@
 // `amber bench step` (the whole training step) and `amber bench kernel` (memory-bound
-// kernels against the measured copy bandwidth; attention against a float64 reference).
+// kernels against the measured copy bandwidth; attention against a float64 reference;
+// MoE grouped products against both roofline limits).
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <set>
 
 #include "amber/ops/gemm.h"
+#include "amber/ops/grouped_gemm.h"
 #include "amber/train/run_config.h"
 #include "bench/attention_bench.h"
+#include "bench/grouped_bench.h"
 #include "bench/kernel_bench.h"
 #include "bench/op_repeat.h"
 #include "bench/step_bench.h"
@@ -139,6 +144,66 @@ void print_attention_bench(const std::string& which, Device device, int repeats,
   }
 }
 
+void print_grouped_bench(const std::string& which, const std::vector<int64_t>& tokens, const std::string& routing,
+                         uint64_t seed, const std::string& device_name, int repeats, const std::string& inputs_dir,
+                         const std::vector<std::string>& variants) {
+  AMBER_CHECK(routing == "both" || routing == "uniform" || routing == "skewed",
+              "bench kernel grouped: unknown --routing '", routing, "'; valid: uniform, skewed, both");
+  const Device device = device_from_name(device_name);
+  AMBER_CHECK(grouped_gemm_available(device), "bench kernel grouped: ", device_name,
+              " has no grouped products (the GPU kernels run on Hopper, sm_90a, in builds with sm_90a code); "
+              "use a Hopper card or --device cpu --shape tiny");
+  for (const std::string& v : variants) grouped_variant(v);  // a bad name stops the run before any timing
+  const std::vector<std::string> routings =
+      routing == "both" ? std::vector<std::string>{"uniform", "skewed"} : std::vector<std::string>{routing};
+  std::vector<GroupedBenchCase> cases;
+  for (const GroupedBenchShape& shape : grouped_bench_shapes(which)) {
+    std::cout << "shape " << shape.name << ": " << shape.summary << "\n";
+    for (int64_t t : tokens.empty() ? shape.tokens : tokens)
+      for (const std::string& r : routings)
+        cases.push_back({shape, t, r, route_tokens(t, shape.experts, shape.topk, r, seed), {}});
+  }
+  std::cout << "routing (seed " << seed << "; skewed: Zipf popularity, exponent " << kSkewedZipfExponent
+            << ", top-k drawn without replacement)\n| shape | tokens | routing | rows | rows per expert max / mean / "
+               "min | max / mean | empty experts |\n|---|---|---|---|---|---|---|\n"
+            << std::fixed;
+  for (const GroupedBenchCase& c : cases) {
+    const auto [lo, hi] = std::minmax_element(c.route.counts.begin(), c.route.counts.end());
+    const double mean = static_cast<double>(c.route.offsets.back()) / static_cast<double>(c.shape.experts);
+    std::cout << "| " << c.shape.name << " | " << c.tokens << " | " << c.routing << " | " << c.route.offsets.back()
+              << " | " << *hi << " / " << std::setprecision(1) << mean << " / " << *lo << " | "
+              << std::setprecision(2) << *hi / mean << " | "
+              << std::count(c.route.counts.begin(), c.route.counts.end(), 0) << " |\n";
+  }
+  const std::string cases_file = inputs_dir.empty() ? "" : inputs_dir + "/grouped_cases.json";
+  const GroupedRoofs roofs = measure_grouped_roofs(device, device.is_cuda() ? 8192 : 512, repeats);
+  // The routing is on disk before any timing, so a crashed run still leaves it.
+  if (!cases_file.empty()) save_grouped_cases(cases_file, cases, roofs, device_name);
+  std::cout << "roofs: device copy " << std::setprecision(3) << roofs.copy_tb_per_s << " TB/s (read + write); dense "
+            << "bf16 gemm() " << roofs.gemm_size << "^3 " << std::setprecision(1) << roofs.gemm_tflops
+            << " TFLOP/s\nbf16 operands, f32 weight gradient; TFLOP/s counts 2 x rows x n x k; bytes: activations "
+               "in and out, weights of experts with rows (every expert's f32 gradient); error: each shape's first "
+               "case, its first 8 experts' rows against float64 on the host\n"
+            << "| shape | tokens | routing | product | error vs f64 | ms | TFLOP/s | TB/s | memory limit ms | compute "
+               "limit ms | nearer limit | of it |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::set<std::string> checked;  // shapes whose first case (their smallest) measured its errors
+  for (GroupedBenchCase& c : cases) {
+    run_grouped_bench(c, device, roofs, {repeats, checked.insert(c.shape.name).second, variants});
+    for (const GroupedBenchRow& r : c.rows) {
+      std::cout << "| " << c.shape.name << " | " << c.tokens << " | " << c.routing << " | " << r.product << " | ";
+      if (r.error >= 0)
+        std::cout << std::scientific << std::setprecision(1) << r.error << std::fixed;
+      else
+        std::cout << "-";
+      std::cout << " | " << std::setprecision(4) << r.ms << " | " << std::setprecision(1) << r.tflops << " | "
+                << std::setprecision(3) << r.tb_per_s << " | " << std::setprecision(4) << r.memory_ms << " | "
+                << r.compute_ms << " | " << (r.memory_ms > r.compute_ms ? "memory" : "compute") << " | "
+                << std::setprecision(1) << 100 * r.of_bound << "% |" << std::endl;
+    }
+    if (!cases_file.empty()) save_grouped_cases(cases_file, cases, roofs, device_name);
+  }
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -189,7 +254,8 @@ void add_bench_command(CLI::App& app) {
   struct KernelArgs {
     std::string name = "all";
     std::string device = "cuda";
-    int64_t tokens = 0, width = 2048;
+    std::vector<int64_t> tokens;
+    int64_t width = 2048;
     int repeats = 20;
     std::string shape = "all";
     std::string inputs_dir;
@@ -197,25 +263,49 @@ void add_bench_command(CLI::App& app) {
     int64_t vocab = 65536, dim = 1280, chunk = 2048;
     std::string config;
     int candidates = 8;
+    std::string routing = "both";
+    uint64_t seed = 1;
+    std::vector<std::string> variants = {"default"};
   };
   auto k = std::make_shared<KernelArgs>();
-  auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits");
+  auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits, MoE grouped products against both roofline limits");
   kernel->add_option("name", k->name,
                      "rmsnorm, swiglu, rope, all (the memory-bound ones), attention, lmhead (chunked "
                      "linear cross-entropy against materialised logits), gemm (a model's products against "
-                     "cuBLASLt's other algorithms) or glu (the MLP's products with SwiGLU in their epilogues "
-                     "against the product and the pass)")
+                     "cuBLASLt's other algorithms), glu (the MLP's products with SwiGLU in their epilogues "
+                     "against the product and the pass) or grouped (MoE expert products, ops/grouped_gemm.h, "
+                     "against the copy-bandwidth and dense-GEMM limits)")
       ->capture_default_str();
   kernel->add_option("--shape", k->shape,
-                     "attention only: issue 6's shape A, B, C, D or E, F (20-100-token documents), or all")
+                     "attention: issue 6's shape A, B, C, D or E, F (20-100-token documents), or all; grouped: mm1 "
+                     "(gpt-oss-120b MM1: 128 experts, top-4, 2880 -> 5760, 128 to 32768 tokens), kohaku768 / "
+                     "kohaku896 (64 experts, top-8, dim 768 / 896, expert width 384 / 512, 16384 tokens), kohaku "
+                     "(both), all, or tiny (8 experts, top-2, 256 -> 512, 64 tokens: for --device cpu)")
       ->capture_default_str();
   kernel->add_option("--device", k->device, "cuda, cuda:N or cpu")->capture_default_str();
-  kernel->add_option("--tokens", k->tokens, "Rows of the activation (0: 65536; 16384 for lmhead, gemm and glu)")->capture_default_str();
+  kernel->add_option("--tokens", k->tokens,
+                     "Rows of the activation (default 65536; 16384 for lmhead, gemm and glu); grouped: tokens "
+                     "before top-k, one count or a comma-separated list (default: the shape's list)")
+      ->delimiter(',');
   kernel->add_option("--width", k->width, "Columns of the activation")->capture_default_str();
   kernel->add_option("--repeats", k->repeats, "Timed calls (best is kept)")->capture_default_str();
   kernel->add_option("--inputs-dir", k->inputs_dir,
-                     "attention only: also write each shape's bf16 inputs here, for "
-                     "bench/compare/attention_torch.py --inputs-dir (PyTorch's error on the same inputs)");
+                     "attention: also write each shape's bf16 inputs here, for bench/compare/attention_torch.py "
+                     "--inputs-dir (PyTorch's error on the same inputs); grouped: write grouped_cases.json here "
+                     "(each case's per-expert counts and offsets, then amber's times), which "
+                     "bench/compare/grouped_torch.py --inputs-dir runs PyTorch on");
+  kernel->add_option("--routing", k->routing,
+                     "grouped only: uniform (top-k distinct experts, all equally likely), skewed (expert "
+                     "popularity a Zipf law over a seeded ranking) or both")
+      ->capture_default_str();
+  kernel->add_option("--seed", k->seed, "grouped only: the routing's seed")->capture_default_str();
+  kernel->add_option("--variants", k->variants,
+                     "grouped only: time each m-grouped product (forward, swiglu forward, backward input) under "
+                     "each of these Hopper kernel variants, comma-separated: default (as the kernels choose), "
+                     "math-stores (store partition off: the math warps store their results), tile128, tile256 "
+                     "(tiles that many columns wide whatever the shape); every variant gives the same bits")
+      ->delimiter(',')
+      ->capture_default_str();
   kernel->add_flag("--portable", k->portable,
                    "attention only: the portable mma.sync kernels even on a Hopper card (to compare the paths)");
   kernel->add_option("--vocab", k->vocab, "lmhead only: vocabulary size")->capture_default_str();
@@ -228,17 +318,26 @@ void add_bench_command(CLI::App& app) {
   kernel->add_option("--candidates", k->candidates, "gemm only: cuBLASLt heuristic answers timed per product")
       ->capture_default_str();
   kernel->callback([k] {
+    // Every kernel but grouped times one token count.
+    const auto tokens_or = [&](int64_t fallback) {
+      AMBER_CHECK(k->tokens.size() <= 1, "bench kernel ", k->name,
+                  ": --tokens takes one count here (a list is for grouped)");
+      return k->tokens.empty() || k->tokens[0] <= 0 ? fallback : k->tokens[0];
+    };
+    if (k->name == "grouped")
+      return print_grouped_bench(k->shape, k->tokens, k->routing, k->seed, k->device, k->repeats, k->inputs_dir,
+                                 k->variants);
     if (k->name == "attention")
       return print_attention_bench(k->shape, device_from_name(k->device), k->repeats, k->inputs_dir, k->portable);
     if (k->name == "gemm") {
       AMBER_CHECK(!k->config.empty(), "bench kernel gemm needs --config (e.g. configs/presets/kohaku-500m.toml)");
-      return print_gemm_bench(load_run_config(k->config, {}).model, k->tokens > 0 ? k->tokens : 16384, k->chunk,
+      return print_gemm_bench(load_run_config(k->config, {}).model, tokens_or(16384), k->chunk,
                               device_from_name(k->device), k->candidates, k->repeats);
     }
     if (k->name == "glu") {
       AMBER_CHECK(!k->config.empty(), "bench kernel glu needs --config (e.g. configs/presets/kohaku-200m.toml)");
       const ModelConfig m = load_run_config(k->config, {}).model;
-      const int64_t tokens = k->tokens > 0 ? k->tokens : 16384;
+      const int64_t tokens = tokens_or(16384);
       const auto rows = run_glu_bench(device_from_name(k->device), tokens, m.dim, m.resolved_mlp_hidden(), k->repeats);
       std::cout << "MLP products beside SwiGLU, " << tokens << " tokens, dim " << m.dim << ", hidden "
                 << m.resolved_mlp_hidden() << ", bf16, measured GEMM algorithms\n| arm | ms |\n|---|---|\n"
@@ -247,7 +346,7 @@ void add_bench_command(CLI::App& app) {
       return;
     }
     if (k->name == "lmhead") {
-      const int64_t tokens = k->tokens > 0 ? k->tokens : 16384;
+      const int64_t tokens = tokens_or(16384);
       const auto rows = run_lm_head_bench(device_from_name(k->device), tokens, k->vocab, k->dim, k->chunk, k->repeats);
       std::cout << "LM head forward + backward, " << tokens << " tokens, vocab " << k->vocab << ", dim " << k->dim
                 << ", bf16\n| arm | ms | extra memory GiB |\n|---|---|---|\n" << std::fixed;
@@ -256,7 +355,7 @@ void add_bench_command(CLI::App& app) {
       std::cout << "chunked / naive time: " << std::setprecision(3) << rows[0].ms / rows[1].ms << "\n";
       return;
     }
-    const KernelBenchResult r = run_kernel_bench(k->name, device_from_name(k->device), k->tokens > 0 ? k->tokens : 65536,
+    const KernelBenchResult r = run_kernel_bench(k->name, device_from_name(k->device), tokens_or(65536),
                                                  k->width, k->repeats);
     std::cout << std::fixed << std::setprecision(3) << "device copy bandwidth (read + write): " << r.copy_tb_per_s
               << " TB/s\n| kernel | shape | ms | TB/s | of copy |\n|---|---|---|---|---|\n";
