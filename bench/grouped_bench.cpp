@@ -13,6 +13,7 @@
 #include "amber/core/random.h"
 #include "amber/core/tensor.h"
 #include "amber/ops/gemm.h"
+#include "amber/ops/quant.h"
 #include "bench/kernel_bench.h"
 
 namespace amber {
@@ -110,7 +111,9 @@ GroupedGemmVariant grouped_variant(const std::string& name) {
   if (name == "math-stores") return {.store_partition = false, .tile_n = 0};
   if (name == "tile128") return {.store_partition = true, .tile_n = 128};
   if (name == "tile256") return {.store_partition = true, .tile_n = 256};
-  fail("bench kernel grouped: unknown variant '", name, "'; valid: default, math-stores, tile128, tile256");
+  if (name == "loader-scales") return {.store_partition = true, .split_scales = false, .tile_n = 0};
+  fail("bench kernel grouped: unknown variant '", name,
+       "'; valid: default, math-stores, tile128, tile256, loader-scales");
 }
 
 GroupedRoofs measure_grouped_roofs(Device device, int64_t gemm_size, int repeats) {
@@ -200,10 +203,11 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
     r.of_bound = std::max(r.memory_ms, r.compute_ms) / r.ms;
     c.rows.push_back(r);
   };
-  // An m-grouped product, under each variant asked for.
+  // An m-grouped product, under each variant asked for (loader-scales only changes FP8).
   const auto add_m = [&](const std::string& product, double bytes, const std::function<void()>& fn,
-                         const Tensor& out, const Tensor& ref) {
+                         const Tensor& out, const Tensor& ref, bool fp8 = false) {
     for (const std::string& v : options.variants) {
+      if (v == "loader-scales" && !fp8) continue;
       set_grouped_gemm_variant(grouped_variant(v));
       add(v == "default" ? product : product + ", " + v, bytes, fn, out, ref, cr);
     }
@@ -216,6 +220,18 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
         rdx);
   add("backward weight", act_n + act_k + 4.0 * static_cast<double>(s.experts * s.n * s.k),
       [&] { grouped_gemm_backward_weight(dy, x, offsets, dw, false); }, dw, rdw, ce);
+
+  // FP8 (e4m3, 1x128 activation and 128x128 weight scales), quantized outside the
+  // timing; its error is against the same float64 product of the bf16 operands, so it
+  // includes the quantization, as the PyTorch arm's does.
+  if (!grouped_gemm_available(device) || s.k % 16 != 0) return;
+  Tensor xq = Tensor::empty(x.shape(), DType::f8e4m3, device), xs = Tensor::empty(fp8_rows_scales_shape(x.shape()), DType::f32, device);
+  Tensor wq = Tensor::empty(w.shape(), DType::f8e4m3, device), ws = Tensor::empty(fp8_blocks_scales_shape(w.shape()), DType::f32, device);
+  quantize_fp8_rows(x, xq, xs);
+  quantize_fp8_blocks(w, wq, ws);
+  const double scale_bytes = 4.0 * static_cast<double>(xs.numel() + ws.numel());
+  add_m("forward fp8", act_k / 2 + active_w / 2 + act_n + scale_bytes,
+        [&] { grouped_gemm_forward_fp8(xq, xs, wq, ws, offsets, y); }, y, ry, true);
 }
 
 void save_grouped_cases(const std::string& path, const std::vector<GroupedBenchCase>& cases,

@@ -303,7 +303,8 @@ void add_bench_command(CLI::App& app) {
                      "grouped only: time each m-grouped product (forward, swiglu forward, backward input) under "
                      "each of these Hopper kernel variants, comma-separated: default (as the kernels choose), "
                      "math-stores (store partition off: the math warps store their results), tile128, tile256 "
-                     "(tiles that many columns wide whatever the shape); every variant gives the same bits")
+                     "(tiles that many columns wide whatever the shape), loader-scales (FP8 only: the tiles' loader "
+                     "copies the scales, no scale loader of its own); every variant gives the same bits")
       ->delimiter(',')
       ->capture_default_str();
   kernel->add_flag("--portable", k->portable,

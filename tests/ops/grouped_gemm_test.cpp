@@ -12,6 +12,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/ops/grouped_gemm.h"
+#include "amber/ops/quant.h"
 #include "testing.h"
 
 namespace amber {
@@ -130,6 +131,35 @@ TEST(GroupedGemm, MalformedOffsetsAndShapesAreNamed) {
   EXPECT_NE(message(offsets_of({2, 2}), wrong).find("must be [4, 3]"), std::string::npos);
 }
 
+// FP8 operands as ops/quant.h makes them.
+struct Fp8Operands {
+  Tensor x, x_scales, w, w_scales;
+};
+Fp8Operands quantized(const Tensor& x, const Tensor& w) {
+  Fp8Operands q{Tensor::empty(x.shape(), DType::f8e4m3), Tensor::empty(fp8_rows_scales_shape(x.shape()), DType::f32),
+                Tensor::empty(w.shape(), DType::f8e4m3), Tensor::empty(fp8_blocks_scales_shape(w.shape()), DType::f32)};
+  quantize_fp8_rows(x, q.x, q.x_scales);
+  quantize_fp8_blocks(w, q.w, q.w_scales);
+  return q;
+}
+
+// The CPU's FP8 products are the float64 products of the dequantized operands.
+TEST(GroupedGemm, Fp8OracleIsTheProductOfDequantizedOperands) {
+  const std::vector<int> counts = {3, 0, 5};
+  const Tensor x = random_tensor({8, 160}, DType::f32, 20), w = random_tensor({3, 130, 160}, DType::f32, 21);
+  const Fp8Operands q = quantized(x, w);
+  Tensor xd = Tensor::empty(x.shape(), DType::f64), wd = Tensor::empty(w.shape(), DType::f64);
+  dequantize_fp8_rows(q.x, q.x_scales, xd);
+  dequantize_fp8_blocks(q.w, q.w_scales, wd);
+  const std::vector<double> ref = reference_forward(xd, wd, counts);
+  Tensor y = Tensor::zeros({8, 130}, DType::f64);
+  grouped_gemm_forward_fp8(q.x, q.x_scales, q.w, q.w_scales, offsets_of(counts), y);
+  const std::vector<double> got = y.to_doubles();
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-12 * (1 + std::fabs(ref[i]))) << i;
+  // The quantization itself stays within e4m3's rounding of the bf16/f32 product.
+  EXPECT_LT(testing::relative_error(y, Tensor::from_vector(reference_forward(x.to(DType::f64), w.to(DType::f64), counts), {8, 130})), 0.05);
+}
+
 // ---- GPU ---------------------------------------------------------------------------
 
 #define REQUIRE_HOPPER()                                                                   \
@@ -217,6 +247,45 @@ TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
   }
 }
 
+// FP8 products against the float64 product of the dequantized operands: what is left is
+// the fp32 accumulation (promoted every 128 k) and the bf16 output's rounding.
+TEST(GroupedGemmGpu, Fp8ProductsMatchTheDequantizedFloat64Oracle) {
+  REQUIRE_HOPPER();
+  const std::vector<Case> cases = {
+      {{0, 1, 130, 0, 257, 64, 1, 3}, 208, 384, 5},
+      {{5, 0, 300, 17}, 2880, 256, 0},
+  };
+  uint64_t seed = 400;
+  for (const Case& c : cases) {
+    const int used = total(c.counts), rows = used + c.extra_rows, experts = static_cast<int>(c.counts.size());
+    const std::string tag = "K " + std::to_string(c.k) + " N " + std::to_string(c.n);
+    const Tensor offsets = offsets_of(c.counts), offsets_gpu = gpu(offsets);
+    const Fp8Operands q = quantized(random_tensor({rows, c.k}, DType::bf16, seed++),
+                                    random_tensor({experts, c.n, c.k}, DType::bf16, seed++, 0.05f));
+    const Tensor scale = random_tensor({rows}, DType::f32, seed++);
+    const Tensor qx = gpu(q.x), qxs = gpu(q.x_scales), qw = gpu(q.w), qws = gpu(q.w_scales);
+    Tensor ref = Tensor::zeros({rows, c.n}, DType::f64), ref_scaled = Tensor::zeros({rows, c.n}, DType::f64);
+    grouped_gemm_forward_fp8(q.x, q.x_scales, q.w, q.w_scales, offsets, ref);
+    grouped_gemm_forward_fp8(q.x, q.x_scales, q.w, q.w_scales, offsets, ref_scaled, scale);
+    Tensor ref_gu = Tensor::zeros({rows, c.n}, DType::f64), ref_h = Tensor::zeros({rows, c.n / 2}, DType::f64);
+    grouped_gemm_swiglu_forward_fp8(q.x, q.x_scales, q.w, q.w_scales, offsets, ref_gu, ref_h);
+    for (const bool split : {true, false}) {
+      set_grouped_gemm_variant({.store_partition = true, .split_scales = split, .tile_n = 0});
+      const std::string v = tag + (split ? "" : ", loader-scales");
+      Tensor y = nan_gpu({rows, c.n}, DType::bf16), ys = nan_gpu({rows, c.n}, DType::bf16);
+      grouped_gemm_forward_fp8(qx, qxs, qw, qws, offsets_gpu, y);
+      expect_matches("fp8 forward " + v, y, ref, used, 5e-3);
+      grouped_gemm_forward_fp8(qx, qxs, qw, qws, offsets_gpu, ys, gpu(scale));
+      expect_matches("fp8 forward, row scales " + v, ys, ref_scaled, used, 5e-3);
+      Tensor gu = nan_gpu({rows, c.n}, DType::bf16), h = nan_gpu({rows, c.n / 2}, DType::bf16);
+      grouped_gemm_swiglu_forward_fp8(qx, qxs, qw, qws, offsets_gpu, gu, h);
+      expect_matches("fp8 swiglu gate_up " + v, gu, ref_gu, used, 5e-3);
+      expect_matches("fp8 swiglu h " + v, h, ref_h, used, 5e-3);
+    }
+    set_grouped_gemm_variant({});
+  }
+}
+
 // The store partition only moves where results are written from, and a tile's width
 // only which block computes an output: every variant gives one result.
 TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
@@ -254,19 +323,22 @@ TEST(GroupedGemmGpu, CapturedGraphReplaysAnyRoutingBitForBit) {
   const Tensor x = gpu(random_tensor({rows, k}, DType::bf16, 300)), w = gpu(random_tensor({experts, n, k}, DType::bf16, 301));
   const Tensor dy = gpu(random_tensor({rows, n}, DType::bf16, 302)), scale = gpu(random_tensor({rows}, DType::f32, 303));
   Tensor offsets = Tensor::zeros({experts + 1}, DType::i32, Device::cuda());
+  const Fp8Operands q = quantized(x.to(Device::cpu()), w.to(Device::cpu()));
+  const Tensor qx = gpu(q.x), qxs = gpu(q.x_scales), qw = gpu(q.w), qws = gpu(q.w_scales);
   struct Outputs {
-    Tensor y, h, gate_up, dx, dw;
+    Tensor y, h, gate_up, dx, dw, y8;
   };
   const auto make = [&] {
     return Outputs{Tensor::zeros({rows, n}, DType::bf16, Device::cuda()), Tensor::zeros({rows, n / 2}, DType::bf16, Device::cuda()),
                    Tensor::zeros({rows, n}, DType::bf16, Device::cuda()), Tensor::zeros({rows, k}, DType::bf16, Device::cuda()),
-                   Tensor::zeros({experts, n, k}, DType::f32, Device::cuda())};
+                   Tensor::zeros({experts, n, k}, DType::f32, Device::cuda()), Tensor::zeros({rows, n}, DType::bf16, Device::cuda())};
   };
   const auto run = [&](Outputs& o) {
     grouped_gemm_forward(x, w, offsets, o.y, scale);
     grouped_gemm_swiglu_forward(x, w, offsets, o.gate_up, o.h);
     grouped_gemm_backward_input(dy, w, offsets, o.dx);
     grouped_gemm_backward_weight(dy, x, offsets, o.dw, false);
+    grouped_gemm_forward_fp8(qx, qxs, qw, qws, offsets, o.y8);
   };
   Outputs captured = make();
   cuda::begin_capture();
@@ -281,7 +353,7 @@ TEST(GroupedGemmGpu, CapturedGraphReplaysAnyRoutingBitForBit) {
     cuda::synchronize();
     for (const auto& [a, b] : {std::pair{captured.y, eager.y}, std::pair{captured.h, eager.h},
                                std::pair{captured.gate_up, eager.gate_up}, std::pair{captured.dx, eager.dx},
-                               std::pair{captured.dw, eager.dw}})
+                               std::pair{captured.dw, eager.dw}, std::pair{captured.y8, eager.y8}})
       ASSERT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles());
   }
   cuda::destroy_graph(graph);
