@@ -20,4 +20,10 @@ CUtensorMap swizzled_rows_map(const Tensor& t, int box_rows, const char* op);
 // 16-byte aligned (cols a multiple of 8 or 16).
 CUtensorMap swizzled_matrix_map(const Tensor& t, int64_t rows, int64_t cols, int box_rows, const char* op);
 
+// As swizzled_matrix_map for rows that hold `parts` pieces of `cols` elements each (a
+// [rows, parts, cols] view): a box is 64 or 128 columns x 1 part x box_rows rows, and
+// never crosses into the next part.
+CUtensorMap swizzled_parts_map(const Tensor& t, int64_t rows, int64_t parts, int64_t cols, int box_rows,
+                               const char* op);
+
 }  // namespace amber::cuda

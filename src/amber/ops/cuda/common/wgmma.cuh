@@ -224,6 +224,21 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap& map, int 
       : "memory");
 }
 
+// A box of shared memory into a 2-D (or 3-D) tensor map at (x, y[, z]), as a bulk group
+// (bulk_commit, bulk_wait_read); parts of the box past the tensor's ends are not written.
+__device__ __forceinline__ void tma_store(const CUtensorMap& map, const void* src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(&map)),
+               "r"(x), "r"(y), "r"(smem_address(src))
+               : "memory");
+}
+__device__ __forceinline__ void tma_store(const CUtensorMap& map, const void* src, int x, int y, int z) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(&map)),
+               "r"(x), "r"(y), "r"(z), "r"(smem_address(src))
+               : "memory");
+}
+
 // Shared-memory writes by this thread become visible to the async proxy (wgmma
 // operands, bulk copies) once the readers synchronise after this fence.
 __device__ __forceinline__ void fence_async_shared() {

@@ -39,9 +39,9 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
   a.y_cols = a.n_out;
   if (row_scale.defined()) {
     a.row_scale = static_cast<const float*>(row_scale.raw());
-    grouped::launch_tiles<Fp8, Epilogue::row_scale, 128, false>(x, w, a, op);
+    grouped::launch_tiles<Fp8, Epilogue::row_scale, 128, false>(x, w, y, nullptr, a, op);
   } else {
-    grouped::launch_tiles<Fp8, Epilogue::plain, 128, false>(x, w, a, op);
+    grouped::launch_tiles<Fp8, Epilogue::plain, 128, false>(x, w, y, nullptr, a, op);
   }
 }
 
@@ -56,7 +56,7 @@ void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, co
   a.y = static_cast<__nv_bfloat16*>(h.raw());
   a.y_cols = a.n_out / 2;
   a.gate_up = gate_up.defined() ? static_cast<__nv_bfloat16*>(gate_up.raw()) : nullptr;
-  grouped::launch_tiles<Fp8, Epilogue::swiglu, 128, false>(x, w, a, op);
+  grouped::launch_tiles<Fp8, Epilogue::swiglu, 128, false>(x, w, h, gate_up.defined() ? &gate_up : nullptr, a, op);
 }
 
 }  // namespace amber::cuda

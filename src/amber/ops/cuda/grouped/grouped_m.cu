@@ -13,13 +13,14 @@ using grouped::Plain;
 // output is that wide: fewer, larger products per byte of shared memory read; else 128.
 // SwiGLU stays 128 wide: its two staging buffers at 256 would leave the ring two stages.
 template <class T, Epilogue kE, bool kTransB>
-void launch(const Tensor& x, const Tensor& w, const Args<T>& a, const char* op) {
+void launch(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* gate_up, const Args<T>& a,
+            const char* op) {
   const int chosen = grouped_variant().tile_n;
   const bool wide = chosen != 0 ? chosen == 256 : a.n_out >= 256 && int64_t{a.rows} >= int64_t{256} * a.experts;
   if (kE != Epilogue::swiglu && wide)
-    grouped::launch_tiles<Plain<T>, kE, kE == Epilogue::swiglu ? 128 : 256, kTransB>(x, w, a, op);
+    grouped::launch_tiles<Plain<T>, kE, kE == Epilogue::swiglu ? 128 : 256, kTransB>(x, w, y, gate_up, a, op);
   else
-    grouped::launch_tiles<Plain<T>, kE, 128, kTransB>(x, w, a, op);
+    grouped::launch_tiles<Plain<T>, kE, 128, kTransB>(x, w, y, gate_up, a, op);
 }
 
 // Runs fn with the 16-bit element type of x, after the checks every product shares.
@@ -50,9 +51,9 @@ void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offset
     a.y = static_cast<T*>(y.raw());
     if (row_scale.defined()) {
       a.row_scale = static_cast<const float*>(row_scale.raw());
-      launch<T, Epilogue::row_scale, false>(x, w, a, op);
+      launch<T, Epilogue::row_scale, false>(x, w, y, nullptr, a, op);
     } else {
-      launch<T, Epilogue::plain, false>(x, w, a, op);
+      launch<T, Epilogue::plain, false>(x, w, y, nullptr, a, op);
     }
   });
 }
@@ -70,7 +71,7 @@ void grouped_gemm_swiglu_forward(const Tensor& x, const Tensor& w, const Tensor&
     a.y = static_cast<T*>(h.raw());
     a.y_cols = a.n_out / 2;
     a.gate_up = gate_up.defined() ? static_cast<T*>(gate_up.raw()) : nullptr;
-    launch<T, Epilogue::swiglu, false>(x, w, a, op);
+    launch<T, Epilogue::swiglu, false>(x, w, h, gate_up.defined() ? &gate_up : nullptr, a, op);
   });
 }
 
@@ -85,7 +86,7 @@ void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor
     a.n_out = a.y_cols = static_cast<int>(w.size(2));
     a.k = a.w_rows_per_expert = static_cast<int>(w.size(1));
     a.y = static_cast<T*>(dx.raw());
-    launch<T, Epilogue::plain, true>(dy, w, a, op);
+    launch<T, Epilogue::plain, true>(dy, w, dx, nullptr, a, op);
   });
 }
 

@@ -58,14 +58,15 @@ template <Epilogue kE, int kBN>
 constexpr int kOutCols = kE == Epilogue::swiglu ? kBN / 2 : kBN;
 
 // Shared memory: the ring's stages (activation tile, then weight tile, 128-byte rows),
-// the staging buffer (rows padded by 16 bytes, so the consumers' fragment writes fall in
-// distinct banks) and for SwiGLU a second one for gate_up, FP8 scale slots (a tile's
-// row scales, then its two column halves' weight scales), then the barriers.
+// the staging buffer in 64-column panels of the 128-byte swizzle (the layout TMA stores
+// read; the consumers' fragment writes fall in distinct banks) and for SwiGLU two more
+// panels for gate_up's halves, FP8 scale slots (a tile's row scales, then its two
+// column halves' weight scales), then the barriers.
 template <class F, Epilogue kE, int kBN, bool kSplit>
 struct Smem {
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128, kStageBytes = kABytes + kBBytes;
-  static constexpr int kPitch = kOutCols<kE, kBN> * 2 + 16, kGateUpPitch = kBN * 2 + 16;
-  static constexpr int kStagingBytes = kBM * kPitch + (kE == Epilogue::swiglu ? kBM * kGateUpPitch : 0);
+  static constexpr int kPanelBytes = kBM * 128, kOutPanels = kOutCols<kE, kBN> / 64;
+  static constexpr int kStagingBytes = (kOutPanels + (kE == Epilogue::swiglu ? 2 : 0)) * kPanelBytes;
   static constexpr int kScaleSlotBytes = F::kScaled ? kBM * 4 + 16 : 0;
   static constexpr int kRoom = 227 * 1024 - 1024 - static_cast<int>(sizeof(Plan)) - 512;
   static constexpr int kStages = (kRoom - kStagingBytes) / (kStageBytes + 2 * kScaleSlotBytes);
@@ -82,7 +83,7 @@ struct Smem {
   __device__ uint8_t* a(int stage) const { return base + (stage % kStages) * kStageBytes; }
   __device__ uint8_t* b(int stage) const { return a(stage) + kABytes; }
   __device__ uint8_t* staging() const { return base + kStages * kStageBytes; }
-  __device__ uint8_t* gate_up_staging() const { return staging() + kBM * kPitch; }
+  __device__ uint8_t* gate_up_staging() const { return staging() + kOutPanels * kPanelBytes; }
   __device__ float* scales(int slot) const {
     return reinterpret_cast<float*>(base + kScalesOffset + (slot % kScaleStages) * kScaleSlotBytes);
   }
@@ -114,8 +115,14 @@ struct Args {
 };
 
 struct Maps {
-  CUtensorMap x, w;
+  CUtensorMap x, w, y, gate_up;  // y and gate_up ([rows, 2, n_out / 2]) for the store partition
 };
+
+// Where (row, col) of a staged tile lives: 64-column panels of 128-byte rows, whose
+// 16-byte chunks are permuted by the row (TMA's 128-byte swizzle).
+__device__ __forceinline__ uint8_t* staged_at(uint8_t* panels, int row, int col) {
+  return panels + (col / 64) * (kBM * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
+}
 
 // A work item: expert e, the tile's first row (absolute) and its rows of the expert,
 // and its n-tile.
@@ -201,33 +208,53 @@ __device__ void load_scales(const Smem<F, kE, kBN, true>& s, const Args<typename
   }
 }
 
-// The store partition (one warp): each finished tile's valid rows, one bulk copy per row
-// and output, then the staging buffer is handed back.
+// The store partition (one warp): each finished tile by TMA stores of its panels, or,
+// for a tile holding fewer rows than it could (the expert's last), its valid rows copied
+// 16 bytes a lane, so rows of the next expert are never written; then the staging buffer
+// is handed back.
 template <class F, Epilogue kE, int kBN, bool kSplit>
-__device__ void drain(const Smem<F, kE, kBN, kSplit>& s, const Args<typename F::Out>& a, const Plan& p, int items) {
+__device__ void drain(const Smem<F, kE, kBN, kSplit>& s, const Maps& maps, const Args<typename F::Out>& a,
+                      const Plan& p, int items) {
   using S = Smem<F, kE, kBN, kSplit>;
   const int lane = threadIdx.x % 32;
+  const bool gate_up = kE == Epilogue::swiglu && a.gate_up != nullptr;
+  // The valid rows and columns of one staged output: `panels` panels at `at`, to `out`
+  // (row pitch `pitch`, columns from col0, at most `cols` of them).
+  const auto copy_rows = [&](uint8_t* at, int panels, auto* out, int pitch, int col0, int cols, const Tile& t) {
+    const int chunks = min(panels * 64, cols - col0) / 8;  // 16-byte chunks of a row
+    for (int i = lane; i < t.rows * chunks; i += 32) {
+      const int r = i / chunks, chunk = i % chunks;
+      const uint4 v = *reinterpret_cast<const uint4*>(staged_at(at, r, chunk * 8));
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t.row0 + r) * pitch + col0 + chunk * 8) = v;
+    }
+  };
   int done = 0;
   for (int w = blockIdx.x; w < items; w += gridDim.x, ++done) {
     const Tile t = tile_of(p, a.experts, w);
     barrier_wait(s.staged(), done & 1);
-    const int col0 = t.n_tile * kOutCols<kE, kBN>;
-    const uint32_t bytes = static_cast<uint32_t>(min(kOutCols<kE, kBN>, a.y_cols - col0) * 2);
-    for (int r = lane; r < t.rows; r += 32) {
-      bulk_store(a.y + static_cast<int64_t>(t.row0 + r) * a.y_cols + col0, s.staging() + r * S::kPitch, bytes);
-      if (kE == Epilogue::swiglu && a.gate_up != nullptr) {
-        auto* row = a.gate_up + static_cast<int64_t>(t.row0 + r) * a.n_out + col0;
-        const uint8_t* staged = s.gate_up_staging() + r * S::kGateUpPitch;
-        bulk_store(row, staged, bytes);
-        bulk_store(row + a.n_out / 2, staged + kBN, bytes);
+    const int col0 = t.n_tile * kOutCols<kE, kBN>, half = a.n_out / 2;
+    if (t.rows == kBM) {
+      if (lane == 0) {
+        for (int panel = 0; panel < S::kOutPanels; ++panel)
+          tma_store(maps.y, s.staging() + panel * S::kPanelBytes, col0 + panel * 64, t.row0);
+        if (gate_up) {
+          tma_store(maps.gate_up, s.gate_up_staging(), col0, 0, t.row0);
+          tma_store(maps.gate_up, s.gate_up_staging() + S::kPanelBytes, col0, 1, t.row0);
+        }
+        bulk_commit();
+        bulk_wait_read();
+      }
+    } else {
+      copy_rows(s.staging(), S::kOutPanels, a.y, a.y_cols, col0, a.y_cols, t);
+      if (gate_up) {
+        copy_rows(s.gate_up_staging(), 1, a.gate_up, a.n_out, col0, half, t);
+        copy_rows(s.gate_up_staging() + S::kPanelBytes, 1, a.gate_up + half, a.n_out, col0, half, t);
       }
     }
-    bulk_commit();
-    bulk_wait_read();
     __syncwarp();
     if (lane == 0) barrier_arrive(s.drained());
   }
-  bulk_wait();
+  if (lane == 0) bulk_wait();
 }
 
 // Issues one stage's 16-bit products: the warpgroup's 64 rows x kBN += A (its rows of the
@@ -271,9 +298,8 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
         const float u0 = acc[n8 + kBN / 16][2 * half], u1 = acc[n8 + kBN / 16][2 * half + 1];
         if (a.gate_up != nullptr) {
           if constexpr (kStores) {
-            uint8_t* staged = s.gate_up_staging() + local * S::kGateUpPitch;
-            *reinterpret_cast<uint32_t*>(staged + col * 2) = pack2<Out>(v0, v1);
-            *reinterpret_cast<uint32_t*>(staged + kBN + col * 2) = pack2<Out>(u0, u1);
+            *reinterpret_cast<uint32_t*>(staged_at(s.gate_up_staging(), local, col)) = pack2<Out>(v0, v1);
+            *reinterpret_cast<uint32_t*>(staged_at(s.gate_up_staging(), local, 64 + col)) = pack2<Out>(u0, u1);
           } else if (valid && col0 + col < a.y_cols) {
             Out* out = a.gate_up + static_cast<int64_t>(row) * a.n_out + col0 + col;
             *reinterpret_cast<uint32_t*>(out) = pack2<Out>(v0, v1);
@@ -288,7 +314,7 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
         v1 *= scale;
       }
       if constexpr (kStores) {
-        *reinterpret_cast<uint32_t*>(s.staging() + local * S::kPitch + col * 2) = pack2<Out>(v0, v1);
+        *reinterpret_cast<uint32_t*>(staged_at(s.staging(), local, col)) = pack2<Out>(v0, v1);
       } else if (valid && col0 + col < a.y_cols) {
         *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(row) * a.y_cols + col0 + col) = pack2<Out>(v0, v1);
       }
@@ -314,32 +340,36 @@ __device__ __forceinline__ void products(const S& s, int k_blocks, int group, in
   if (threadIdx.x % 32 == 0) barrier_arrive(s.empty(stage - 1));
 }
 
-// One tile's products, FP8: each 128-wide k-block's product in a fresh accumulator,
-// then added to the total scaled by the row's and the weight block's scales.
+// One tile's products, FP8: each 128-wide k-block's product lands in a fresh accumulator
+// and is added to the total scaled by the row's and the weight block's scales. Two such
+// accumulators alternate, so a block's product runs on the tensor cores while the one
+// before it is scaled in.
 template <class F, int kBN, bool kTransB, bool kSplit, class S>
 __device__ __forceinline__ void scaled_products(const S& s, int k_blocks, int group, int& stage, int& slot,
                                                 float (&acc)[kBN / 8][4]) {
   static_assert(kBN == 128 && !kTransB, "FP8 tiles are 128 wide, weights K-major");
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int local0 = group * 64 + warp * 16 + lane / 4;
-  for (int kb = 0; kb < k_blocks; ++kb, ++stage, ++slot) {
-    barrier_wait(s.full(stage), S::parity(stage));
-    if constexpr (kSplit) barrier_wait(s.scale_full(slot), S::scale_parity(slot));
-    const float* sc = s.scales(kSplit ? slot : stage);
-    const float row0 = sc[local0], row1 = sc[local0 + 8], w_lo = sc[kBM], w_hi = sc[kBM + 1];
-    if constexpr (kSplit) {
-      __syncwarp();
-      if (lane == 0) barrier_arrive(s.scale_empty(slot));
-    }
-    float part[16][4];
-    const uint64_t a = k_major(s.a(stage) + group * 64 * 128), b = k_major(s.b(stage));
+  const auto issue = [&](int at, float (&part)[16][4]) {
+    barrier_wait(s.full(at), S::parity(at));
+    const uint64_t a = k_major(s.a(at) + group * 64 * 128), b = k_major(s.b(at));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss_e4m3(part, k_step<kBM * 128>(a, kk), k_step<kBN * 128>(b, kk), kk > 0);
     wgmma_commit();
-    wgmma_wait<0>();
+  };
+  // The landed product of stage `at` (scales in slot `scales_at`) into the total; its
+  // stage and scales are handed back once read.
+  const auto promote = [&](int at, int scales_at, float (&part)[16][4]) {
     pin(part);
-    if (lane == 0) barrier_arrive(s.empty(stage));
+    if constexpr (kSplit) barrier_wait(s.scale_full(scales_at), S::scale_parity(scales_at));
+    const float* sc = s.scales(kSplit ? scales_at : at);
+    const float row0 = sc[local0], row1 = sc[local0 + 8], w_lo = sc[kBM], w_hi = sc[kBM + 1];
+    __syncwarp();
+    if (lane == 0) {
+      barrier_arrive(s.empty(at));
+      if constexpr (kSplit) barrier_arrive(s.scale_empty(scales_at));
+    }
 #pragma unroll
     for (int n8 = 0; n8 < 16; ++n8) {
       const float w = n8 < 8 ? w_lo : w_hi;
@@ -348,6 +378,32 @@ __device__ __forceinline__ void scaled_products(const S& s, int k_blocks, int gr
       acc[n8][2] += part[n8][2] * (row1 * w);
       acc[n8][3] += part[n8][3] * (row1 * w);
     }
+  };
+  float even[16][4], odd[16][4];
+  issue(stage, even);
+  for (int kb = 0; kb < k_blocks; kb += 2) {
+    const bool has_odd = kb + 1 < k_blocks, has_next_even = kb + 2 < k_blocks;
+    if (has_odd) {
+      issue(stage + 1, odd);
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    promote(stage, slot, even);
+    if (!has_odd) {
+      ++stage;
+      ++slot;
+      break;
+    }
+    if (has_next_even) {
+      issue(stage + 2, even);
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    promote(stage + 1, slot + 1, odd);
+    stage += 2;
+    slot += 2;
   }
 }
 
@@ -364,10 +420,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(s.full(i), F::kScaled && !kSplit ? 1 + 32 : 1);  // + the loader lanes' scale copies
       barrier_init(s.empty(i), 8);                                 // one arrival per consumer warp
     }
-    for (int i = 0; i < S::kScaleStages; ++i) {
-      barrier_init(s.scale_full(i), 32);
-      barrier_init(s.scale_empty(i), 8);
-    }
+    if constexpr (F::kScaled)
+      for (int i = 0; i < S::kScaleStages; ++i) {
+        barrier_init(s.scale_full(i), 32);
+        barrier_init(s.scale_empty(i), 8);
+      }
     barrier_init(s.staged(), 8);
     barrier_init(s.drained(), 1);
     barrier_init_fence();
@@ -381,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 0)
       load<F, kE, kBN, kTransB, kSplit>(s, maps, a, plan, items);
     else if (kStores && warp == 1)
-      drain<F, kE, kBN, kSplit>(s, a, plan, items);
+      drain<F, kE, kBN, kSplit>(s, maps, a, plan, items);
     else if constexpr (F::kScaled && kSplit)
       if (warp == 2) load_scales<F, kE, kBN>(s, a, plan, items);
     return;
@@ -419,7 +476,8 @@ inline void check_supported(const Tensor& x, int experts, const char* op) {
 }
 
 template <class F, Epilogue kE, int kBN, bool kTransB>
-void launch_tiles(const Tensor& x, const Tensor& w, Args<typename F::Out> a, const char* op) {
+void launch_tiles(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* gate_up, Args<typename F::Out> a,
+                  const char* op) {
   constexpr int w_box = kTransB ? F::kBK : (kE == Epilogue::swiglu ? kBN / 2 : kBN);
   AMBER_CHECK(a.k % 16 == 0 && a.y_cols % 8 == 0 && a.n_out % 8 == 0, op, ": reduction length ", a.k,
               " and output width ", a.y_cols, " must be multiples of 16 and 8 on the GPU (rows start 16-byte aligned)");
@@ -427,8 +485,10 @@ void launch_tiles(const Tensor& x, const Tensor& w, Args<typename F::Out> a, con
   const int64_t bound = ((int64_t{a.rows} + kBM - 1) / kBM + a.experts) * n_tiles;  // items, whatever the routing
   if (bound == 0 || a.rows == 0) return;
   const int64_t weight_cols = kTransB ? a.n_out : a.k;
-  const Maps maps{swizzled_matrix_map(x, a.rows, a.k, kBM, op),
-                  swizzled_matrix_map(w, int64_t{a.experts} * a.w_rows_per_expert, weight_cols, w_box, op)};
+  const CUtensorMap y_map = swizzled_matrix_map(y, a.rows, a.y_cols, kBM, op);
+  Maps maps{swizzled_matrix_map(x, a.rows, a.k, kBM, op),
+            swizzled_matrix_map(w, int64_t{a.experts} * a.w_rows_per_expert, weight_cols, w_box, op), y_map, {}};
+  if (a.gate_up != nullptr) maps.gate_up = swizzled_parts_map(*gate_up, a.rows, 2, a.n_out / 2, kBM, op);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(bound, sm_count()));
   const GroupedVariant v = grouped_variant();
   const auto run = [&](auto kernel, int smem) {
