@@ -341,35 +341,33 @@ __device__ __forceinline__ void products(const S& s, int k_blocks, int group, in
 }
 
 // One tile's products, FP8: each 128-wide k-block's product lands in a fresh accumulator
-// and is added to the total scaled by the row's and the weight block's scales. Two such
-// accumulators alternate, so a block's product runs on the tensor cores while the one
-// before it is scaled in.
+// and is added to the total scaled by the row's and the weight block's scales. (Two
+// accumulators alternating, so that one block's product would run while the previous one
+// is scaled in, measured slower on long reductions: docs/perf/grouped_gemm.md.)
 template <class F, int kBN, bool kTransB, bool kSplit, class S>
 __device__ __forceinline__ void scaled_products(const S& s, int k_blocks, int group, int& stage, int& slot,
                                                 float (&acc)[kBN / 8][4]) {
   static_assert(kBN == 128 && !kTransB, "FP8 tiles are 128 wide, weights K-major");
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int local0 = group * 64 + warp * 16 + lane / 4;
-  const auto issue = [&](int at, float (&part)[16][4]) {
-    barrier_wait(s.full(at), S::parity(at));
-    const uint64_t a = k_major(s.a(at) + group * 64 * 128), b = k_major(s.b(at));
+  for (int kb = 0; kb < k_blocks; ++kb, ++stage, ++slot) {
+    barrier_wait(s.full(stage), S::parity(stage));
+    if constexpr (kSplit) barrier_wait(s.scale_full(slot), S::scale_parity(slot));
+    const float* sc = s.scales(kSplit ? slot : stage);
+    const float row0 = sc[local0], row1 = sc[local0 + 8], w_lo = sc[kBM], w_hi = sc[kBM + 1];
+    if constexpr (kSplit) {
+      __syncwarp();
+      if (lane == 0) barrier_arrive(s.scale_empty(slot));
+    }
+    float part[16][4];
+    const uint64_t a = k_major(s.a(stage) + group * 64 * 128), b = k_major(s.b(stage));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss_e4m3(part, k_step<kBM * 128>(a, kk), k_step<kBN * 128>(b, kk), kk > 0);
     wgmma_commit();
-  };
-  // The landed product of stage `at` (scales in slot `scales_at`) into the total; its
-  // stage and scales are handed back once read.
-  const auto promote = [&](int at, int scales_at, float (&part)[16][4]) {
+    wgmma_wait<0>();
     pin(part);
-    if constexpr (kSplit) barrier_wait(s.scale_full(scales_at), S::scale_parity(scales_at));
-    const float* sc = s.scales(kSplit ? scales_at : at);
-    const float row0 = sc[local0], row1 = sc[local0 + 8], w_lo = sc[kBM], w_hi = sc[kBM + 1];
-    __syncwarp();
-    if (lane == 0) {
-      barrier_arrive(s.empty(at));
-      if constexpr (kSplit) barrier_arrive(s.scale_empty(scales_at));
-    }
+    if (lane == 0) barrier_arrive(s.empty(stage));
 #pragma unroll
     for (int n8 = 0; n8 < 16; ++n8) {
       const float w = n8 < 8 ? w_lo : w_hi;
@@ -378,32 +376,6 @@ __device__ __forceinline__ void scaled_products(const S& s, int k_blocks, int gr
       acc[n8][2] += part[n8][2] * (row1 * w);
       acc[n8][3] += part[n8][3] * (row1 * w);
     }
-  };
-  float even[16][4], odd[16][4];
-  issue(stage, even);
-  for (int kb = 0; kb < k_blocks; kb += 2) {
-    const bool has_odd = kb + 1 < k_blocks, has_next_even = kb + 2 < k_blocks;
-    if (has_odd) {
-      issue(stage + 1, odd);
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
-    }
-    promote(stage, slot, even);
-    if (!has_odd) {
-      ++stage;
-      ++slot;
-      break;
-    }
-    if (has_next_even) {
-      issue(stage + 2, even);
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
-    }
-    promote(stage + 1, slot + 1, odd);
-    stage += 2;
-    slot += 2;
   }
 }
 
@@ -479,8 +451,10 @@ template <class F, Epilogue kE, int kBN, bool kTransB>
 void launch_tiles(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* gate_up, Args<typename F::Out> a,
                   const char* op) {
   constexpr int w_box = kTransB ? F::kBK : (kE == Epilogue::swiglu ? kBN / 2 : kBN);
-  AMBER_CHECK(a.k % 16 == 0 && a.y_cols % 8 == 0 && a.n_out % 8 == 0, op, ": reduction length ", a.k,
-              " and output width ", a.y_cols, " must be multiples of 16 and 8 on the GPU (rows start 16-byte aligned)");
+  constexpr int kElementsPer16Bytes = 16 * F::kBK / 128;
+  AMBER_CHECK(a.k % kElementsPer16Bytes == 0 && a.y_cols % 8 == 0 && a.n_out % 8 == 0, op, ": reduction length ",
+              a.k, " and output width ", a.y_cols, " must be multiples of ", kElementsPer16Bytes,
+              " and 8 on the GPU (rows start 16-byte aligned)");
   const int n_tiles = (a.y_cols + kOutCols<kE, kBN> - 1) / kOutCols<kE, kBN>;
   const int64_t bound = ((int64_t{a.rows} + kBM - 1) / kBM + a.experts) * n_tiles;  // items, whatever the routing
   if (bound == 0 || a.rows == 0) return;
