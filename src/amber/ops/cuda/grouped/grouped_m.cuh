@@ -258,8 +258,7 @@ __device__ void drain(const Smem<F, kE, kBN, kSplit>& s, const Maps& maps, const
 }
 
 // Issues one stage's 16-bit products: the warpgroup's 64 rows x kBN += A (its rows of the
-// activation tile) op(B). A 256-wide tile is two m64n128 products; its second 128
-// columns start 16 KB in (128 K-major rows, or two 64-column MN-major panels).
+// activation tile) op(B), one m64n128 or m64n256 product per 16 k.
 template <class T, int kBN, bool kTransB, class S>
 __device__ __forceinline__ void issue_stage(const S& s, int stage, int group, float (&acc)[kBN / 8][4],
                                             bool accumulate) {
@@ -268,11 +267,11 @@ __device__ __forceinline__ void issue_stage(const S& s, int stage, int group, fl
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t bk = kTransB ? mn_step(b, kk) : k_step<kBN * 128>(b, kk);
-#pragma unroll
-    for (int h = 0; h < kBN / 128; ++h)
-      mma_ss<T, 128, kTransB ? 1 : 0>(reinterpret_cast<float(&)[16][4]>(acc[16 * h]), k_step<kBM * 128>(a, kk),
-                                      bk + ((h * 16384) >> 4), accumulate || kk > 0);
+    const uint64_t ak = k_step<kBM * 128>(a, kk), bk = kTransB ? mn_step(b, kk) : k_step<kBN * 128>(b, kk);
+    if constexpr (kBN == 256)
+      mma_ss_n256<T, kTransB ? 1 : 0>(acc, ak, bk, accumulate || kk > 0);
+    else
+      mma_ss<T, 128, kTransB ? 1 : 0>(acc, ak, bk, accumulate || kk > 0);
   }
   wgmma_commit();
 }
