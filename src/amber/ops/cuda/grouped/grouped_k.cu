@@ -129,11 +129,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_con
         if (lane == 0) barrier_arrive(s.empty(stage - 1));
       }
     }
-    if (chunks > 0) {
-      wgmma_wait<0>();
-      pin(acc);
-      if (lane == 0) barrier_arrive(s.empty(stage - 1));
-    }
+    // Waited for on every path, so the compiler sees the products complete before the
+    // epilogue reads them (a conditional wait made ptxas serialize the products).
+    wgmma_wait<0>();
+    pin(acc);
+    if (chunks > 0 && lane == 0) barrier_arrive(s.empty(stage - 1));
     const int row0 = t.n_tile * kBN + group * 64 + warp * 16 + lane / 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {

@@ -1,0 +1,196 @@
+// CPU MoE routing: per-token scores, top-k and weights (and their exact derivative), a
+// stable counting sort into expert order, and row gathers and slot-ordered sums. The
+// router math runs in the logits' type (f32, or f64 for gradient checks).
+#include "amber/ops/cpu/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "amber/ops/cpu/dispatch.h"
+
+namespace amber::cpu {
+namespace {
+
+template <class T>
+T softplus(T x) {
+  return std::max(x, T(0)) + std::log1p(std::exp(-std::fabs(x)));
+}
+
+// One token's scores from its logits.
+template <class T>
+void token_scores(RouterScore score, const T* logits, int64_t experts, T* out) {
+  switch (score) {
+    case RouterScore::softmax: {
+      const T top = *std::max_element(logits, logits + experts);
+      T sum = 0;
+      for (int64_t e = 0; e < experts; ++e) sum += out[e] = std::exp(logits[e] - top);
+      for (int64_t e = 0; e < experts; ++e) out[e] /= sum;
+      return;
+    }
+    case RouterScore::sigmoid:
+      for (int64_t e = 0; e < experts; ++e) out[e] = T(1) / (T(1) + std::exp(-logits[e]));
+      return;
+    case RouterScore::sqrt_softplus:
+      for (int64_t e = 0; e < experts; ++e) out[e] = std::sqrt(softplus(logits[e]));
+      return;
+  }
+}
+
+// d(score_e)/d(logit_e) for the element-wise scores, from the score itself.
+template <class T>
+T score_slope(RouterScore score, T s) {
+  if (score == RouterScore::sigmoid) return s * (T(1) - s);
+  // sqrt(softplus(l)): d/dl = sigmoid(l) / (2 s), and sigmoid(l) = 1 - exp(-softplus(l)).
+  return s > T(0) ? -std::expm1(-s * s) / (T(2) * s) : T(0);
+}
+
+}  // namespace
+
+void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Tensor& scores,
+                       Tensor& experts, Tensor& weights) {
+  const int64_t tokens = logits.size(0), num = logits.size(1), k = spec.top_k;
+  with_compute_type(logits.dtype(), [&]<class T>() {
+    const T* l = logits.data<T>();
+    T* s = scores.data<T>();
+    T* w = weights.data<T>();
+    int32_t* ex = experts.data<int32_t>();
+    const std::vector<double> b = bias.defined() ? bias.to_doubles() : std::vector<double>(num, 0.0);
+#pragma omp parallel for if (tokens * num > 65536)
+    for (int64_t t = 0; t < tokens; ++t) {
+      T* st = s + t * num;
+      token_scores<T>(spec.score, l + t * num, num, st);
+      std::vector<int32_t> order(static_cast<size_t>(num));
+      std::iota(order.begin(), order.end(), 0);
+      const auto before = [&](int32_t a, int32_t c) {
+        const double ka = static_cast<double>(st[a]) + b[a], kc = static_cast<double>(st[c]) + b[c];
+        return ka > kc || (ka == kc && a < c);
+      };
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+      T sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += st[order[j]];
+      const T factor = static_cast<T>(spec.scaling) / (spec.normalize ? sum : T(1));
+      for (int64_t j = 0; j < k; ++j) {
+        ex[t * k + j] = order[j];
+        w[t * k + j] = st[order[j]] * factor;
+      }
+    }
+  });
+}
+
+void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
+                        Tensor& dlogits) {
+  const int64_t tokens = scores.size(0), num = scores.size(1), k = spec.top_k;
+  with_compute_type(scores.dtype(), [&]<class T>() {
+    const T* s = scores.data<T>();
+    const T* g = dweights.data<T>();
+    const int32_t* ex = experts.data<int32_t>();
+    T* dl = dlogits.data<T>();
+#pragma omp parallel for if (tokens * num > 65536)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const T* st = s + t * num;
+      const T* gt = g + t * k;
+      const int32_t* et = ex + t * k;
+      T* out = dl + t * num;
+      std::fill(out, out + num, T(0));
+      // d(loss)/d(score) of the chosen experts: w_j = c s_j / S (S = sum of the chosen
+      // scores when normalizing, else 1).
+      T sum = 0, dot = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        sum += st[et[j]];
+        dot += gt[j] * st[et[j]];
+      }
+      const T c = static_cast<T>(spec.scaling);
+      for (int64_t j = 0; j < k; ++j)
+        out[et[j]] = spec.normalize ? c * (gt[j] / sum - dot / (sum * sum)) : c * gt[j];
+      if (spec.score == RouterScore::softmax) {
+        T inner = 0;  // sum over experts of ds_e s_e
+        for (int64_t e = 0; e < num; ++e) inner += out[e] * st[e];
+        for (int64_t e = 0; e < num; ++e) out[e] = st[e] * (out[e] - inner);
+      } else {
+        for (int64_t e = 0; e < num; ++e) out[e] *= score_slope(spec.score, st[e]);
+      }
+    }
+  });
+}
+
+void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows, Tensor& row_tokens) {
+  const int64_t tokens = experts.size(0), k = experts.size(1);
+  const int32_t* ex = experts.data<int32_t>();
+  int32_t* off = offsets.data<int32_t>();
+  std::fill(off, off + num_experts + 1, 0);
+  for (int64_t i = 0; i < tokens * k; ++i) ++off[ex[i] + 1];
+  for (int64_t e = 0; e < num_experts; ++e) off[e + 1] += off[e];
+  std::vector<int32_t> cursor(off, off + num_experts);
+  int32_t* rows = slot_rows.data<int32_t>();
+  int32_t* toks = row_tokens.data<int32_t>();
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t row = cursor[ex[t * k + j]]++;
+      rows[t * k + j] = row;
+      toks[row] = static_cast<int32_t>(t);
+    }
+}
+
+void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
+  const int64_t rows = xs.size(0);
+  const size_t row_bytes = static_cast<size_t>(x.size(1)) * dtype_size(x.dtype());
+  const int32_t* toks = row_tokens.data<int32_t>();
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(xs.raw());
+#pragma omp parallel for if (rows * static_cast<int64_t>(row_bytes) > (1 << 20))
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * row_bytes, src + toks[r] * row_bytes, row_bytes);
+}
+
+void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate) {
+  const int64_t tokens = out.size(0), width = out.size(1), k = slot_rows.size(1);
+  with_compute_type(ys.dtype(), [&]<class T>() {
+    const Tensor in = widened<T>(ys);
+    Output<T> o(out, accumulate);
+    const T* y = in.data<T>();
+    const int32_t* rows = slot_rows.data<int32_t>();
+    T* p = o.data();
+#pragma omp parallel for if (tokens * width > 65536)
+    for (int64_t t = 0; t < tokens; ++t) {
+      T* row = p + t * width;
+      if (!accumulate) std::fill(row, row + width, T(0));
+      for (int64_t j = 0; j < k; ++j) {
+        const T* src = y + static_cast<int64_t>(rows[t * k + j]) * width;
+        for (int64_t c = 0; c < width; ++c) row[c] += src[c];
+      }
+    }
+    o.store();
+  });
+}
+
+void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights) {
+  const int64_t n = weights.numel();
+  with_compute_type(weights.dtype(), [&]<class T>() {
+    const T* w = weights.data<T>();
+    const int32_t* rows = slot_rows.data<int32_t>();
+    T* out = row_weights.data<T>();
+    for (int64_t i = 0; i < n; ++i) out[rows[i]] = w[i];
+  });
+}
+
+void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
+  const int64_t copies = slot_rows.numel(), width = da.size(1);
+  with_compute_type(dweights.dtype(), [&]<class T>() {
+    const Tensor a = widened<T>(da), h = widened<T>(act);
+    const T* pa = a.data<T>();
+    const T* ph = h.data<T>();
+    const int32_t* rows = slot_rows.data<int32_t>();
+    T* out = dweights.data<T>();
+#pragma omp parallel for if (copies * width > 65536)
+    for (int64_t i = 0; i < copies; ++i) {
+      const int64_t r = rows[i];
+      T sum = 0;
+      for (int64_t c = 0; c < width; ++c) sum += pa[r * width + c] * ph[r * width + c];
+      out[i] = sum;
+    }
+  });
+}
+
+}  // namespace amber::cpu

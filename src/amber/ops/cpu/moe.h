@@ -1,0 +1,19 @@
+// CPU implementations behind ops/moe.h (inputs validated by the entry points).
+#pragma once
+
+#include "amber/core/tensor.h"
+#include "amber/ops/moe.h"
+
+namespace amber::cpu {
+
+void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Tensor& scores,
+                       Tensor& experts, Tensor& weights);
+void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
+                        Tensor& dlogits);
+void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows, Tensor& row_tokens);
+void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs);
+void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate);
+void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
+void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights);
+
+}  // namespace amber::cpu

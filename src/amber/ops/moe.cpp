@@ -1,0 +1,120 @@
+// Entry points of ops/moe.h: shapes and dtypes validated with the operands' names, then
+// the CPU implementation (the GPU's routing kernels are not written yet: a GPU tensor is
+// refused with that reason).
+#include "amber/ops/moe.h"
+
+#include "amber/ops/cpu/moe.h"
+#include "amber/ops/device_switch.h"
+
+namespace amber {
+namespace {
+
+void require_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
+  AMBER_CHECK(ops::common_device(op, tensors).is_cpu(), op,
+              ": MoE routing runs on the CPU so far; train MoE models with --device cpu");
+  for (const Tensor* t : tensors)
+    if (t->defined()) require_contiguous(*t, op);
+}
+
+// f32 router math (f64 for gradient checks).
+void require_router_dtype(const char* op, const Tensor& t, const char* what) {
+  AMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, ": ", what, " must be f32 (router math runs in fp32; f64 for gradient checks), got ",
+              dtype_name(t.dtype()));
+}
+
+}  // namespace
+
+void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Tensor& scores,
+                       Tensor& experts, Tensor& weights) {
+  const char* op = "moe_route_forward";
+  AMBER_CHECK(logits.ndim() == 2, op, ": logits ", logits.shape(), " must be [tokens, experts]");
+  const int64_t tokens = logits.size(0), num = logits.size(1);
+  AMBER_CHECK(spec.top_k >= 1 && spec.top_k <= num, op, ": top_k ", spec.top_k, " must be between 1 and the ", num,
+              " experts");
+  require_router_dtype(op, logits, "logits");
+  AMBER_CHECK(scores.shape() == logits.shape() && scores.dtype() == logits.dtype(), op, ": scores ", scores.shape(),
+              " must match logits ", logits.shape());
+  AMBER_CHECK(experts.shape() == Shape({tokens, spec.top_k}) && experts.dtype() == DType::i32, op, ": experts ",
+              experts.shape(), " must be i32 [", tokens, ", ", spec.top_k, "]");
+  AMBER_CHECK(weights.shape() == Shape({tokens, spec.top_k}) && weights.dtype() == logits.dtype(), op, ": weights ",
+              weights.shape(), " must be [", tokens, ", ", spec.top_k, "] of the logits' dtype");
+  AMBER_CHECK(!bias.defined() || bias.shape() == Shape({num}), op, ": bias ", bias.shape(), " must be [", num, "]");
+  require_cpu(op, {&logits, &bias, &scores, &experts, &weights});
+  cpu::moe_route_forward(spec, logits, bias, scores, experts, weights);
+}
+
+void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
+                        Tensor& dlogits) {
+  const char* op = "moe_route_backward";
+  AMBER_CHECK(scores.ndim() == 2 && dlogits.shape() == scores.shape() && dlogits.dtype() == scores.dtype(), op,
+              ": dlogits ", dlogits.shape(), " must match scores ", scores.shape());
+  require_router_dtype(op, scores, "scores");
+  AMBER_CHECK(dweights.shape() == Shape({scores.size(0), spec.top_k}) && dweights.dtype() == scores.dtype() &&
+                  experts.shape() == dweights.shape(),
+              op, ": dweights ", dweights.shape(), " and experts ", experts.shape(), " must be [", scores.size(0),
+              ", ", spec.top_k, "]");
+  require_cpu(op, {&dweights, &scores, &experts, &dlogits});
+  cpu::moe_route_backward(spec, dweights, scores, experts, dlogits);
+}
+
+void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows,
+                 Tensor& row_tokens) {
+  const char* op = "moe_permute";
+  AMBER_CHECK(experts.ndim() == 2 && experts.dtype() == DType::i32, op, ": experts ", experts.shape(),
+              " must be i32 [tokens, top_k]");
+  AMBER_CHECK(offsets.shape() == Shape({num_experts + 1}) && offsets.dtype() == DType::i32, op, ": offsets ",
+              offsets.shape(), " must be i32 [", num_experts + 1, "]");
+  AMBER_CHECK(slot_rows.shape() == experts.shape() && slot_rows.dtype() == DType::i32, op, ": slot_rows ",
+              slot_rows.shape(), " must be i32 ", experts.shape());
+  AMBER_CHECK(row_tokens.shape() == Shape({experts.numel()}) && row_tokens.dtype() == DType::i32, op,
+              ": row_tokens ", row_tokens.shape(), " must be i32 [", experts.numel(), "]");
+  require_cpu(op, {&experts, &offsets, &slot_rows, &row_tokens});
+  for (const double e : experts.to_doubles())
+    AMBER_CHECK(e >= 0 && e < static_cast<double>(num_experts), op, ": expert id ", e, " is outside 0 .. ",
+                num_experts - 1);
+  cpu::moe_permute(experts, num_experts, offsets, slot_rows, row_tokens);
+}
+
+void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
+  const char* op = "moe_gather";
+  AMBER_CHECK(x.ndim() == 2 && xs.ndim() == 2 && xs.size(1) == x.size(1) && xs.dtype() == x.dtype(), op, ": rows ",
+              xs.shape(), " must be [copies, ", x.size(1), "] of the input's dtype (input ", x.shape(), ")");
+  AMBER_CHECK(row_tokens.shape() == Shape({xs.size(0)}) && row_tokens.dtype() == DType::i32, op, ": row_tokens ",
+              row_tokens.shape(), " must be i32 [", xs.size(0), "]");
+  require_cpu(op, {&x, &row_tokens, &xs});
+  cpu::moe_gather(x, row_tokens, xs);
+}
+
+void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate) {
+  const char* op = "moe_combine";
+  AMBER_CHECK(out.ndim() == 2 && ys.ndim() == 2 && ys.size(1) == out.size(1), op, ": rows ", ys.shape(),
+              " and output ", out.shape(), " must share a width");
+  AMBER_CHECK(slot_rows.ndim() == 2 && slot_rows.size(0) == out.size(0) && slot_rows.numel() == ys.size(0) &&
+                  slot_rows.dtype() == DType::i32,
+              op, ": slot_rows ", slot_rows.shape(), " must be i32 [", out.size(0), ", top_k] for ", ys.size(0),
+              " rows");
+  require_cpu(op, {&ys, &slot_rows, &out});
+  cpu::moe_combine(ys, slot_rows, out, accumulate);
+}
+
+void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights) {
+  const char* op = "moe_weights_to_rows";
+  AMBER_CHECK(weights.shape() == slot_rows.shape() && slot_rows.dtype() == DType::i32 &&
+                  row_weights.shape() == Shape({weights.numel()}) && row_weights.dtype() == weights.dtype(),
+              op, ": weights ", weights.shape(), ", slot_rows ", slot_rows.shape(), " and row_weights ",
+              row_weights.shape(), " must be [tokens, top_k], i32 of that shape and [tokens x top_k]");
+  require_cpu(op, {&weights, &slot_rows, &row_weights});
+  cpu::moe_weights_to_rows(weights, slot_rows, row_weights);
+}
+
+void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
+  const char* op = "moe_weight_grads";
+  AMBER_CHECK(da.shape() == act.shape() && da.ndim() == 2 && da.size(0) == slot_rows.numel(), op, ": da ", da.shape(),
+              " and act ", act.shape(), " must be one [copies, H] shape for ", slot_rows.numel(), " copies");
+  AMBER_CHECK(dweights.shape() == slot_rows.shape() && slot_rows.dtype() == DType::i32, op, ": dweights ",
+              dweights.shape(), " must be ", slot_rows.shape());
+  require_cpu(op, {&da, &act, &slot_rows, &dweights});
+  cpu::moe_weight_grads(da, act, slot_rows, dweights);
+}
+
+}  // namespace amber

@@ -1,0 +1,64 @@
+// Mixture-of-Experts routing: the router's scores, top-k choice and gate weights (with
+// their backward), the counting sort that groups token copies by expert, and the
+// gather/combine between token order and expert order. Every op is deterministic: top-k
+// ties go to the lower expert, a token's copies keep their slot order within an expert,
+// and sums over a token's copies run in slot order. The grouped products between gather
+// and combine are ops/grouped_gemm.h's.
+//
+// Shapes: T tokens, E experts, k = top_k slots per token, R = T k copies, D model width.
+#pragma once
+
+#include "amber/core/tensor.h"
+
+namespace amber {
+
+enum class RouterScore {
+  softmax,        // softmax over the experts (Qwen3, OLMoE)
+  sigmoid,        // DeepSeek-V3
+  sqrt_softplus,  // sqrt(softplus(logit)) (DeepSeek-V4)
+};
+
+struct RouterSpec {
+  RouterScore score = RouterScore::softmax;
+  int top_k = 1;
+  bool normalize = true;  // the chosen scores divided by their sum
+  double scaling = 1.0;   // the routed scaling factor, after normalization
+};
+
+// logits [T, E] f32 (the router product, in fp32) -> scores [T, E] f32, experts [T, k]
+// i32 and weights [T, k] f32. Experts are the k largest scores + bias (bias [E] f32,
+// the auxiliary-loss-free balance bias; may be undefined), in descending order, ties to
+// the lower expert; weights come from the scores alone (the bias only chooses).
+void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Tensor& scores,
+                       Tensor& experts, Tensor& weights);
+
+// dlogits [T, E] f32 = d(loss)/d(logits) from dweights [T, k] f32, through the weights'
+// normalization and the score function (the choice itself has no gradient).
+void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
+                        Tensor& dlogits);
+
+// The expert order of the copies: offsets [E + 1] i32 (expert e owns rows offsets[e] ..
+// offsets[e + 1] - 1), slot_rows [T, k] i32 (the row of each (token, slot) copy),
+// row_tokens [R] i32 (the token of each row). Within an expert, rows follow token order
+// (then slot order): a counting sort, stable.
+void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows,
+                 Tensor& row_tokens);
+
+// xs [R, D] = x [T, D] at row_tokens (the copies in expert order); also the combine's
+// backward (the output gradient copied to each row of its token).
+void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs);
+
+// out [T, D] = sum over a token's slots, in slot order, of ys [R, D] at slot_rows (ys
+// already scaled by the gate weights); also the gather's backward. With accumulate
+// out += the sum.
+void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate = false);
+
+// The gate weights in row order: row_weights [R] f32 = weights [T, k] at slot_rows.
+void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
+
+// dweights [T, k] f32 = per copy, the dot product of da [R, H] and act [R, H] at its row:
+// the gate weight's gradient where the weighted output is w (act W_down^T) and da =
+// dout W_down is the unweighted gradient of act.
+void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights);
+
+}  // namespace amber

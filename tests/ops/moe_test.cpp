@@ -1,0 +1,168 @@
+// MoE routing ops (ops/moe.h) on the CPU: scores, top-k and weights against hand
+// computation, ties to the lower expert, the bias choosing without weighting, the router
+// backward against float64 finite differences for every score function, the stable
+// counting sort, and gather/combine as each other's adjoint.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "amber/ops/moe.h"
+#include "testing.h"
+
+namespace amber {
+namespace {
+
+using testing::random_tensor;
+
+struct Routed {
+  Tensor scores, experts, weights;
+};
+
+Routed route(const RouterSpec& spec, const Tensor& logits, const Tensor& bias = Tensor()) {
+  const int64_t t = logits.size(0);
+  Routed r{Tensor::empty(logits.shape(), logits.dtype()), Tensor::empty({t, spec.top_k}, DType::i32),
+           Tensor::empty({t, spec.top_k}, logits.dtype())};
+  moe_route_forward(spec, logits, bias, r.scores, r.experts, r.weights);
+  return r;
+}
+
+TEST(MoeRoute, SoftmaxTopKPicksTheLargestAndNormalizes) {
+  const Tensor logits = Tensor::from_vector(std::vector<float>{0.5f, 2.0f, -1.0f, 1.0f}, {1, 4});
+  const Routed r = route({RouterScore::softmax, 2, true, 2.5}, logits);
+  EXPECT_EQ(r.experts.item(0), 1);
+  EXPECT_EQ(r.experts.item(1), 3);
+  // Normalized over the chosen two: softmax's denominator cancels.
+  const double a = std::exp(2.0), b = std::exp(1.0);
+  EXPECT_NEAR(r.weights.item(0), 2.5 * a / (a + b), 1e-6);
+  EXPECT_NEAR(r.weights.item(1), 2.5 * b / (a + b), 1e-6);
+  double total = 0;
+  for (double s : r.scores.to_doubles()) total += s;
+  EXPECT_NEAR(total, 1.0, 1e-6);
+}
+
+TEST(MoeRoute, TiesGoToTheLowerExpertAndTheBiasOnlyChooses) {
+  const Tensor logits = Tensor::from_vector(std::vector<float>{0.0f, 1.0f, 1.0f, 1.0f}, {1, 4});
+  const Routed tie = route({RouterScore::sigmoid, 2, false, 1.0}, logits);
+  EXPECT_EQ(tie.experts.item(0), 1);
+  EXPECT_EQ(tie.experts.item(1), 2);
+  // A bias on expert 0 makes it chosen first; its weight is still its own score.
+  const Tensor bias = Tensor::from_vector(std::vector<float>{1.0f, 0.0f, 0.0f, 0.5f}, {4});
+  const Routed biased = route({RouterScore::sigmoid, 2, false, 1.0}, logits, bias);
+  EXPECT_EQ(biased.experts.item(0), 0);
+  EXPECT_EQ(biased.experts.item(1), 3);
+  EXPECT_NEAR(biased.weights.item(0), 0.5, 1e-7);
+  EXPECT_NEAR(biased.weights.item(1), 1.0 / (1.0 + std::exp(-1.0)), 1e-7);
+}
+
+// sum(g * weights(logits)) differentiated by central differences, the choice held fixed
+// (steps far below the gaps between the scores).
+TEST(MoeRoute, BackwardMatchesFiniteDifferencesForEveryScore) {
+  for (const RouterScore score : {RouterScore::softmax, RouterScore::sigmoid, RouterScore::sqrt_softplus})
+    for (const bool normalize : {true, false}) {
+      const RouterSpec spec{score, 3, normalize, 1.7};
+      Tensor logits = random_tensor({5, 8}, DType::f64, 11);
+      const Tensor g = random_tensor({5, 3}, DType::f64, 12);
+      const Routed r = route(spec, logits);
+      Tensor dlogits = Tensor::empty({5, 8}, DType::f64);
+      moe_route_backward(spec, g, r.scores, r.experts, dlogits);
+      const std::vector<double> chosen = r.experts.to_doubles();
+      const auto loss = [&] {
+        const Routed again = route(spec, logits);
+        EXPECT_EQ(again.experts.to_doubles(), chosen) << "a finite-difference step changed the choice";
+        const std::vector<double> w = again.weights.to_doubles(), gs = g.to_doubles();
+        return std::inner_product(w.begin(), w.end(), gs.begin(), 0.0);
+      };
+      EXPECT_LT(testing::finite_difference_error(logits, dlogits, loss, 40, 1e-5), 1e-5)
+          << "score " << static_cast<int>(score) << " normalize " << normalize;
+    }
+}
+
+TEST(MoePermute, CountingSortIsStableAndInvertible) {
+  const Tensor experts = Tensor::from_vector(std::vector<int32_t>{2, 0, 0, 3, 2, 1, 0, 2}, {4, 2});
+  Tensor offsets = Tensor::empty({5}, DType::i32), slot_rows = Tensor::empty({4, 2}, DType::i32);
+  Tensor row_tokens = Tensor::empty({8}, DType::i32);
+  moe_permute(experts, 4, offsets, slot_rows, row_tokens);
+  EXPECT_EQ(offsets.to_doubles(), (std::vector<double>{0, 3, 4, 7, 8}));
+  // Expert 0 holds tokens 0, 1 and 3 in token order; expert 2 tokens 0, 2 and 3.
+  EXPECT_EQ(row_tokens.to_doubles(), (std::vector<double>{0, 1, 3, 2, 0, 2, 3, 1}));
+  const std::vector<double> rows = slot_rows.to_doubles(), toks = row_tokens.to_doubles(),
+                            ex = experts.to_doubles(), off = offsets.to_doubles();
+  for (int i = 0; i < 8; ++i) {
+    const int row = static_cast<int>(rows[i]);
+    EXPECT_EQ(toks[row], i / 2) << "copy " << i;
+    EXPECT_GE(row, off[static_cast<int>(ex[i])]);
+    EXPECT_LT(row, off[static_cast<int>(ex[i]) + 1]);
+  }
+}
+
+// <combine(ys), u> = <ys, gather(u)>: the combine is the gather's adjoint, so each is the
+// other's backward.
+TEST(MoeGather, CombineIsTheAdjointOfGather) {
+  const Tensor experts = Tensor::from_vector(std::vector<int32_t>{1, 0, 2, 1, 0, 2}, {3, 2});
+  Tensor offsets = Tensor::empty({4}, DType::i32), slot_rows = Tensor::empty({3, 2}, DType::i32);
+  Tensor row_tokens = Tensor::empty({6}, DType::i32);
+  moe_permute(experts, 3, offsets, slot_rows, row_tokens);
+  const Tensor ys = random_tensor({6, 5}, DType::f64, 21), u = random_tensor({3, 5}, DType::f64, 22);
+  Tensor combined = Tensor::empty({3, 5}, DType::f64), gathered = Tensor::empty({6, 5}, DType::f64);
+  moe_combine(ys, slot_rows, combined);
+  moe_gather(u, row_tokens, gathered);
+  const std::vector<double> c = combined.to_doubles(), uu = u.to_doubles(), y = ys.to_doubles(),
+                            g = gathered.to_doubles();
+  EXPECT_NEAR(std::inner_product(c.begin(), c.end(), uu.begin(), 0.0),
+              std::inner_product(y.begin(), y.end(), g.begin(), 0.0), 1e-12);
+  Tensor twice = combined.clone();
+  moe_combine(ys, slot_rows, twice, true);
+  const std::vector<double> t = twice.to_doubles();
+  for (size_t i = 0; i < t.size(); ++i) EXPECT_DOUBLE_EQ(t[i], 2 * c[i]);
+}
+
+TEST(MoeWeights, RowsAndGradientsFollowTheCopies) {
+  const Tensor experts = Tensor::from_vector(std::vector<int32_t>{1, 0, 0, 1}, {2, 2});
+  Tensor offsets = Tensor::empty({3}, DType::i32), slot_rows = Tensor::empty({2, 2}, DType::i32);
+  Tensor row_tokens = Tensor::empty({4}, DType::i32);
+  moe_permute(experts, 2, offsets, slot_rows, row_tokens);
+  const Tensor weights = Tensor::from_vector(std::vector<double>{0.7, 0.3, 0.6, 0.4}, {2, 2});
+  Tensor rows = Tensor::empty({4}, DType::f64);
+  moe_weights_to_rows(weights, slot_rows, rows);
+  const std::vector<double> sr = slot_rows.to_doubles(), w = weights.to_doubles(), r = rows.to_doubles();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(r[static_cast<int>(sr[i])], w[i]);
+  const Tensor da = random_tensor({4, 3}, DType::f64, 31), act = random_tensor({4, 3}, DType::f64, 32);
+  Tensor dw = Tensor::empty({2, 2}, DType::f64);
+  moe_weight_grads(da, act, slot_rows, dw);
+  const std::vector<double> a = da.to_doubles(), h = act.to_doubles(), got = dw.to_doubles();
+  for (int i = 0; i < 4; ++i) {
+    const int row = static_cast<int>(sr[i]);
+    double dot = 0;
+    for (int c = 0; c < 3; ++c) dot += a[row * 3 + c] * h[row * 3 + c];
+    EXPECT_NEAR(got[i], dot, 1e-12);
+  }
+}
+
+TEST(MoeRoute, BadShapesAreNamed) {
+  const Tensor logits = random_tensor({3, 4}, DType::f32, 41);
+  Tensor scores = Tensor::empty({3, 4}, DType::f32), experts = Tensor::empty({3, 2}, DType::i32);
+  Tensor weights = Tensor::empty({3, 2}, DType::f32);
+  try {
+    moe_route_forward({RouterScore::softmax, 5, true, 1.0}, logits, Tensor(), scores, experts, weights);
+    ADD_FAILURE() << "top_k 5 of 4 experts was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("top_k 5 must be between 1 and the 4 experts"), std::string::npos) << e.what();
+  }
+  const Tensor half = random_tensor({3, 4}, DType::bf16, 42);
+  EXPECT_THROW(moe_route_forward({RouterScore::softmax, 2, true, 1.0}, half, Tensor(), scores, experts, weights),
+               Error);
+  Tensor offsets = Tensor::empty({3}, DType::i32), rows = Tensor::empty({3, 2}, DType::i32);
+  Tensor toks = Tensor::empty({6}, DType::i32);
+  const Tensor wrong = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 0}, {3, 2});
+  try {
+    moe_permute(wrong, 2, offsets, rows, toks);
+    ADD_FAILURE() << "expert 2 of 2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert id 2 is outside 0 .. 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace amber
