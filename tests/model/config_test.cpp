@@ -42,6 +42,28 @@ TEST(ModelConfig, HeadsMustDivideDimUnlessHeadDimIsGiven) {
   EXPECT_NE(gqa.find("model.kv_heads = 3"), std::string::npos) << gqa;
 }
 
+TEST(ModelConfig, MoeFieldsAreCheckedAndChooseTheSparseLayers) {
+  const std::string base = "[model]\ndepth = 6\nmoe_experts = 8\nmoe_hidden = 64\n";
+  const ModelConfig c = model_config_from_toml_string(base + "moe_top_k = 2\nmoe_first_dense = 1\nmoe_every = 2\n");
+  std::vector<int> sparse;
+  for (int l = 0; l < 6; ++l)
+    if (c.layer_is_sparse(l)) sparse.push_back(l);
+  EXPECT_EQ(sparse, (std::vector<int>{1, 3, 5}));
+  EXPECT_FALSE(model_config_from_toml_string("[model]\n").layer_is_sparse(0));
+  const auto msg = [&](const std::string& extra) { return error_of([&] { model_config_from_toml_string(base + extra); }); };
+  EXPECT_NE(msg("moe_top_k = 9\n").find("model.moe_top_k = 9 must be between 1 and model.moe_experts = 8"),
+            std::string::npos);
+  EXPECT_NE(msg("moe_router = \"sigmoidal\"\n").find("not one of: softmax, sigmoid, sqrt_softplus"),
+            std::string::npos);
+  EXPECT_NE(msg("moe_first_dense = 6\n").find("must leave at least one of the 6 layers sparse"), std::string::npos);
+  EXPECT_NE(msg("mlp = \"gelu\"\n").find("MoE experts are SwiGLU"), std::string::npos);
+  const std::string hidden =
+      error_of([] { model_config_from_toml_string("[model]\nmoe_experts = 8\n"); });
+  EXPECT_NE(hidden.find("model.moe_hidden"), std::string::npos) << hidden;
+  const std::string direct = error_of([] { model_config_from_toml_string("[model]\nmlp = \"moe\"\n"); });
+  EXPECT_NE(direct.find("sparse layers come from model.moe_experts"), std::string::npos) << direct;
+}
+
 TEST(ModelConfig, ExtendsAndOverridesCompose) {
   const auto dir = std::filesystem::temp_directory_path() / "amber_config_test";
   std::filesystem::create_directories(dir);

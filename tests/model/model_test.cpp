@@ -95,6 +95,84 @@ TEST(LanguageModel, GradientsMatchFiniteDifferencesAlternativeComponents) {
   expect_gradients_match_finite_differences(c);
 }
 
+// The tiny model with its second layer a Mixture-of-Experts layer: four experts, two
+// chosen per token, one shared expert.
+ModelConfig tiny_moe(const std::string& router = "softmax") {
+  ModelConfig c = tiny();
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_hidden = 8;
+  c.moe_shared_experts = 1;
+  c.moe_first_dense = 1;
+  c.moe_router = router;
+  return c;
+}
+
+// The router's gradient included: the finite-difference steps are far below the gaps
+// between the scores, so no step changes a token's experts.
+TEST(LanguageModel, GradientsMatchFiniteDifferencesMoe) {
+  expect_gradients_match_finite_differences(tiny_moe());
+  ModelConfig c = tiny_moe("sigmoid");
+  c.moe_routed_scaling = 2.5;
+  c.moe_shared_experts = 0;
+  expect_gradients_match_finite_differences(c);
+  c = tiny_moe("sqrt_softplus");
+  c.moe_normalize = false;
+  c.moe_first_dense = 0;
+  c.recompute = "block";
+  expect_gradients_match_finite_differences(c);
+}
+
+// Dropless routing: a token's experts and output depend on that token alone.
+TEST(LanguageModel, MoeChangingOneDocumentLeavesOtherLogitsBitIdentical) {
+  const ModelConfig c = tiny_moe();
+  LanguageModel model(c);
+  model.init_weights(2);
+  Batch b = make_batch({8, 5, 13}, c.vocab_size, 4);
+  const std::vector<double> before = model.logits(b.tokens, b.seq).to_doubles();
+  int32_t* tok = b.tokens.data<int32_t>();
+  for (int32_t t = 8; t < 13; ++t) tok[t] = (tok[t] + 7) % c.vocab_size;  // document 1
+  const std::vector<double> after = model.logits(b.tokens, b.seq).to_doubles();
+  const size_t v = static_cast<size_t>(c.vocab_size);
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (i / v >= 8 && i / v < 13) continue;  // document 1
+    ASSERT_EQ(before[i], after[i]) << "token " << i / v;
+  }
+}
+
+// Renumbering the experts (router rows and expert weights together) changes nothing:
+// bit for bit with element-wise scores; with softmax only its denominator's sum over the
+// experts changes order (rounding).
+void expect_expert_permutation_invariance(const std::string& router, double tolerance) {
+  const ModelConfig c = tiny_moe(router);
+  LanguageModel model(c);
+  model.init_weights(5);
+  const Batch b = make_batch({8, 5, 13}, c.vocab_size, 6);
+  const std::vector<double> before = model.logits(b.tokens, b.seq).to_doubles();
+  const std::vector<int64_t> to = {2, 0, 3, 1};  // expert e moves to to[e]
+  int permuted = 0;
+  for (const auto& p : model.params()) {
+    const bool experts = p->name.find(".experts.") != std::string::npos || p->name.ends_with(".router.weight");
+    if (!experts) continue;
+    const Tensor old = p->value.clone();
+    for (int64_t e = 0; e < 4; ++e) {
+      Tensor dst = p->value.select(0, to[static_cast<size_t>(e)]);
+      dst.copy_from(old.select(0, e));
+    }
+    ++permuted;
+  }
+  ASSERT_EQ(permuted, 3) << "router, gate_up and down of the one MoE layer";
+  model.refresh_working_copies();
+  const std::vector<double> after = model.logits(b.tokens, b.seq).to_doubles();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) ASSERT_NEAR(after[i], before[i], tolerance) << router << " logit " << i;
+}
+
+TEST(LanguageModel, MoeExpertPermutationLeavesLogitsUnchanged) {
+  expect_expert_permutation_invariance("sigmoid", 0.0);
+  expect_expert_permutation_invariance("softmax", 1e-5);
+}
+
 TEST(LanguageModel, BlockRecomputeGivesIdenticalGradients) {
   ModelConfig c = tiny();
   c.attn_sink = true;

@@ -183,9 +183,10 @@ void expect_matches(const std::string& what, const Tensor& on_gpu, const Tensor&
   const double err = testing::relative_error(got.slice(0, 0, used_rows), ref.slice(0, 0, used_rows));
   std::cout << what << ": rel err " << err << "\n";
   EXPECT_LT(err, limit) << what;
-  if (rows > used_rows)
+  if (rows > used_rows) {
     for (double v : got.slice(0, used_rows, rows).to_doubles())
       ASSERT_TRUE(std::isnan(v)) << what << ": a row past the last expert was written";
+  }
 }
 
 TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
@@ -260,8 +261,8 @@ TEST(GroupedGemmGpu, Fp8ProductsMatchTheDequantizedFloat64Oracle) {
     const int used = total(c.counts), rows = used + c.extra_rows, experts = static_cast<int>(c.counts.size());
     const std::string tag = "K " + std::to_string(c.k) + " N " + std::to_string(c.n);
     const Tensor offsets = offsets_of(c.counts), offsets_gpu = gpu(offsets);
-    const Fp8Operands q = quantized(random_tensor({rows, c.k}, DType::bf16, seed++),
-                                    random_tensor({experts, c.n, c.k}, DType::bf16, seed++, 0.05f));
+    const Tensor x = random_tensor({rows, c.k}, DType::bf16, seed++);
+    const Fp8Operands q = quantized(x, random_tensor({experts, c.n, c.k}, DType::bf16, seed++, 0.05f));
     const Tensor scale = random_tensor({rows}, DType::f32, seed++);
     const Tensor qx = gpu(q.x), qxs = gpu(q.x_scales), qw = gpu(q.w), qws = gpu(q.w_scales);
     Tensor ref = Tensor::zeros({rows, c.n}, DType::f64), ref_scaled = Tensor::zeros({rows, c.n}, DType::f64);

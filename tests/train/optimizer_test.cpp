@@ -171,6 +171,32 @@ TEST(Muon, BatchedMatricesStepAsIfAlone) {
     EXPECT_EQ(together[i]->value.to_doubles(), alone[i]->value.to_doubles()) << together[i]->name;
 }
 
+// An MoE layer's experts, one 3-D parameter, step as if each expert's matrix were a
+// parameter of its own.
+TEST(Muon, ExpertStacksStepAsSeparateMatrices) {
+  auto stacked = std::make_unique<ParamStore>(Placement{});
+  const auto experts = stacked->add("layers.0.mlp.experts.down_proj", {3, 16, 24}, ParamRole::expert_matrix,
+                                    ParamInit::zeros());
+  stacked->allocate();
+  const std::unique_ptr<ParamStore> each = matrices({Shape{16, 24}, Shape{16, 24}, Shape{16, 24}});
+  experts->value.copy_from(random_tensor({3, 16, 24}, DType::f32, 50, 0.02f));
+  experts->grad.copy_from(random_tensor({3, 16, 24}, DType::f32, 51));
+  for (int64_t e = 0; e < 3; ++e) {
+    each->params()[e]->value.copy_from(experts->value.select(0, e));
+    each->params()[e]->grad.copy_from(experts->grad.select(0, e));
+  }
+  OptimizerConfig c;
+  c.name = "muon";
+  auto as_stack = build_optimizer(c, *stacked);
+  auto as_matrices = build_optimizer(c, *each);
+  for (int step = 0; step < 2; ++step) {
+    as_stack->step(always_apply(1.0, Device::cpu()));
+    as_matrices->step(always_apply(1.0, Device::cpu()));
+  }
+  for (int64_t e = 0; e < 3; ++e)
+    EXPECT_EQ(experts->value.select(0, e).to_doubles(), each->params()[e]->value.to_doubles()) << "expert " << e;
+}
+
 // Groups follow the parameters' roles, never their names.
 TEST(Muon, OptimizerGroupsFollowThePredecessorRules) {
   ParamStore store(Placement{});

@@ -19,7 +19,10 @@ Block::Block(const ModelConfig& c, int index, ParamStore& store, std::shared_ptr
       c.attention, {prefix + ".attn", &c, c.layer_windows()[static_cast<size_t>(index)], &store, std::move(position)});
   if (c.post_norm) post_attn_norm_ = norm("post_attn_norm");
   mlp_norm_ = norm("mlp_norm");
-  mlp_ = mlp_registry().build(c.mlp, {prefix + ".mlp", c.dim, c.resolved_mlp_hidden(), c.attn_bias, &c, &store});
+  const bool sparse = c.layer_is_sparse(index);
+  mlp_ = mlp_registry().build(sparse ? "moe" : c.mlp, {prefix + ".mlp", c.dim,
+                                                       sparse ? c.moe_hidden : c.resolved_mlp_hidden(), c.attn_bias,
+                                                       &c, &store});
   if (c.post_norm) post_mlp_norm_ = norm("post_mlp_norm");
 }
 

@@ -73,6 +73,27 @@ void ModelConfig::validate() const {
               "' is not one of: none, block");
   AMBER_CHECK(rope_partial > 0 && rope_partial <= 1, "model.rope_partial must be in (0, 1], got ", rope_partial);
   AMBER_CHECK(z_loss_weight >= 0, "model.z_loss_weight must be >= 0, got ", z_loss_weight);
+  AMBER_CHECK(moe_experts >= 0, "model.moe_experts must be >= 0 (0 = dense), got ", moe_experts);
+  AMBER_CHECK(mlp != "moe", "model.mlp = 'moe': sparse layers come from model.moe_experts (with moe_top_k, "
+                            "moe_hidden, moe_first_dense, moe_every); model.mlp names the dense layers' MLP");
+  if (moe_experts > 0) {
+    AMBER_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, "model.moe_top_k = ", moe_top_k,
+                " must be between 1 and model.moe_experts = ", moe_experts);
+    AMBER_CHECK(moe_hidden > 0, "model.moe_hidden (each expert's width) must be set with model.moe_experts, e.g. "
+                                "model.moe_hidden = 384");
+    AMBER_CHECK(moe_shared_experts >= 0, "model.moe_shared_experts must be >= 0, got ", moe_shared_experts);
+    AMBER_CHECK(moe_first_dense >= 0 && moe_first_dense < depth, "model.moe_first_dense = ", moe_first_dense,
+                " must leave at least one of the ", depth, " layers sparse");
+    AMBER_CHECK(moe_every >= 1, "model.moe_every must be >= 1, got ", moe_every);
+    AMBER_CHECK(moe_router == "softmax" || moe_router == "sigmoid" || moe_router == "sqrt_softplus",
+                "model.moe_router = '", moe_router, "' is not one of: softmax, sigmoid, sqrt_softplus");
+    AMBER_CHECK(moe_routed_scaling > 0, "model.moe_routed_scaling must be positive, got ", moe_routed_scaling);
+    AMBER_CHECK(mlp == "swiglu", "model.mlp = '", mlp, "': MoE experts are SwiGLU, so the dense layers must be too");
+  }
+}
+
+bool ModelConfig::layer_is_sparse(int layer) const {
+  return moe_experts > 0 && layer >= moe_first_dense && (layer - moe_first_dense) % moe_every == 0;
 }
 
 namespace {

@@ -1,4 +1,5 @@
-// ModelConfig: every architecture field of a dense decoder, typed, with defaults.
+// ModelConfig: every architecture field of a decoder (dense, or with Mixture-of-Experts
+// layers), typed, with defaults.
 // Loaded from the [model] table of a TOML file (optionally extending another file),
 // overridden by `--set model.key=value`, validated once; unknown keys are errors that
 // suggest the nearest valid key.
@@ -51,6 +52,16 @@ struct ModelConfig {
   double init_std = 0.02;
   bool depth_scaled_init = true;  // output projections x (2 depth)^-0.5
   int mup_base_dim = 0;           // 0 = off
+  // mixture of experts (DeepSeekMoE layout): moe_experts 0 keeps every layer dense
+  int moe_experts = 0;
+  int moe_top_k = 8;
+  int moe_hidden = 0;          // each expert's SwiGLU width (required with experts)
+  int moe_shared_experts = 0;  // always-active experts, moe_hidden wide each
+  int moe_first_dense = 0;     // leading layers kept dense
+  int moe_every = 1;           // past those, every n-th layer is sparse
+  std::string moe_router = "softmax";  // softmax | sigmoid | sqrt_softplus
+  bool moe_normalize = true;           // the chosen scores divided by their sum
+  double moe_routed_scaling = 1.0;
   // runtime
   std::string recompute = "none";  // none | block
 
@@ -60,6 +71,7 @@ struct ModelConfig {
   int resolved_mlp_hidden() const;
   bool mlp_is_gated() const { return mlp != "gelu"; }
   std::vector<int> layer_windows() const;  // per layer; 0 = global; the last layer is global
+  bool layer_is_sparse(int layer) const;   // an MoE layer (0-based index)
   double residual_scale() const;
   // A projection weight's init std: init_std (times sqrt(mup_base_dim / fan_in) under
   // muP), and for the projections whose output the residual stream adds (o_proj,
@@ -108,6 +120,15 @@ struct ModelConfig {
     v("init_std", init_std);
     v("depth_scaled_init", depth_scaled_init);
     v("mup_base_dim", mup_base_dim);
+    v("moe_experts", moe_experts);
+    v("moe_top_k", moe_top_k);
+    v("moe_hidden", moe_hidden);
+    v("moe_shared_experts", moe_shared_experts);
+    v("moe_first_dense", moe_first_dense);
+    v("moe_every", moe_every);
+    v("moe_router", moe_router);
+    v("moe_normalize", moe_normalize);
+    v("moe_routed_scaling", moe_routed_scaling);
     v("recompute", recompute);
   }
 };

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "amber/model/linear.h"
+#include "amber/model/moe.h"
 #include "amber/ops/activation.h"
 
 namespace amber {
@@ -91,6 +92,7 @@ const Registry<Mlp, const MlpSpec&>& mlp_registry() {
     r.add("swiglu", [](const MlpSpec& s) { return std::make_unique<GatedMlp>(s, Glu::swiglu); });
     r.add("geglu", [](const MlpSpec& s) { return std::make_unique<GatedMlp>(s, Glu::geglu); });
     r.add("gelu", [](const MlpSpec& s) { return std::make_unique<GeluMlp>(s); });
+    r.add("moe", make_moe_mlp);
     return r;
   }();
   return registry;

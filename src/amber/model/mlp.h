@@ -1,6 +1,7 @@
 // Feed-forward components behind the `mlp` registry: swiglu (default) and geglu
 // read one fused gate_up projection [2H, D] (gate first); gelu is the plain
-// two-layer MLP without a gate.
+// two-layer MLP without a gate; moe (model/moe.h) is the Mixture-of-Experts layer that
+// Block builds for the sparse layers of a config with model.moe_experts.
 #pragma once
 
 #include <memory>

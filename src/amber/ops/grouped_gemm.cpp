@@ -73,8 +73,9 @@ void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offset
               w.size(1), "] for input ", x.shape(), " and weights ", w.shape());
   check_operands(op, {&x, &w, &y}, offsets, w.size(0));
   if (row_scale.defined()) {
-    AMBER_CHECK(row_scale.dtype() == DType::f32 && row_scale.shape() == Shape({x.size(0)}), op, ": row scales ",
-                row_scale.shape(), " ", dtype_name(row_scale.dtype()), " must be f32 [", x.size(0), "]");
+    const bool f32_or_checked = row_scale.dtype() == DType::f32 || (x.dtype() == DType::f64 && row_scale.dtype() == DType::f64);
+    AMBER_CHECK(f32_or_checked && row_scale.shape() == Shape({x.size(0)}), op, ": row scales ", row_scale.shape(), " ",
+                dtype_name(row_scale.dtype()), " must be f32 [", x.size(0), "] (f64 beside f64 operands)");
     require_contiguous(row_scale, op);
   }
   call_repeatable(op, [&] {

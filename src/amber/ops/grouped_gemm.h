@@ -16,7 +16,7 @@
 namespace amber {
 
 // y [M, N] = x_e [rows of e, K] w_e^T for each expert, w [E, N, K]. With row_scale
-// [M] (f32) each row is scaled as it is written: y[r] = row_scale[r] * (x w_e^T)[r]
+// [M] (f32; f64 beside f64 operands) each row is scaled as it is written: y[r] = row_scale[r] * (x w_e^T)[r]
 // (the gate weights of a MoE layer's second product).
 void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor& y,
                           const Tensor& row_scale = Tensor());

@@ -107,6 +107,16 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
   cpu::moe_weights_to_rows(weights, slot_rows, row_weights);
 }
 
+void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
+  const char* op = "moe_scale_rows";
+  AMBER_CHECK(x.ndim() == 2 && out.shape() == x.shape() && out.dtype() == x.dtype() &&
+                  row_weights.shape() == Shape({x.size(0)}),
+              op, ": x ", x.shape(), ", out ", out.shape(), " and row weights ", row_weights.shape(),
+              " must be [R, W], [R, W] of x's dtype and [R]");
+  require_cpu(op, {&x, &row_weights, &out});
+  cpu::moe_scale_rows(x, row_weights, out);
+}
+
 void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
   const char* op = "moe_weight_grads";
   AMBER_CHECK(da.shape() == act.shape() && da.ndim() == 2 && da.size(0) == slot_rows.numel(), op, ": da ", da.shape(),

@@ -56,6 +56,9 @@ void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool ac
 // The gate weights in row order: row_weights [R] f32 = weights [T, k] at slot_rows.
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
 
+// out [R, W] = x [R, W] with each row times row_weights [R] (out may be x).
+void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out);
+
 // dweights [T, k] f32 = per copy, the dot product of da [R, H] and act [R, H] at its row:
 // the gate weight's gradient where the weighted output is w (act W_down^T) and da =
 // dout W_down is the unweighted gradient of act.

@@ -147,7 +147,9 @@ class GroupedOptimizer final : public Optimizer {
     AdamWRange* run = nullptr;  // the run the previous parameter joined, if it can grow
     for (Param* p : b.params) {
       if (muon && p->muon) {
-        const double out = static_cast<double>(p->value.size(0)), in = static_cast<double>(p->value.size(1));
+        // A 3-D parameter (an MoE layer's experts) is a stack of matrices, each
+        // orthogonalised on its own.
+        const double out = static_cast<double>(p->value.size(-2)), in = static_cast<double>(p->value.size(-1));
         const double scale = config_.update_scale == "spectral" ? std::max(1.0, std::sqrt(out / in))
                                                                 : config_.rms_target * std::sqrt(std::max(out, in));
         muon_.push_back({p, scale, Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()), Tensor()});
@@ -177,21 +179,29 @@ class GroupedOptimizer final : public Optimizer {
             v.slice(0, begin, end), b.work.slice(0, begin, end), hyper};
   }
 
-  // Gives every Muon matrix its place in the batch of its shape and working dtype.
+  // Gives every Muon matrix its place in the batch of its shape and working dtype; a
+  // stack of matrices (3-D) takes as many consecutive places.
   void group_muon_updates() {
     std::map<std::pair<std::vector<int64_t>, DType>, std::vector<MuonSlot*>> by_shape;
     std::vector<std::vector<MuonSlot*>*> order;  // groups in first-seen order
     for (MuonSlot& s : muon_) {
       const Tensor& v = s.param->value;
-      auto [it, fresh] = by_shape.try_emplace({{v.size(0), v.size(1)}, s.param->work.dtype()});
+      auto [it, fresh] = by_shape.try_emplace({{v.size(-2), v.size(-1)}, s.param->work.dtype()});
       if (fresh) order.push_back(&it->second);
       it->second.push_back(&s);
     }
+    const auto matrices = [](const MuonSlot* s) { return s->param->value.ndim() == 3 ? s->param->value.size(0) : 1; };
     for (std::vector<MuonSlot*>* slots : order) {
       const Tensor& v = slots->front()->param->value;
-      MuonGroup g{Tensor::empty({static_cast<int64_t>(slots->size()), v.size(0), v.size(1)}, v.dtype(), v.device()),
+      int64_t count = 0;
+      for (const MuonSlot* s : *slots) count += matrices(s);
+      MuonGroup g{Tensor::empty({count, v.size(-2), v.size(-1)}, v.dtype(), v.device()),
                   slots->front()->param->work.dtype()};
-      for (size_t i = 0; i < slots->size(); ++i) (*slots)[i]->update = g.updates.select(0, static_cast<int64_t>(i));
+      int64_t at = 0;
+      for (MuonSlot* s : *slots) {
+        s->update = s->param->value.ndim() == 3 ? g.updates.slice(0, at, at + matrices(s)) : g.updates.select(0, at);
+        at += matrices(s);
+      }
       muon_groups_.push_back(std::move(g));
     }
   }

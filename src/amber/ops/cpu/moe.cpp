@@ -175,6 +175,21 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
   });
 }
 
+void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
+  const int64_t rows = x.size(0), width = x.size(1);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor in = widened<T>(x), w = widened<T>(row_weights);
+    Output<T> o(out);
+    const T* px = in.data<T>();
+    const T* pw = w.data<T>();
+    T* po = o.data();
+#pragma omp parallel for if (rows * width > 65536)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c) po[r * width + c] = px[r * width + c] * pw[r];
+    o.store();
+  });
+}
+
 void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
   const int64_t copies = slot_rows.numel(), width = da.size(1);
   with_compute_type(dweights.dtype(), [&]<class T>() {

@@ -1,0 +1,134 @@
+// MoE MLP: router product -> scores, top-k and weights (ops/moe.h) -> counting sort
+// into expert order -> gather -> grouped gate/up product with SwiGLU -> grouped down
+// product scaled by each copy's weight -> combine in slot order (+ shared experts).
+// The backward runs the same ops in reverse; a copy's weight gradient is the dot
+// product of its unweighted activation gradient (dout W_down) with its activation, so
+// no [copies, dim] output is kept for it.
+#include "amber/model/moe.h"
+
+#include "amber/ops/activation.h"
+#include "amber/ops/elementwise.h"
+#include "amber/ops/gemm.h"
+#include "amber/ops/grouped_gemm.h"
+#include "amber/ops/moe.h"
+
+namespace amber {
+namespace {
+
+RouterScore router_score(const std::string& name) {
+  if (name == "sigmoid") return RouterScore::sigmoid;
+  if (name == "sqrt_softplus") return RouterScore::sqrt_softplus;
+  return RouterScore::softmax;
+}
+
+class MoeMlp final : public Mlp {
+ public:
+  explicit MoeMlp(const MlpSpec& s)
+      : spec_{router_score(s.config->moe_router), s.config->moe_top_k, s.config->moe_normalize,
+              s.config->moe_routed_scaling},
+        experts_(s.config->moe_experts),
+        hidden_(s.hidden),
+        dim_(s.dim) {
+    const ModelConfig& c = *s.config;
+    AMBER_CHECK(experts_ > 0 && hidden_ > 0, s.name, ": an MoE layer needs model.moe_experts and model.moe_hidden");
+    router_ = s.store->add(s.name + ".router.weight", {experts_, dim_}, ParamRole::router,
+                           ParamInit::normal(c.projection_init_std(dim_, false)));
+    gate_up_ = s.store->add(s.name + ".experts.gate_up_proj", {experts_, 2 * hidden_, dim_}, ParamRole::expert_matrix,
+                            ParamInit::normal(c.projection_init_std(dim_, false)));
+    down_ = s.store->add(s.name + ".experts.down_proj", {experts_, dim_, hidden_}, ParamRole::expert_matrix,
+                         ParamInit::normal(c.projection_init_std(hidden_, true)));
+    for (Param* p : {router_.get(), gate_up_.get(), down_.get()}) p->product_gradient = true;
+    if (c.moe_shared_experts > 0)
+      shared_ = mlp_registry().build(
+          "swiglu", {s.name + ".shared_experts", s.dim, c.moe_shared_experts * s.hidden, false, s.config, s.store});
+  }
+
+  std::unique_ptr<Mlp::Saved> new_saved() const override {
+    auto s = std::make_unique<Saved>();
+    if (shared_) s->shared = shared_->new_saved();
+    return s;
+  }
+
+  Tensor forward(const Tensor& h, Mlp::Saved& saved, Arena& arena, const ResidualAdd& into) const override {
+    auto& s = static_cast<Saved&>(saved);
+    const int64_t tokens = h.size(0), k = spec_.top_k, copies = tokens * k;
+    const DType dt = h.dtype(), rt = router_dtype(dt);
+    s.h = h;
+    Tensor logits = arena.alloc({tokens, experts_}, rt);
+    gemm(h, false, router_->work, true, logits);
+    s.scores = arena.alloc({tokens, experts_}, rt);
+    s.experts = arena.alloc({tokens, k}, DType::i32);
+    s.weights = arena.alloc({tokens, k}, rt);
+    moe_route_forward(spec_, logits, Tensor(), s.scores, s.experts, s.weights);
+    s.offsets = arena.alloc({experts_ + 1}, DType::i32);
+    s.slot_rows = arena.alloc({tokens, k}, DType::i32);
+    s.row_tokens = arena.alloc({copies}, DType::i32);
+    moe_permute(s.experts, experts_, s.offsets, s.slot_rows, s.row_tokens);
+    s.xs = arena.alloc({copies, dim_}, dt);
+    moe_gather(h, s.row_tokens, s.xs);
+    s.gate_up = arena.alloc({copies, 2 * hidden_}, dt);
+    s.act = arena.alloc({copies, hidden_}, dt);
+    grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, s.act);
+    s.row_weights = arena.alloc({copies}, rt);
+    moe_weights_to_rows(s.weights, s.slot_rows, s.row_weights);
+    Tensor ys = arena.alloc({copies, dim_}, dt);
+    grouped_gemm_forward(s.act, down_->work, s.offsets, ys, s.row_weights);
+    Tensor out = arena.alloc({tokens, dim_}, dt);
+    moe_combine(ys, s.slot_rows, out);
+    if (shared_) add_scaled(out, shared_->forward(h, *s.shared, arena));
+    if (!into.sum) return out;
+    add_scaled_into(*into.sum, *into.residual, out, into.scale, "moe_residual_add");
+    return *into.sum;
+  }
+
+  Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
+    const auto& s = static_cast<const Saved&>(saved);
+    const int64_t tokens = dout.size(0), k = spec_.top_k, copies = tokens * k;
+    const DType dt = dout.dtype(), rt = s.scores.dtype();
+    // Down projection: da = dout W_down (unweighted), the weights' gradients from it,
+    // then the weighted gradients of act and of W_down.
+    Tensor douts = arena.alloc({copies, dim_}, dt);
+    moe_gather(dout, s.row_tokens, douts);
+    Tensor da = arena.alloc({copies, hidden_}, dt);
+    grouped_gemm_backward_input(douts, down_->work, s.offsets, da);
+    Tensor dweights = arena.alloc({tokens, k}, rt);
+    moe_weight_grads(da, s.act, s.slot_rows, dweights);
+    moe_scale_rows(da, s.row_weights, da);
+    moe_scale_rows(douts, s.row_weights, douts);
+    grouped_gemm_backward_weight(douts, s.act, s.offsets, down_->grad, down_->grad_accumulates());
+    // Gate/up projection through the SwiGLU.
+    Tensor dgate_up = arena.alloc(s.gate_up.shape(), dt);
+    swiglu_backward(da, s.gate_up, dgate_up);
+    grouped_gemm_backward_weight(dgate_up, s.xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
+    Tensor dxs = arena.alloc({copies, dim_}, dt);
+    grouped_gemm_backward_input(dgate_up, gate_up_->work, s.offsets, dxs);
+    Tensor dh = arena.alloc({tokens, dim_}, dt);
+    moe_combine(dxs, s.slot_rows, dh);
+    // Router: through the weights into the logits, then into h and the router weight.
+    Tensor dlogits = arena.alloc({tokens, experts_}, rt);
+    moe_route_backward(spec_, dweights, s.scores, s.experts, dlogits);
+    gemm(dlogits, false, router_->work, false, dh, 1.0, 1.0);
+    gemm(dlogits, true, s.h, false, router_->grad, 1.0, router_->grad_accumulates() ? 1.0 : 0.0);
+    if (shared_) add_scaled(dh, shared_->backward(dout, *s.shared, arena));
+    return dh;
+  }
+
+ private:
+  struct Saved final : Mlp::Saved {
+    Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, xs, gate_up, act;
+    std::unique_ptr<Mlp::Saved> shared;
+  };
+  // The router's math runs in fp32 (f64 in gradient checks).
+  static DType router_dtype(DType compute) { return compute == DType::f64 ? DType::f64 : DType::f32; }
+
+  RouterSpec spec_;
+  int64_t experts_, hidden_, dim_;
+  std::shared_ptr<Param> router_, gate_up_, down_;
+  std::unique_ptr<Mlp> shared_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mlp> make_moe_mlp(const MlpSpec& spec) { return std::make_unique<MoeMlp>(spec); }
+
+}  // namespace amber
