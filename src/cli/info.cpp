@@ -39,11 +39,21 @@ void print_model(const InfoOptions& o) {
             << (c.qk_norm ? ", qk_norm" : "") << (c.attn_sink ? ", sinks" : "")
             << (c.tie_embeddings ? ", tied embeddings" : ", untied embeddings") << ", recompute "
             << c.recompute << "\n";
+  if (c.moe_experts > 0) {
+    int sparse = 0;
+    for (int l = 0; l < c.depth; ++l) sparse += c.layer_is_sparse(l);
+    std::cout << "  experts: " << sparse << " of " << c.depth << " layers sparse (first " << c.moe_first_dense
+              << " dense, then every " << c.moe_every << "), " << c.moe_experts << " experts of width "
+              << c.moe_hidden << ", top-" << c.moe_top_k << " routed + " << c.moe_shared_experts << " shared, router "
+              << c.moe_router << (c.moe_normalize ? " (normalized" : " (unnormalized") << ", scaling "
+              << c.moe_routed_scaling << ")\n";
+  }
   std::cout << "  windows per layer:";
   for (int w : c.layer_windows()) std::cout << ' ' << (w == 0 ? std::string("global") : std::to_string(w));
   std::cout << "\n" << std::fixed << std::setprecision(2)
-            << "  parameters: " << total / 1e6 << "M total, " << embedding / 1e6 << "M embedding, "
-            << (total - embedding) / 1e6 << "M non-embedding\n";
+            << "  parameters: " << total / 1e6 << "M total, " << count_active_parameters(c) / 1e6
+            << "M active per token, " << embedding / 1e6 << "M embedding, " << (total - embedding) / 1e6
+            << "M non-embedding\n";
   AMBER_CHECK(o.document_length > 0 && o.tokens >= o.document_length,
               "--doc-len must be positive and at most --tokens");
   const std::vector<int32_t> lengths(static_cast<size_t>(o.tokens / o.document_length), o.document_length);

@@ -358,8 +358,21 @@ TEST(LanguageModel, PresetsMatchThePredecessorLadder) {
     std::cout << name << ": " << count / 1e6 << "M parameters\n";
     EXPECT_NEAR(count / total, 1.0, 0.005) << name;  // the ladder quotes whole millions
   }
+  // The sparse rungs: total and active (what a token passes through: embeddings, head,
+  // routers, its top-k and shared experts).
+  const std::tuple<const char*, double, double> sparse[] = {{"kohaku-moe-1b", 991e6, 248e6},
+                                                            {"kohaku-moe-2b", 1953e6, 411e6}};
+  for (const auto& [name, total, active] : sparse) {
+    const ModelConfig c = load_model_config(std::string(AMBER_SOURCE_DIR) + "/configs/presets/" + name + ".toml");
+    const double count = static_cast<double>(count_parameters(c)), used = static_cast<double>(count_active_parameters(c));
+    std::cout << name << ": " << count / 1e6 << "M parameters, " << used / 1e6 << "M active\n";
+    EXPECT_NEAR(count / total, 1.0, 0.005) << name;
+    EXPECT_NEAR(used / active, 1.0, 0.005) << name;
+  }
   const ModelConfig t = load_model_config(std::string(AMBER_SOURCE_DIR) + "/configs/tiny.toml");
   EXPECT_EQ(count_parameters(t), LanguageModel(t).parameter_count());
+  const ModelConfig m = tiny_moe();
+  EXPECT_EQ(count_parameters(m), LanguageModel(m).parameter_count()) << "with an MoE layer";
 }
 
 // bf16 compute (working copies and activations in bf16, fp32 master weights and

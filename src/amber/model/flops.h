@@ -22,12 +22,16 @@ struct FlopCount {
 // L*w - w(w-1)/2 with a window w <= L.
 double attention_pairs(int64_t length, int64_t window);
 
-// Matmul weights a token passes through in the blocks (biases excluded).
+// Matmul weights a token passes through in the blocks (biases excluded): in an MoE
+// layer the router, its top-k experts and the shared ones.
 int64_t block_matmul_params(const ModelConfig& config);
 
 // Every parameter the model allocates, computed from the config without building it
 // (norm gains, biases, sinks and both embedding matrices when untied included).
 int64_t count_parameters(const ModelConfig& config);
+// The parameters a token passes through: every parameter but the experts it is not
+// routed to (the embeddings, head and routers included).
+int64_t count_active_parameters(const ModelConfig& config);
 
 FlopCount count_flops(const ModelConfig& config, const std::vector<int32_t>& document_lengths);
 

@@ -10,6 +10,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
+#include "amber/model/flops.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/checkpointer.h"
 #include "amber/train/evaluator.h"
@@ -114,7 +115,9 @@ void Trainer::State::print_summary() {
   const RunConfig& c = config;
   const TrainConfig& t = c.train;
   std::ostream& out = sink.console();
-  out << "model: " << model->parameter_count() / 1e6 << "M parameters (dim " << c.model.dim << ", depth "
+  out << "model: " << model->parameter_count() / 1e6 << "M parameters"
+      << (c.model.moe_experts > 0 ? concat(", ", count_active_parameters(c.model) / 1e6, "M active per token") : "")
+      << " (dim " << c.model.dim << ", depth "
       << c.model.depth << ", heads " << c.model.heads << "/" << c.model.resolved_kv_heads() << ", vocab "
       << c.model.vocab_size << ") on " << model->device() << " in " << t.compute_dtype << "\n"
       << "optimizer " << c.optimizer.name << ", schedule " << c.schedule.kind << ":\n"
