@@ -140,6 +140,24 @@ TEST(MoeWeights, RowsAndGradientsFollowTheCopies) {
   }
 }
 
+// The auxiliary-loss-free bias: an expert above the mean load is chosen less, one
+// below it more, one at the mean keeps its bias; a skipped step changes nothing; the
+// load restarts after every step.
+TEST(MoeBias, UpdateMovesTowardBalanceOnlyWhenApplied) {
+  const Tensor offsets = Tensor::from_vector(std::vector<int32_t>{0, 3, 4, 6}, {4});  // loads 3, 1, 2
+  Tensor load = Tensor::zeros({3}, DType::f64), bias = Tensor::zeros({3}, DType::f32);
+  moe_add_load(offsets, load);
+  moe_add_load(offsets, load);  // two micro-batches: 6, 2, 4
+  EXPECT_EQ(load.to_doubles(), (std::vector<double>{6, 2, 4}));
+  moe_update_bias(bias, load, 0.25, Tensor::from_vector(std::vector<double>{0.0}, {1}));
+  EXPECT_EQ(bias.to_doubles(), (std::vector<double>{0, 0, 0})) << "a skipped step moved the bias";
+  EXPECT_EQ(load.to_doubles(), (std::vector<double>{0, 0, 0}));
+  moe_add_load(offsets, load);
+  moe_update_bias(bias, load, 0.25, Tensor::from_vector(std::vector<double>{1.0}, {1}));
+  EXPECT_EQ(bias.to_doubles(), (std::vector<double>{-0.25, 0.25, 0}));
+  EXPECT_EQ(load.to_doubles(), (std::vector<double>{0, 0, 0}));
+}
+
 TEST(MoeRoute, BadShapesAreNamed) {
   const Tensor logits = random_tensor({3, 4}, DType::f32, 41);
   Tensor scores = Tensor::empty({3, 4}, DType::f32), experts = Tensor::empty({3, 2}, DType::i32);

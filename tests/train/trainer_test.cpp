@@ -288,7 +288,8 @@ TEST(Trainer, ResumeContinuesBitForBit) {
 }
 
 // A model with an MoE layer (experts through Muon as stacks of matrices, the router
-// through AdamW) learns, and a resumed run continues it bit for bit.
+// through AdamW, the auxiliary-loss-free balance bias after each step) learns, and a
+// resumed run continues it bit for bit, bias included.
 TEST(Trainer, MoeRunLearnsAndResumesBitForBit) {
   const std::string corpus = write_corpus("moe");
   const std::string straight = corpus + "_straight", resumed = corpus + "_resumed";
@@ -299,6 +300,7 @@ TEST(Trainer, MoeRunLearnsAndResumesBitForBit) {
     c.model.moe_hidden = 32;
     c.model.moe_shared_experts = 1;
     c.model.moe_first_dense = 1;
+    c.model.moe_bias_update_rate = 0.01;
     c.validate();
     return c;
   };
@@ -313,6 +315,13 @@ TEST(Trainer, MoeRunLearnsAndResumesBitForBit) {
   const SafetensorsFile a = load_safetensors(straight + "/checkpoints/step-00000006/model.safetensors");
   const SafetensorsFile b = load_safetensors(resumed + "/checkpoints/step-00000006/model.safetensors");
   EXPECT_TRUE(a.tensors.count("layers.1.mlp.experts.gate_up_proj")) << "the experts are checkpointed as one stack";
+  ASSERT_TRUE(a.tensors.count("layers.1.mlp.router.balance_bias")) << "the balance bias is model state";
+  // Sign steps of 0.01 can return to zero after an even number of steps; after three
+  // (uneven load every step) they cannot all have.
+  const SafetensorsFile third = load_safetensors(straight + "/checkpoints/step-00000003/model.safetensors");
+  double moved = 0;
+  for (double b : third.tensors.at("layers.1.mlp.router.balance_bias").to_doubles()) moved += std::fabs(b);
+  EXPECT_GT(moved, 0) << "three steps of uneven load left the balance bias at zero";
   for (const auto& [name, tensor] : a.tensors) EXPECT_EQ(tensor.to_doubles(), b.tensors.at(name).to_doubles()) << name;
   fs::remove_all(straight);
   fs::remove_all(resumed);

@@ -33,6 +33,13 @@ class Backbone {
                 Arena& scratch) const;
   // Generation: hidden states of the new tokens, extending one cache per layer.
   Tensor infer(const Tensor& tokens, const CachedStep& step, std::vector<LayerCache>& caches, Arena& arena) const;
+  // Every block's untrained state, in layer order, and its per-step update.
+  void buffers(std::vector<std::pair<std::string, Tensor>>& out) const {
+    for (const auto& b : blocks_) b->buffers(out);
+  }
+  void after_optimizer_step(const Tensor& apply) {
+    for (auto& b : blocks_) b->after_optimizer_step(apply);
+  }
 
  private:
   double embedding_scale_;

@@ -61,6 +61,9 @@ class Block {
   void backward(Tensor& dx, const SeqInfo& seq, const Saved& saved, Arena& arena) const;
   // Generation: the forward over new tokens with the layer's KV cache.
   Tensor infer(const Tensor& x, const CachedStep& step, LayerCache& cache, Arena& arena) const;
+  // The MLP's untrained state and its per-step update (Mlp::buffers, after_optimizer_step).
+  void buffers(std::vector<std::pair<std::string, Tensor>>& out) const { mlp_->buffers(out); }
+  void after_optimizer_step(const Tensor& apply) { mlp_->after_optimizer_step(apply); }
 
  private:
   Tensor branch_gradient(const Tensor& dx, Arena& arena) const;

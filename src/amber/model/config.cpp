@@ -88,6 +88,8 @@ void ModelConfig::validate() const {
     AMBER_CHECK(moe_router == "softmax" || moe_router == "sigmoid" || moe_router == "sqrt_softplus",
                 "model.moe_router = '", moe_router, "' is not one of: softmax, sigmoid, sqrt_softplus");
     AMBER_CHECK(moe_routed_scaling > 0, "model.moe_routed_scaling must be positive, got ", moe_routed_scaling);
+    AMBER_CHECK(moe_bias_update_rate >= 0, "model.moe_bias_update_rate must be >= 0 (0 = no balance bias), got ",
+                moe_bias_update_rate);
     AMBER_CHECK(mlp == "swiglu", "model.mlp = '", mlp, "': MoE experts are SwiGLU, so the dense layers must be too");
   }
 }

@@ -62,6 +62,7 @@ struct ModelConfig {
   std::string moe_router = "softmax";  // softmax | sigmoid | sqrt_softplus
   bool moe_normalize = true;           // the chosen scores divided by their sum
   double moe_routed_scaling = 1.0;
+  double moe_bias_update_rate = 0.0;  // the auxiliary-loss-free balance bias's step; 0 = none
   // runtime
   std::string recompute = "none";  // none | block
 
@@ -129,6 +130,7 @@ struct ModelConfig {
     v("moe_router", moe_router);
     v("moe_normalize", moe_normalize);
     v("moe_routed_scaling", moe_routed_scaling);
+    v("moe_bias_update_rate", moe_bias_update_rate);
     v("recompute", recompute);
   }
 };

@@ -41,6 +41,15 @@ class LanguageModel {
   // Between the two the gradients equal zero_grad's plus the micro-batches'.
   void restart_grads();
   void settle_grads();
+  // Model state that is not trained (MoE routers' balance biases) under whole-model
+  // names, kept by checkpoints beside the parameters; and its update after each
+  // optimizer step (apply: f64 [1] on the device, 1 where the step was applied).
+  std::vector<std::pair<std::string, Tensor>> buffers() const {
+    std::vector<std::pair<std::string, Tensor>> out;
+    backbone_.buffers(out);
+    return out;
+  }
+  void after_optimizer_step(const Tensor& apply) { backbone_.after_optimizer_step(apply); }
 
   // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params). The
   // batch's loss is added to `loss_sums` (LMHead::Loss::zero_sums on this device), so a

@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "amber/core/arena.h"
 #include "amber/model/config.h"
@@ -38,6 +40,12 @@ class Mlp {
   // added by the down projection as it writes (and returned). `saved` is new_saved()'s.
   virtual Tensor forward(const Tensor& h, Saved& saved, Arena& arena, const ResidualAdd& into = {}) const = 0;
   virtual Tensor backward(const Tensor& dout, const Saved& saved, Arena& arena) const = 0;
+  // Model state that is not trained (an MoE router's balance bias), appended as named
+  // tensors sharing its storage: checkpoints keep it beside the parameters.
+  virtual void buffers(std::vector<std::pair<std::string, Tensor>>& out) const {}
+  // Runs after every optimizer step with the step's apply flag (f64 [1] on the device:
+  // 1 where the update was applied).
+  virtual void after_optimizer_step(const Tensor& apply) {}
 };
 
 const Registry<Mlp, const MlpSpec&>& mlp_registry();

@@ -28,7 +28,9 @@ class MoeMlp final : public Mlp {
               s.config->moe_routed_scaling},
         experts_(s.config->moe_experts),
         hidden_(s.hidden),
-        dim_(s.dim) {
+        dim_(s.dim),
+        name_(s.name),
+        bias_rate_(s.config->moe_bias_update_rate) {
     const ModelConfig& c = *s.config;
     AMBER_CHECK(experts_ > 0 && hidden_ > 0, s.name, ": an MoE layer needs model.moe_experts and model.moe_hidden");
     router_ = s.store->add(s.name + ".router.weight", {experts_, dim_}, ParamRole::router,
@@ -38,6 +40,11 @@ class MoeMlp final : public Mlp {
     down_ = s.store->add(s.name + ".experts.down_proj", {experts_, dim_, hidden_}, ParamRole::expert_matrix,
                          ParamInit::normal(c.projection_init_std(hidden_, true)));
     for (Param* p : {router_.get(), gate_up_.get(), down_.get()}) p->product_gradient = true;
+    if (bias_rate_ > 0) {
+      const Device device = s.store->placement().device;
+      bias_ = Tensor::zeros({experts_}, DType::f32, device);
+      load_ = Tensor::zeros({experts_}, DType::f64, device);
+    }
     if (c.moe_shared_experts > 0)
       shared_ = mlp_registry().build(
           "swiglu", {s.name + ".shared_experts", s.dim, c.moe_shared_experts * s.hidden, false, s.config, s.store});
@@ -59,7 +66,7 @@ class MoeMlp final : public Mlp {
     s.scores = arena.alloc({tokens, experts_}, rt);
     s.experts = arena.alloc({tokens, k}, DType::i32);
     s.weights = arena.alloc({tokens, k}, rt);
-    moe_route_forward(spec_, logits, Tensor(), s.scores, s.experts, s.weights);
+    moe_route_forward(spec_, logits, bias_, s.scores, s.experts, s.weights);
     s.offsets = arena.alloc({experts_ + 1}, DType::i32);
     s.slot_rows = arena.alloc({tokens, k}, DType::i32);
     s.row_tokens = arena.alloc({copies}, DType::i32);
@@ -81,10 +88,20 @@ class MoeMlp final : public Mlp {
     return *into.sum;
   }
 
+  void buffers(std::vector<std::pair<std::string, Tensor>>& out) const override {
+    if (bias_.defined()) out.emplace_back(name_ + ".router.balance_bias", bias_);
+  }
+
+  void after_optimizer_step(const Tensor& apply) override {
+    if (bias_.defined()) moe_update_bias(bias_, load_, bias_rate_, apply);
+  }
+
   Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
     const auto& s = static_cast<const Saved&>(saved);
     const int64_t tokens = dout.size(0), k = spec_.top_k, copies = tokens * k;
     const DType dt = dout.dtype(), rt = s.scores.dtype();
+    // Counted here, not in the forward: only training runs a backward.
+    if (bias_.defined()) moe_add_load(s.offsets, load_);
     // Down projection: da = dout W_down (unweighted), the weights' gradients from it,
     // then the weighted gradients of act and of W_down.
     Tensor douts = arena.alloc({copies, dim_}, dt);
@@ -123,6 +140,13 @@ class MoeMlp final : public Mlp {
 
   RouterSpec spec_;
   int64_t experts_, hidden_, dim_;
+  std::string name_;
+  double bias_rate_;
+  // The auxiliary-loss-free balance bias (with model.moe_bias_update_rate): chooses
+  // experts, never weights them; and this step's rows per expert, which the backward
+  // (const to the layer's parameters) adds to.
+  Tensor bias_;
+  mutable Tensor load_;
   std::shared_ptr<Param> router_, gate_up_, down_;
   std::unique_ptr<Mlp> shared_;
 };

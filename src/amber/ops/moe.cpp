@@ -107,6 +107,24 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
   cpu::moe_weights_to_rows(weights, slot_rows, row_weights);
 }
 
+void moe_add_load(const Tensor& offsets, Tensor& load) {
+  const char* op = "moe_add_load";
+  AMBER_CHECK(load.ndim() == 1 && load.dtype() == DType::f64 && offsets.dtype() == DType::i32 &&
+                  offsets.shape() == Shape({load.numel() + 1}),
+              op, ": load ", load.shape(), " must be f64 [E] beside offsets i32 [E + 1], got offsets ", offsets.shape());
+  require_cpu(op, {&offsets, &load});
+  cpu::moe_add_load(offsets, load);
+}
+
+void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply) {
+  const char* op = "moe_update_bias";
+  AMBER_CHECK(bias.ndim() == 1 && bias.dtype() == DType::f32 && load.shape() == bias.shape() &&
+                  load.dtype() == DType::f64 && apply.numel() == 1 && apply.dtype() == DType::f64,
+              op, ": bias ", bias.shape(), " f32, load f64 of its shape and apply f64 [1] expected");
+  require_cpu(op, {&bias, &load, &apply});
+  cpu::moe_update_bias(bias, load, rate, apply);
+}
+
 void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
   const char* op = "moe_scale_rows";
   AMBER_CHECK(x.ndim() == 2 && out.shape() == x.shape() && out.dtype() == x.dtype() &&

@@ -56,6 +56,13 @@ void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool ac
 // The gate weights in row order: row_weights [R] f32 = weights [T, k] at slot_rows.
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
 
+// The auxiliary-loss-free balance (DeepSeek-V3): load [E] f64 += each expert's rows
+// this micro-batch (from offsets [E + 1]); after the step, where apply (f64 [1]) is 1,
+// bias [E] f32 += rate * sign(mean load - load) (an overloaded expert is chosen less,
+// an idle one more), and the load restarts from zero either way.
+void moe_add_load(const Tensor& offsets, Tensor& load);
+void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply);
+
 // out [R, W] = x [R, W] with each row times row_weights [R] (out may be x).
 void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out);
 

@@ -107,6 +107,7 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
 
   std::vector<NamedTensor> weights;
   for (const auto& p : model.params()) weights.push_back({p->name, p->value});
+  for (const auto& [name, tensor] : model.buffers()) weights.push_back({name, tensor});
   save_safetensors((temporary / "model.safetensors").string(), weights, {{"format", "pt"}});
   std::vector<NamedTensor> state;
   for (const StateTensor& s : optimizer.state()) state.push_back({s.name, *s.tensor});
@@ -190,6 +191,8 @@ nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Opt
   const nlohmann::json state = read_trainer_state(dir);
   std::vector<std::pair<std::string, Tensor*>> weights;
   for (const auto& p : model.params()) weights.emplace_back(p->name, &p->value);
+  std::vector<std::pair<std::string, Tensor>> buffers = model.buffers();  // handles on the model's storage
+  for (auto& [name, tensor] : buffers) weights.emplace_back(name, &tensor);
   verify_checksum(state, dir, "model.safetensors");
   load_tensors((fs::path(dir) / "model.safetensors").string(), weights, "model");
   model.refresh_working_copies();

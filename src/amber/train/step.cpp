@@ -207,6 +207,7 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   Tensor apply = stats_.apply();
   finite_flag(stats_.checked(), apply);
   optimizer_->step(stats_.gate());
+  model_.after_optimizer_step(stats_.apply());
 }
 
 void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier) {

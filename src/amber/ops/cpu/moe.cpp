@@ -175,6 +175,26 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
   });
 }
 
+void moe_add_load(const Tensor& offsets, Tensor& load) {
+  const int32_t* off = offsets.data<int32_t>();
+  double* l = load.data<double>();
+  for (int64_t e = 0; e < load.numel(); ++e) l[e] += off[e + 1] - off[e];
+}
+
+void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply) {
+  const int64_t num = bias.numel();
+  double* l = load.data<double>();
+  if (apply.item(0) != 0) {
+    double mean = 0;
+    for (int64_t e = 0; e < num; ++e) mean += l[e];
+    mean /= static_cast<double>(num);
+    float* b = bias.data<float>();
+    for (int64_t e = 0; e < num; ++e)
+      b[e] += static_cast<float>(rate * ((mean > l[e]) - (mean < l[e])));
+  }
+  std::fill(l, l + num, 0.0);
+}
+
 void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
   const int64_t rows = x.size(0), width = x.size(1);
   with_compute_type(x.dtype(), [&]<class T>() {

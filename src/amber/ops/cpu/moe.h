@@ -14,6 +14,8 @@ void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Te
 void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs);
 void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate);
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
+void moe_add_load(const Tensor& offsets, Tensor& load);
+void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply);
 void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out);
 void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights);
 
