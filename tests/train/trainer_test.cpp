@@ -308,6 +308,14 @@ TEST(Trainer, MoeRunLearnsAndResumesBitForBit) {
   const std::vector<double> full = train_losses(straight);
   ASSERT_EQ(full.size(), 6u);
   EXPECT_LT(full.back(), full.front());
+  for (const nlohmann::json& r : train_records(straight)) {
+    ASSERT_TRUE(r.contains("moe_layers")) << r.dump();
+    ASSERT_EQ(r["moe_layers"].size(), 1u) << "one sparse layer";
+    EXPECT_EQ(r["moe_layers"][0]["layer"], "layers.1.mlp");
+    EXPECT_GE(r["moe_load_max_over_mean"].get<double>(), 1.0);
+    EXPECT_LE(r["moe_load_max_over_mean"].get<double>(), 4.0) << "4 experts: at most all rows on one";
+    EXPECT_GE(r["moe_dead_experts"].get<int>(), 0);
+  }
   Trainer(moe_run(resumed), {false, straight + "/checkpoints/step-00000003", false}).run();
   const std::vector<double> tail = train_losses(resumed);
   ASSERT_EQ(tail.size(), 3u);

@@ -40,6 +40,9 @@ class Backbone {
   void after_optimizer_step(const Tensor& apply) {
     for (auto& b : blocks_) b->after_optimizer_step(apply);
   }
+  void routing_stats(std::vector<RoutingStats>& out) const {
+    for (const auto& b : blocks_) b->routing_stats(out);
+  }
 
  private:
   double embedding_scale_;

@@ -64,6 +64,7 @@ class Block {
   // The MLP's untrained state and its per-step update (Mlp::buffers, after_optimizer_step).
   void buffers(std::vector<std::pair<std::string, Tensor>>& out) const { mlp_->buffers(out); }
   void after_optimizer_step(const Tensor& apply) { mlp_->after_optimizer_step(apply); }
+  void routing_stats(std::vector<RoutingStats>& out) const { mlp_->routing_stats(out); }
 
  private:
   Tensor branch_gradient(const Tensor& dx, Arena& arena) const;

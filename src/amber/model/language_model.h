@@ -50,6 +50,13 @@ class LanguageModel {
     return out;
   }
   void after_optimizer_step(const Tensor& apply) { backbone_.after_optimizer_step(apply); }
+  // The MoE layers' routing over the last optimizer step, in layer order (none for a
+  // dense model).
+  std::vector<RoutingStats> routing_stats() const {
+    std::vector<RoutingStats> out;
+    backbone_.routing_stats(out);
+    return out;
+  }
 
   // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params). The
   // batch's loss is added to `loss_sums` (LMHead::Loss::zero_sums on this device), so a

@@ -26,6 +26,14 @@ struct MlpSpec {
   ParamStore* store = nullptr;          // where the parameters are declared
 };
 
+// How an MoE layer's experts were used over the last optimizer step.
+struct RoutingStats {
+  std::string layer;           // e.g. "layers.3.mlp"
+  double max_over_mean = 0;    // the busiest expert's rows over the mean
+  int dead_experts = 0;        // experts that got no row
+  double bias_spread = 0;      // max - min of the balance bias (0 without one)
+};
+
 class Mlp {
  public:
   // What a forward keeps for its backward. Each implementation defines its own (an MoE
@@ -46,6 +54,8 @@ class Mlp {
   // Runs after every optimizer step with the step's apply flag (f64 [1] on the device:
   // 1 where the update was applied).
   virtual void after_optimizer_step(const Tensor& apply) {}
+  // Appends the last optimizer step's routing statistics (MoE layers only).
+  virtual void routing_stats(std::vector<RoutingStats>& out) const {}
 };
 
 const Registry<Mlp, const MlpSpec&>& mlp_registry();

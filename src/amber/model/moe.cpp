@@ -6,6 +6,9 @@
 // no [copies, dim] output is kept for it.
 #include "amber/model/moe.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "amber/ops/activation.h"
 #include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
@@ -40,11 +43,9 @@ class MoeMlp final : public Mlp {
     down_ = s.store->add(s.name + ".experts.down_proj", {experts_, dim_, hidden_}, ParamRole::expert_matrix,
                          ParamInit::normal(c.projection_init_std(hidden_, true)));
     for (Param* p : {router_.get(), gate_up_.get(), down_.get()}) p->product_gradient = true;
-    if (bias_rate_ > 0) {
-      const Device device = s.store->placement().device;
-      bias_ = Tensor::zeros({experts_}, DType::f32, device);
-      load_ = Tensor::zeros({experts_}, DType::f64, device);
-    }
+    const Device device = s.store->placement().device;
+    load_ = Tensor::zeros({experts_}, DType::f64, device);
+    if (bias_rate_ > 0) bias_ = Tensor::zeros({experts_}, DType::f32, device);
     if (c.moe_shared_experts > 0)
       shared_ = mlp_registry().build(
           "swiglu", {s.name + ".shared_experts", s.dim, c.moe_shared_experts * s.hidden, false, s.config, s.store});
@@ -92,16 +93,29 @@ class MoeMlp final : public Mlp {
     if (bias_.defined()) out.emplace_back(name_ + ".router.balance_bias", bias_);
   }
 
+  // The step's routing statistics are read first (the load restarts below).
   void after_optimizer_step(const Tensor& apply) override {
-    if (bias_.defined()) moe_update_bias(bias_, load_, bias_rate_, apply);
+    const std::vector<double> load = load_.to(Device::cpu()).to_doubles();
+    const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
+    stats_ = {name_, mean > 0 ? *std::max_element(load.begin(), load.end()) / mean : 0.0,
+              static_cast<int>(std::count(load.begin(), load.end(), 0.0)), 0.0};
+    if (!bias_.defined()) {
+      load_.zero();
+      return;
+    }
+    moe_update_bias(bias_, load_, bias_rate_, apply);
+    const std::vector<double> bias = bias_.to(Device::cpu()).to_doubles();
+    stats_.bias_spread = *std::max_element(bias.begin(), bias.end()) - *std::min_element(bias.begin(), bias.end());
   }
+
+  void routing_stats(std::vector<RoutingStats>& out) const override { out.push_back(stats_); }
 
   Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
     const auto& s = static_cast<const Saved&>(saved);
     const int64_t tokens = dout.size(0), k = spec_.top_k, copies = tokens * k;
     const DType dt = dout.dtype(), rt = s.scores.dtype();
     // Counted here, not in the forward: only training runs a backward.
-    if (bias_.defined()) moe_add_load(s.offsets, load_);
+    moe_add_load(s.offsets, load_);
     // Down projection: da = dout W_down (unweighted), the weights' gradients from it,
     // then the weighted gradients of act and of W_down.
     Tensor douts = arena.alloc({copies, dim_}, dt);
@@ -147,6 +161,7 @@ class MoeMlp final : public Mlp {
   // (const to the layer's parameters) adds to.
   Tensor bias_;
   mutable Tensor load_;
+  RoutingStats stats_;  // of the last optimizer step
   std::shared_ptr<Param> router_, gate_up_, down_;
   std::unique_ptr<Mlp> shared_;
 };

@@ -129,6 +129,25 @@ void MetricsSink::log_step(const FinishedStep& step, Device device, CardTelemetr
       record["board_watts"] = card.watts;
     }
   }
+  if (!step.routing.empty()) {
+    // The worst layer in the headline fields, every layer under moe_layers.
+    double worst = 0, spread = 0;
+    int dead = 0;
+    nlohmann::json layers = nlohmann::json::array();
+    for (const RoutingStats& r : step.routing) {
+      worst = std::max(worst, r.max_over_mean);
+      spread = std::max(spread, r.bias_spread);
+      dead += r.dead_experts;
+      layers.push_back({{"layer", r.layer},
+                        {"max_over_mean", r.max_over_mean},
+                        {"dead_experts", r.dead_experts},
+                        {"bias_spread", r.bias_spread}});
+    }
+    record["moe_load_max_over_mean"] = worst;
+    record["moe_dead_experts"] = dead;
+    record["moe_bias_spread"] = spread;
+    record["moe_layers"] = std::move(layers);
+  }
   if (t.peak_tflops > 0) {
     const FlopCount f = count_flops(config_.model, step.lengths);
     record["mfu"] = f.model / step.seconds / (t.peak_tflops * 1e12);
@@ -151,6 +170,9 @@ void MetricsSink::print_progress(const FinishedStep& step, const nlohmann::json&
       << std::scientific << std::setprecision(2) << step.lr << " | gnorm " << std::fixed << std::setprecision(3)
       << step.stats.grad_norm << " | " << format_count(record["tokens_per_s"].get<double>()) << " tok/s";
   if (record.contains("mfu")) out << " | MFU " << std::setprecision(1) << 100 * record["mfu"].get<double>() << "%";
+  if (record.contains("moe_load_max_over_mean"))
+    out << " | experts max/mean " << std::setprecision(2) << record["moe_load_max_over_mean"].get<double>() << ", "
+        << record["moe_dead_experts"].get<int>() << " dead";
   // Memory at its peak so far: the device pool's on a GPU, the process's resident set on the CPU.
   const double mb = record.value("device_peak_memory_mb", record["peak_memory_mb"].get<double>());
   out << " | mem " << format_megabytes(mb);

@@ -16,6 +16,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
+#include "amber/model/mlp.h"
 #include "amber/train/run_config.h"
 #include "amber/train/run_role.h"
 #include "amber/train/step.h"
@@ -53,6 +54,7 @@ struct FinishedStep {
   bool replayed = false;              // whether it ran from the captured CUDA graph
   int64_t tokens_seen = 0;            // trained tokens of the run so far, this step's included
   int64_t skipped_steps = 0;          // of the run so far, this step's included
+  std::vector<RoutingStats> routing;  // its MoE layers' expert use (none for a dense model)
 };
 
 class MetricsSink {
