@@ -158,6 +158,81 @@ TEST(MoeBias, UpdateMovesTowardBalanceOnlyWhenApplied) {
   EXPECT_EQ(load.to_doubles(), (std::vector<double>{0, 0, 0}));
 }
 
+// ---- GPU against the CPU ------------------------------------------------------------
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+TEST(MoeGpu, RouterMatchesTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const RouterScore score : {RouterScore::softmax, RouterScore::sigmoid, RouterScore::sqrt_softplus})
+    for (const int experts : {8, 64, 100}) {
+      const RouterSpec spec{score, experts == 8 ? 2 : 8, score != RouterScore::sqrt_softplus, 2.5};
+      const Tensor logits = random_tensor({300, experts}, DType::f32, 50 + experts);
+      const Tensor bias = random_tensor({experts}, DType::f32, 51, 0.01f);
+      const Routed c = route(spec, logits, bias);
+      Tensor s = Tensor::empty(logits.shape(), DType::f32, Device::cuda());
+      Tensor e = Tensor::empty({300, spec.top_k}, DType::i32, Device::cuda());
+      Tensor w = Tensor::empty({300, spec.top_k}, DType::f32, Device::cuda());
+      moe_route_forward(spec, gpu(logits), gpu(bias), s, e, w);
+      EXPECT_EQ(e.to(Device::cpu()).to_doubles(), c.experts.to_doubles()) << "experts, " << experts;
+      EXPECT_LT(testing::relative_error(s.to(Device::cpu()), c.scores), 1e-6);
+      EXPECT_LT(testing::relative_error(w.to(Device::cpu()), c.weights), 1e-6);
+      const Tensor g = random_tensor({300, spec.top_k}, DType::f32, 52);
+      Tensor dl_cpu = Tensor::empty(logits.shape(), DType::f32), dl = Tensor::empty(logits.shape(), DType::f32, Device::cuda());
+      moe_route_backward(spec, g, c.scores, c.experts, dl_cpu);
+      moe_route_backward(spec, gpu(g), s, e, dl);
+      EXPECT_LT(testing::relative_error(dl.to(Device::cpu()), dl_cpu), 1e-5) << "router backward, " << experts;
+    }
+}
+
+// The GPU's counting sort gives the CPU's rows exactly, and the row ops follow them.
+TEST(MoeGpu, SortGatherCombineAndWeightsMatchTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t tokens = 1000, k = 4, experts = 16, width = 72;
+  const Routed r = route({RouterScore::softmax, 4, true, 1.0}, random_tensor({tokens, experts}, DType::f32, 60));
+  Tensor off = Tensor::empty({experts + 1}, DType::i32), rows = Tensor::empty({tokens, k}, DType::i32);
+  Tensor toks = Tensor::empty({tokens * k}, DType::i32);
+  moe_permute(r.experts, experts, off, rows, toks);
+  Tensor goff = Tensor::empty({experts + 1}, DType::i32, Device::cuda());
+  Tensor grows = Tensor::empty({tokens, k}, DType::i32, Device::cuda());
+  Tensor gtoks = Tensor::empty({tokens * k}, DType::i32, Device::cuda());
+  moe_permute(gpu(r.experts), experts, goff, grows, gtoks);
+  EXPECT_EQ(goff.to(Device::cpu()).to_doubles(), off.to_doubles());
+  EXPECT_EQ(grows.to(Device::cpu()).to_doubles(), rows.to_doubles());
+  EXPECT_EQ(gtoks.to(Device::cpu()).to_doubles(), toks.to_doubles());
+  const Tensor x = random_tensor({tokens, width}, DType::bf16, 61);
+  Tensor xs = Tensor::empty({tokens * k, width}, DType::bf16), gxs = Tensor::empty({tokens * k, width}, DType::bf16, Device::cuda());
+  moe_gather(x, toks, xs);
+  moe_gather(gpu(x), gtoks, gxs);
+  EXPECT_EQ(gxs.to(Device::cpu()).to_doubles(), xs.to_doubles());
+  Tensor out = Tensor::empty({tokens, width}, DType::bf16), gout = Tensor::empty({tokens, width}, DType::bf16, Device::cuda());
+  moe_combine(xs, rows, out);
+  moe_combine(gxs, grows, gout);
+  EXPECT_LT(testing::relative_error(gout.to(Device::cpu()), out), 1e-2);
+  Tensor rw = Tensor::empty({tokens * k}, DType::f32), grw = Tensor::empty({tokens * k}, DType::f32, Device::cuda());
+  moe_weights_to_rows(r.weights, rows, rw);
+  moe_weights_to_rows(gpu(r.weights), grows, grw);
+  EXPECT_EQ(grw.to(Device::cpu()).to_doubles(), rw.to_doubles());
+  Tensor sc = Tensor::empty(xs.shape(), DType::bf16), gsc = Tensor::empty(xs.shape(), DType::bf16, Device::cuda());
+  moe_scale_rows(xs, rw, sc);
+  moe_scale_rows(gxs, grw, gsc);
+  EXPECT_LT(testing::relative_error(gsc.to(Device::cpu()), sc), 1e-2);
+  const Tensor act = random_tensor(xs.shape(), DType::bf16, 62);
+  Tensor dw = Tensor::empty({tokens, k}, DType::f32), gdw = Tensor::empty({tokens, k}, DType::f32, Device::cuda());
+  moe_weight_grads(xs, act, rows, dw);
+  moe_weight_grads(gxs, gpu(act), grows, gdw);
+  EXPECT_LT(testing::relative_error(gdw.to(Device::cpu()), dw), 1e-5);
+  Tensor load = Tensor::zeros({experts}, DType::f64), gload = Tensor::zeros({experts}, DType::f64, Device::cuda());
+  Tensor bias = Tensor::zeros({experts}, DType::f32), gbias = Tensor::zeros({experts}, DType::f32, Device::cuda());
+  const Tensor apply = Tensor::from_vector(std::vector<double>{1.0}, {1});
+  moe_add_load(off, load);
+  moe_add_load(goff, gload);
+  EXPECT_EQ(gload.to(Device::cpu()).to_doubles(), load.to_doubles());
+  moe_update_bias(bias, load, 0.01, apply);
+  moe_update_bias(gbias, gload, 0.01, gpu(apply));
+  EXPECT_EQ(gbias.to(Device::cpu()).to_doubles(), bias.to_doubles());
+}
+
 TEST(MoeRoute, BadShapesAreNamed) {
   const Tensor logits = random_tensor({3, 4}, DType::f32, 41);
   Tensor scores = Tensor::empty({3, 4}, DType::f32), experts = Tensor::empty({3, 2}, DType::i32);

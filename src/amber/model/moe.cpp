@@ -45,6 +45,7 @@ class MoeMlp final : public Mlp {
     for (Param* p : {router_.get(), gate_up_.get(), down_.get()}) p->product_gradient = true;
     const Device device = s.store->placement().device;
     load_ = Tensor::zeros({experts_}, DType::f64, device);
+    last_load_ = Tensor::zeros({experts_}, DType::f64, device);
     if (bias_rate_ > 0) bias_ = Tensor::zeros({experts_}, DType::f32, device);
     if (c.moe_shared_experts > 0)
       shared_ = mlp_registry().build(
@@ -93,22 +94,28 @@ class MoeMlp final : public Mlp {
     if (bias_.defined()) out.emplace_back(name_ + ".router.balance_bias", bias_);
   }
 
-  // The step's routing statistics are read first (the load restarts below).
+  // Device work only (it runs inside the step's CUDA graph): the step's load is kept for
+  // routing_stats, then the bias moves and the load restarts.
   void after_optimizer_step(const Tensor& apply) override {
-    const std::vector<double> load = load_.to(Device::cpu()).to_doubles();
-    const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
-    stats_ = {name_, mean > 0 ? *std::max_element(load.begin(), load.end()) / mean : 0.0,
-              static_cast<int>(std::count(load.begin(), load.end(), 0.0)), 0.0};
-    if (!bias_.defined()) {
+    last_load_.copy_from(load_);
+    if (bias_.defined())
+      moe_update_bias(bias_, load_, bias_rate_, apply);
+    else
       load_.zero();
-      return;
-    }
-    moe_update_bias(bias_, load_, bias_rate_, apply);
-    const std::vector<double> bias = bias_.to(Device::cpu()).to_doubles();
-    stats_.bias_spread = *std::max_element(bias.begin(), bias.end()) - *std::min_element(bias.begin(), bias.end());
   }
 
-  void routing_stats(std::vector<RoutingStats>& out) const override { out.push_back(stats_); }
+  // Reads the last step's load and bias back to the host.
+  void routing_stats(std::vector<RoutingStats>& out) const override {
+    const std::vector<double> load = last_load_.to(Device::cpu()).to_doubles();
+    const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
+    RoutingStats r{name_, mean > 0 ? *std::max_element(load.begin(), load.end()) / mean : 0.0,
+                   static_cast<int>(std::count(load.begin(), load.end(), 0.0)), 0.0};
+    if (bias_.defined()) {
+      const std::vector<double> bias = bias_.to(Device::cpu()).to_doubles();
+      r.bias_spread = *std::max_element(bias.begin(), bias.end()) - *std::min_element(bias.begin(), bias.end());
+    }
+    out.push_back(r);
+  }
 
   Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
     const auto& s = static_cast<const Saved&>(saved);
@@ -138,8 +145,18 @@ class MoeMlp final : public Mlp {
     // Router: through the weights into the logits, then into h and the router weight.
     Tensor dlogits = arena.alloc({tokens, experts_}, rt);
     moe_route_backward(spec_, dweights, s.scores, s.experts, dlogits);
-    gemm(dlogits, false, router_->work, false, dh, 1.0, 1.0);
-    gemm(dlogits, true, s.h, false, router_->grad, 1.0, router_->grad_accumulates() ? 1.0 : 0.0);
+    // The products take one operand dtype on the GPU. The router's gradient stays in
+    // fp32 (a sum of small, cancelling terms: from bf16 operands it was 7% off the CPU's);
+    // the input's takes the logits' gradient in the compute dtype.
+    Tensor dl = dlogits, h32 = s.h;
+    if (dlogits.dtype() != dt) {
+      dl = arena.alloc(dlogits.shape(), dt);
+      dl.copy_from(dlogits);
+      h32 = arena.alloc(s.h.shape(), dlogits.dtype());
+      h32.copy_from(s.h);
+    }
+    gemm(dl, false, router_->work, false, dh, 1.0, 1.0);
+    gemm(dlogits, true, h32, false, router_->grad, 1.0, router_->grad_accumulates() ? 1.0 : 0.0);
     if (shared_) add_scaled(dh, shared_->backward(dout, *s.shared, arena));
     return dh;
   }
@@ -161,7 +178,7 @@ class MoeMlp final : public Mlp {
   // (const to the layer's parameters) adds to.
   Tensor bias_;
   mutable Tensor load_;
-  RoutingStats stats_;  // of the last optimizer step
+  Tensor last_load_;  // the last optimizer step's
   std::shared_ptr<Param> router_, gate_up_, down_;
   std::unique_ptr<Mlp> shared_;
 };

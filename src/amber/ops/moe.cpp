@@ -1,19 +1,19 @@
 // Entry points of ops/moe.h: shapes and dtypes validated with the operands' names, then
-// the CPU implementation (the GPU's routing kernels are not written yet: a GPU tensor is
-// refused with that reason).
+// the device switch.
 #include "amber/ops/moe.h"
 
 #include "amber/ops/cpu/moe.h"
+#include "amber/ops/cuda/moe/moe.h"
 #include "amber/ops/device_switch.h"
 
 namespace amber {
 namespace {
 
-void require_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
-  AMBER_CHECK(ops::common_device(op, tensors).is_cpu(), op,
-              ": MoE routing runs on the CPU so far; train MoE models with --device cpu");
+// Contiguous operands on one device; returns it.
+Device device_of(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors)
     if (t->defined()) require_contiguous(*t, op);
+  return ops::common_device(op, tensors);
 }
 
 // f32 router math (f64 for gradient checks).
@@ -39,8 +39,9 @@ void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tenso
   AMBER_CHECK(weights.shape() == Shape({tokens, spec.top_k}) && weights.dtype() == logits.dtype(), op, ": weights ",
               weights.shape(), " must be [", tokens, ", ", spec.top_k, "] of the logits' dtype");
   AMBER_CHECK(!bias.defined() || bias.shape() == Shape({num}), op, ": bias ", bias.shape(), " must be [", num, "]");
-  require_cpu(op, {&logits, &bias, &scores, &experts, &weights});
-  cpu::moe_route_forward(spec, logits, bias, scores, experts, weights);
+  const Device device = device_of(op, {&logits, &bias, &scores, &experts, &weights});
+  AMBER_ON_DEVICE(device, op, cuda::moe_route_forward(spec, logits, bias, scores, experts, weights),
+                  cpu::moe_route_forward(spec, logits, bias, scores, experts, weights));
 }
 
 void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
@@ -53,8 +54,9 @@ void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Te
                   experts.shape() == dweights.shape(),
               op, ": dweights ", dweights.shape(), " and experts ", experts.shape(), " must be [", scores.size(0),
               ", ", spec.top_k, "]");
-  require_cpu(op, {&dweights, &scores, &experts, &dlogits});
-  cpu::moe_route_backward(spec, dweights, scores, experts, dlogits);
+  const Device device = device_of(op, {&dweights, &scores, &experts, &dlogits});
+  AMBER_ON_DEVICE(device, op, cuda::moe_route_backward(spec, dweights, scores, experts, dlogits),
+                  cpu::moe_route_backward(spec, dweights, scores, experts, dlogits));
 }
 
 void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows,
@@ -68,11 +70,13 @@ void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Te
               slot_rows.shape(), " must be i32 ", experts.shape());
   AMBER_CHECK(row_tokens.shape() == Shape({experts.numel()}) && row_tokens.dtype() == DType::i32, op,
               ": row_tokens ", row_tokens.shape(), " must be i32 [", experts.numel(), "]");
-  require_cpu(op, {&experts, &offsets, &slot_rows, &row_tokens});
-  for (const double e : experts.to_doubles())
-    AMBER_CHECK(e >= 0 && e < static_cast<double>(num_experts), op, ": expert id ", e, " is outside 0 .. ",
-                num_experts - 1);
-  cpu::moe_permute(experts, num_experts, offsets, slot_rows, row_tokens);
+  const Device device = device_of(op, {&experts, &offsets, &slot_rows, &row_tokens});
+  if (device.is_cpu())
+    for (const double e : experts.to_doubles())
+      AMBER_CHECK(e >= 0 && e < static_cast<double>(num_experts), op, ": expert id ", e, " is outside 0 .. ",
+                  num_experts - 1);
+  AMBER_ON_DEVICE(device, op, cuda::moe_permute(experts, num_experts, offsets, slot_rows, row_tokens),
+                  cpu::moe_permute(experts, num_experts, offsets, slot_rows, row_tokens));
 }
 
 void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
@@ -81,8 +85,9 @@ void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
               xs.shape(), " must be [copies, ", x.size(1), "] of the input's dtype (input ", x.shape(), ")");
   AMBER_CHECK(row_tokens.shape() == Shape({xs.size(0)}) && row_tokens.dtype() == DType::i32, op, ": row_tokens ",
               row_tokens.shape(), " must be i32 [", xs.size(0), "]");
-  require_cpu(op, {&x, &row_tokens, &xs});
-  cpu::moe_gather(x, row_tokens, xs);
+  const Device device = device_of(op, {&x, &row_tokens, &xs});
+  AMBER_ON_DEVICE(device, op, cuda::moe_gather(x, row_tokens, xs),
+                  cpu::moe_gather(x, row_tokens, xs));
 }
 
 void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate) {
@@ -93,8 +98,9 @@ void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool ac
                   slot_rows.dtype() == DType::i32,
               op, ": slot_rows ", slot_rows.shape(), " must be i32 [", out.size(0), ", top_k] for ", ys.size(0),
               " rows");
-  require_cpu(op, {&ys, &slot_rows, &out});
-  cpu::moe_combine(ys, slot_rows, out, accumulate);
+  const Device device = device_of(op, {&ys, &slot_rows, &out});
+  AMBER_ON_DEVICE(device, op, cuda::moe_combine(ys, slot_rows, out, accumulate),
+                  cpu::moe_combine(ys, slot_rows, out, accumulate));
 }
 
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights) {
@@ -103,8 +109,9 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
                   row_weights.shape() == Shape({weights.numel()}) && row_weights.dtype() == weights.dtype(),
               op, ": weights ", weights.shape(), ", slot_rows ", slot_rows.shape(), " and row_weights ",
               row_weights.shape(), " must be [tokens, top_k], i32 of that shape and [tokens x top_k]");
-  require_cpu(op, {&weights, &slot_rows, &row_weights});
-  cpu::moe_weights_to_rows(weights, slot_rows, row_weights);
+  const Device device = device_of(op, {&weights, &slot_rows, &row_weights});
+  AMBER_ON_DEVICE(device, op, cuda::moe_weights_to_rows(weights, slot_rows, row_weights),
+                  cpu::moe_weights_to_rows(weights, slot_rows, row_weights));
 }
 
 void moe_add_load(const Tensor& offsets, Tensor& load) {
@@ -112,8 +119,9 @@ void moe_add_load(const Tensor& offsets, Tensor& load) {
   AMBER_CHECK(load.ndim() == 1 && load.dtype() == DType::f64 && offsets.dtype() == DType::i32 &&
                   offsets.shape() == Shape({load.numel() + 1}),
               op, ": load ", load.shape(), " must be f64 [E] beside offsets i32 [E + 1], got offsets ", offsets.shape());
-  require_cpu(op, {&offsets, &load});
-  cpu::moe_add_load(offsets, load);
+  const Device device = device_of(op, {&offsets, &load});
+  AMBER_ON_DEVICE(device, op, cuda::moe_add_load(offsets, load),
+                  cpu::moe_add_load(offsets, load));
 }
 
 void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply) {
@@ -121,8 +129,9 @@ void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& appl
   AMBER_CHECK(bias.ndim() == 1 && bias.dtype() == DType::f32 && load.shape() == bias.shape() &&
                   load.dtype() == DType::f64 && apply.numel() == 1 && apply.dtype() == DType::f64,
               op, ": bias ", bias.shape(), " f32, load f64 of its shape and apply f64 [1] expected");
-  require_cpu(op, {&bias, &load, &apply});
-  cpu::moe_update_bias(bias, load, rate, apply);
+  const Device device = device_of(op, {&bias, &load, &apply});
+  AMBER_ON_DEVICE(device, op, cuda::moe_update_bias(bias, load, rate, apply),
+                  cpu::moe_update_bias(bias, load, rate, apply));
 }
 
 void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
@@ -131,8 +140,9 @@ void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
                   row_weights.shape() == Shape({x.size(0)}),
               op, ": x ", x.shape(), ", out ", out.shape(), " and row weights ", row_weights.shape(),
               " must be [R, W], [R, W] of x's dtype and [R]");
-  require_cpu(op, {&x, &row_weights, &out});
-  cpu::moe_scale_rows(x, row_weights, out);
+  const Device device = device_of(op, {&x, &row_weights, &out});
+  AMBER_ON_DEVICE(device, op, cuda::moe_scale_rows(x, row_weights, out),
+                  cpu::moe_scale_rows(x, row_weights, out));
 }
 
 void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
@@ -141,8 +151,9 @@ void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_ro
               " and act ", act.shape(), " must be one [copies, H] shape for ", slot_rows.numel(), " copies");
   AMBER_CHECK(dweights.shape() == slot_rows.shape() && slot_rows.dtype() == DType::i32, op, ": dweights ",
               dweights.shape(), " must be ", slot_rows.shape());
-  require_cpu(op, {&da, &act, &slot_rows, &dweights});
-  cpu::moe_weight_grads(da, act, slot_rows, dweights);
+  const Device device = device_of(op, {&da, &act, &slot_rows, &dweights});
+  AMBER_ON_DEVICE(device, op, cuda::moe_weight_grads(da, act, slot_rows, dweights),
+                  cpu::moe_weight_grads(da, act, slot_rows, dweights));
 }
 
 }  // namespace amber

@@ -1,0 +1,25 @@
+// CUDA MoE routing behind ops/moe.h: a warp per token for the router (scores, top-k,
+// weights and their backward), a chunked counting sort that keeps the CPU's stable
+// order, row gathers and slot-ordered sums. No host read: every launch is sized by the
+// shapes, so the step stays one CUDA graph with routing that changes every step.
+#pragma once
+
+#include "amber/core/tensor.h"
+#include "amber/ops/moe.h"
+
+namespace amber::cuda {
+
+void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Tensor& scores,
+                       Tensor& experts, Tensor& weights);
+void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
+                        Tensor& dlogits);
+void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows, Tensor& row_tokens);
+void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs);
+void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate);
+void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
+void moe_add_load(const Tensor& offsets, Tensor& load);
+void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply);
+void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out);
+void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights);
+
+}  // namespace amber::cuda
