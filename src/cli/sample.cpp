@@ -34,8 +34,13 @@ void run_sample(const SampleArgs& a) {
   AMBER_CHECK(state.contains("config") && state.at("config").is_string(), dir,
               "/trainer_state.json: key \"config\" is missing or not a string; it was not written by amber train");
   const RunConfig config = run_config_from_toml(state.at("config").get<std::string>(), dir + "/trainer_state.json");
-  const std::string tokenizer_path = a.tokenizer.empty() ? config.data.tokenizer : a.tokenizer;
-  AMBER_CHECK(!tokenizer_path.empty(), "no tokenizer: pass --tokenizer (the run config names none)");
+  // The checkpoint's own copy first: the run config's path may be relative to where
+  // the run was started.
+  const std::string own = (std::filesystem::path(dir) / "tokenizer.json").string();
+  const std::string tokenizer_path =
+      !a.tokenizer.empty() ? a.tokenizer : std::filesystem::exists(own) ? own : config.data.tokenizer;
+  AMBER_CHECK(!tokenizer_path.empty(), "no tokenizer: pass --tokenizer (the checkpoint holds none and the run config "
+                                       "names none)");
   const data::Tokenizer tokenizer = data::load_tokenizer_json(tokenizer_path);
   AMBER_CHECK(tokenizer.vocab_size() <= config.model.vocab_size, tokenizer_path, " has ", tokenizer.vocab_size(),
               " tokens but the checkpoint's model.vocab_size is ", config.model.vocab_size,
@@ -67,7 +72,8 @@ void add_sample_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint (several prompts run as one batch)");
   cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
       ->required();
-  cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the one the run was trained with)");
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "tokenizer.json (default: the checkpoint's copy, else the path the run config names)");
   cmd->add_option("--prompt", a->prompts, "Prompt text (repeatable; default: one empty prompt after bos)");
   cmd->add_option("--max-tokens", a->generation.max_new_tokens, "New tokens per prompt")
       ->capture_default_str()

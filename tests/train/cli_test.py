@@ -10,6 +10,7 @@ and samples must keep to the ids the tokenizer can decode."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,6 +110,19 @@ def main():
         expect("--- sample 1\nThe" in first.stdout and "--- sample 2\n" in first.stdout,
                f"one sample per prompt: {first.stdout!r}")
         expect(first.stdout == again.stdout, "a seed reproduces the samples")
+        # A checkpoint carries its tokenizer: a copy of the run folder samples the same
+        # text from another working directory with the run's tokenizer file gone.
+        moved = os.path.join(tmp, "elsewhere", "run")
+        shutil.copytree(run_dir, moved)
+        elsewhere = os.path.dirname(moved)
+        moved_args = [os.path.abspath(amber), "sample", "--checkpoint", "run"] + args[3:]
+        os.rename(tok, tok + ".away")
+        try:
+            far = subprocess.run(moved_args, capture_output=True, encoding="utf-8", errors="replace", cwd=elsewhere)
+        finally:
+            os.rename(tok + ".away", tok)
+        expect(far.returncode == 0 and far.stdout.split("--- sample 1", 1)[-1] == first.stdout.split("--- sample 1", 1)[-1],
+               f"sample from a copied run folder elsewhere: {far.stderr[-300:]} {far.stdout[-200:]!r}")
         # A temperature whose logits overflow samples as greedy (temperature 0) does.
         greedy = run(args[:-4] + ["--temperature", "0"])
         tiny = run(args[:-4] + ["--temperature", "1e-320"])

@@ -323,6 +323,9 @@ TEST(Trainer, MoeRunLearnsAndResumesBitForBit) {
   const SafetensorsFile a = load_safetensors(straight + "/checkpoints/step-00000006/model.safetensors");
   const SafetensorsFile b = load_safetensors(resumed + "/checkpoints/step-00000006/model.safetensors");
   EXPECT_TRUE(a.tensors.count("layers.1.mlp.experts.gate_up_proj")) << "the experts are checkpointed as one stack";
+  // The model config travels in the weights' metadata.
+  ASSERT_TRUE(a.metadata.count("amber.model_config"));
+  EXPECT_EQ(model_config_from_toml_string(a.metadata.at("amber.model_config")).moe_experts, 4);
   ASSERT_TRUE(a.tensors.count("layers.1.mlp.router.balance_bias")) << "the balance bias is model state";
   // Sign steps of 0.01 can return to zero after an even number of steps; after three
   // (uneven load every step) they cannot all have.

@@ -95,7 +95,8 @@ void load_tensors(const std::string& path, const std::vector<std::pair<std::stri
 }  // namespace
 
 std::string save_checkpoint(const std::string& out_dir, int64_t step, const LanguageModel& model,
-                            Optimizer& optimizer, const nlohmann::json& trainer_state, int keep_last) {
+                            Optimizer& optimizer, const nlohmann::json& trainer_state, int keep_last,
+                            const std::string& tokenizer) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
   fs::create_directories(root);
   std::ostringstream name;
@@ -108,7 +109,9 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
   std::vector<NamedTensor> weights;
   for (const auto& p : model.params()) weights.push_back({p->name, p->value});
   for (const auto& [name, tensor] : model.buffers()) weights.push_back({name, tensor});
-  save_safetensors((temporary / "model.safetensors").string(), weights, {{"format", "pt"}});
+  save_safetensors((temporary / "model.safetensors").string(), weights,
+                   {{"format", "pt"}, {"amber.model_config", model_config_to_toml(model.config())}});
+  if (!tokenizer.empty()) fs::copy_file(tokenizer, temporary / "tokenizer.json");
   std::vector<NamedTensor> state;
   for (const StateTensor& s : optimizer.state()) state.push_back({s.name, *s.tensor});
   save_safetensors((temporary / "optimizer.safetensors").string(), state);

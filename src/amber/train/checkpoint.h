@@ -19,9 +19,13 @@
 namespace amber {
 
 // Writes <out_dir>/checkpoints/step-NNNNNNNN, points `latest` at it and keeps the
-// newest `keep_last` checkpoints. Returns the checkpoint's path.
+// newest `keep_last` checkpoints. Returns the checkpoint's path. The checkpoint carries
+// what using it needs: the model config in model.safetensors' metadata
+// ("amber.model_config", TOML) and, given its path, a copy of the tokenizer
+// (tokenizer.json), so that it works from any directory.
 std::string save_checkpoint(const std::string& out_dir, int64_t step, const LanguageModel& model,
-                            Optimizer& optimizer, const nlohmann::json& trainer_state, int keep_last);
+                            Optimizer& optimizer, const nlohmann::json& trainer_state, int keep_last,
+                            const std::string& tokenizer = "");
 
 // The checkpoint `latest` names under <out_dir>/checkpoints, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);

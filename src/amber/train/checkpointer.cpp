@@ -80,7 +80,7 @@ std::optional<std::string> Checkpointer::save(const RunProgress& progress, const
                                 {"config", run_config_to_toml(config_)}};
   try {
     return save_checkpoint(config_.train.out_dir, progress.step, model, optimizer, state,
-                           config_.train.keep_checkpoints);
+                           config_.train.keep_checkpoints, config_.data.tokenizer);
   } catch (const fs::filesystem_error& e) {
     fail("cannot write the checkpoint of step ", progress.step, " under ",
          (fs::path(config_.train.out_dir) / "checkpoints").string(), ": ", e.what(),
