@@ -16,17 +16,6 @@
 namespace amber {
 namespace {
 
-double relative_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_doubles(), b = ref.to_doubles();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
 int64_t count_non_finite(const Tensor& t) {
   int64_t n = 0;
   for (double x : t.to(Device::cpu()).to_doubles()) n += !std::isfinite(x);

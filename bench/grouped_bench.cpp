@@ -25,18 +25,6 @@ double open_uniform(uint64_t seed, uint64_t index) {
   return (static_cast<double>((hi << 26) | lo) + 0.5) * 0x1p-53;
 }
 
-// ||got - ref|| / ||ref|| in double; anything not finite (a row never written) gives inf.
-double relative_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_doubles(), b = ref.to_doubles();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
 Tensor random(Shape shape, Device device, uint64_t seed, float std = 1.0f) {
   Tensor t = Tensor::empty(shape, DType::bf16, device);
   fill_normal(t, seed, 0, 0.0f, std);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <sstream>
 
@@ -25,6 +26,17 @@ Tensor random(Shape shape, Device device, uint64_t seed) {
 }
 
 }  // namespace
+
+double relative_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to_doubles(), b = ref.to_doubles();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
 
 double best_ms(Device device, int repeats, int calls, const std::function<void()>& fn) {
   const auto wait = [&] {

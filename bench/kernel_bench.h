@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amber/core/device.h"
+#include "amber/core/tensor.h"
 
 namespace amber {
 
@@ -28,6 +29,10 @@ struct KernelBenchResult {
 // Milliseconds per call of fn: one warm-up call, then the best of `repeats` timings of
 // `calls` back-to-back calls, each closed by a device synchronisation.
 double best_ms(Device device, int repeats, int calls, const std::function<void()>& fn);
+
+// ||got - ref|| / ||ref|| in double (CPU tensors of one size); anything not finite in
+// got (an output never written) gives inf.
+double relative_error(const Tensor& got, const Tensor& ref);
 
 // `name`: rmsnorm, swiglu, rope or all. tokens x width is the activation shape
 // (width = 2048 at 65536 tokens in issue 5's acceptance).

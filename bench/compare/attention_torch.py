@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.varlen import varlen_attn
 
+from cuda_timing import best_ms
 from doc_lengths import spread_lengths
 
 SHAPES = {
@@ -47,21 +48,6 @@ def lengths_of(spec):
 def forward_flops(lengths, heads, dim, window):
     pairs = sum(sum(min(i + 1, window) if window else i + 1 for i in range(n)) for n in lengths)
     return 4.0 * pairs * heads * dim
-
-
-def best_ms(fn, repeats, calls=5):
-    fn()
-    torch.cuda.synchronize()
-    best = math.inf
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) / calls)
-    return best
 
 
 def varlen(q, k, v, cu, max_len, window):

@@ -27,22 +27,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-
-
-def best_ms(fn, repeats, calls=5):
-    """Best of `repeats` timings of `calls` back-to-back calls, by CUDA events, after a warm-up."""
-    fn()
-    torch.cuda.synchronize()
-    best = math.inf
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) / calls)
-    return best
+from cuda_timing import best_ms
 
 
 def measure_roofs(repeats, gemm_size=8192):

@@ -51,6 +51,29 @@ double forward_backward_loss(LanguageModel& model, const Batch& b, double loss_s
   return LMHead::Loss::read(sums).sum;
 }
 
+// Rewriting document 1 of a packed batch changes its logits and leaves every other
+// token's bit for bit.
+void expect_other_documents_unchanged(const ModelConfig& c) {
+  LanguageModel model(c);
+  model.init_weights(2);
+  Batch b = make_batch({8, 5, 13}, c.vocab_size, 4);
+  const std::vector<double> before = model.logits(b.tokens, b.seq).to_doubles();
+  int32_t* tok = b.tokens.data<int32_t>();
+  for (int32_t t = 8; t < 13; ++t) tok[t] = (tok[t] + 7) % c.vocab_size;  // document 1
+  const std::vector<double> after = model.logits(b.tokens, b.seq).to_doubles();
+  const size_t v = static_cast<size_t>(c.vocab_size);
+  size_t changed = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const size_t token = i / v;
+    if (token >= 8 && token < 13) {
+      changed += before[i] != after[i];
+    } else {
+      ASSERT_EQ(before[i], after[i]) << "token " << token;
+    }
+  }
+  EXPECT_GT(changed, 0u);
+}
+
 void expect_gradients_match_finite_differences(const ModelConfig& config) {
   LanguageModel model(config, DType::f64);
   model.init_weights(7);
@@ -125,19 +148,7 @@ TEST(LanguageModel, GradientsMatchFiniteDifferencesMoe) {
 
 // Dropless routing: a token's experts and output depend on that token alone.
 TEST(LanguageModel, MoeChangingOneDocumentLeavesOtherLogitsBitIdentical) {
-  const ModelConfig c = tiny_moe();
-  LanguageModel model(c);
-  model.init_weights(2);
-  Batch b = make_batch({8, 5, 13}, c.vocab_size, 4);
-  const std::vector<double> before = model.logits(b.tokens, b.seq).to_doubles();
-  int32_t* tok = b.tokens.data<int32_t>();
-  for (int32_t t = 8; t < 13; ++t) tok[t] = (tok[t] + 7) % c.vocab_size;  // document 1
-  const std::vector<double> after = model.logits(b.tokens, b.seq).to_doubles();
-  const size_t v = static_cast<size_t>(c.vocab_size);
-  for (size_t i = 0; i < before.size(); ++i) {
-    if (i / v >= 8 && i / v < 13) continue;  // document 1
-    ASSERT_EQ(before[i], after[i]) << "token " << i / v;
-  }
+  expect_other_documents_unchanged(tiny_moe());
 }
 
 // Renumbering the experts (router rows and expert weights together) changes nothing:
@@ -249,24 +260,7 @@ TEST(LanguageModel, PackedLossEqualsSumOfDocumentsRunAlone) {
 TEST(LanguageModel, ChangingOneDocumentLeavesOtherLogitsBitIdentical) {
   ModelConfig c = tiny();
   c.attn_sink = true;
-  LanguageModel model(c);
-  model.init_weights(2);
-  Batch b = make_batch({8, 5, 13}, c.vocab_size, 4);
-  const std::vector<double> before = model.logits(b.tokens, b.seq).to_doubles();
-  int32_t* tok = b.tokens.data<int32_t>();
-  for (int32_t t = 8; t < 13; ++t) tok[t] = (tok[t] + 7) % c.vocab_size;  // document 1
-  const std::vector<double> after = model.logits(b.tokens, b.seq).to_doubles();
-  const size_t v = static_cast<size_t>(c.vocab_size);
-  size_t changed = 0;
-  for (size_t i = 0; i < before.size(); ++i) {
-    const size_t token = i / v;
-    if (token >= 8 && token < 13) {
-      changed += before[i] != after[i];
-    } else {
-      ASSERT_EQ(before[i], after[i]) << "token " << token;
-    }
-  }
-  EXPECT_GT(changed, 0u);
+  expect_other_documents_unchanged(c);
 }
 
 TEST(LanguageModel, WindowLargerThanEveryDocumentEqualsNoWindow) {

@@ -7,10 +7,9 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define AMBER_HD __host__ __device__ __forceinline__
-#else
-#define AMBER_HD inline
+#include "amber/core/float_bits.h"
+
+#if !defined(__CUDACC__)
 #include <cmath>
 #endif
 
@@ -71,24 +70,6 @@ AMBER_HD float mul_f(float a, float b) {
 #endif
 }
 
-AMBER_HD uint32_t float_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t b;
-  __builtin_memcpy(&b, &x, 4);
-  return b;
-#endif
-}
-AMBER_HD float bits_float(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float x;
-  __builtin_memcpy(&x, &b, 4);
-  return x;
-#endif
-}
 
 // Natural log of u in (0, 1]: exact exponent split, then the atanh series.
 AMBER_HD float log_unit(float u) {

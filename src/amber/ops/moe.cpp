@@ -71,10 +71,12 @@ void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Te
   AMBER_CHECK(row_tokens.shape() == Shape({experts.numel()}) && row_tokens.dtype() == DType::i32, op,
               ": row_tokens ", row_tokens.shape(), " must be i32 [", experts.numel(), "]");
   const Device device = device_of(op, {&experts, &offsets, &slot_rows, &row_tokens});
-  if (device.is_cpu())
-    for (const double e : experts.to_doubles())
-      AMBER_CHECK(e >= 0 && e < static_cast<double>(num_experts), op, ": expert id ", e, " is outside 0 .. ",
+  if (device.is_cpu()) {
+    const int32_t* ids = experts.data<int32_t>();
+    for (int64_t i = 0; i < experts.numel(); ++i)
+      AMBER_CHECK(ids[i] >= 0 && ids[i] < num_experts, op, ": expert id ", ids[i], " is outside 0 .. ",
                   num_experts - 1);
+  }
   AMBER_ON_DEVICE(device, op, cuda::moe_permute(experts, num_experts, offsets, slot_rows, row_tokens),
                   cpu::moe_permute(experts, num_experts, offsets, slot_rows, row_tokens));
 }

@@ -74,7 +74,7 @@ __device__ __forceinline__ void accumulate(const float (&v)[4], float& amax, boo
 
 // scale = amax / 448; 1 when that is zero; NaN for a block holding NaN or an infinity.
 __device__ __forceinline__ float fp8_scale(float amax, bool finite) {
-  if (!finite) return qc::bits_float(kFloatNan);
+  if (!finite) return bits_float(kFloatNan);
   const float s = __fdiv_rn(amax, 448.0f);
   return s == 0.0f ? 1.0f : s;
 }
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < 4; ++k) packed |= static_cast<uint32_t>(values[g * 4 + k]) << (8 * k);
     }
     const uint8_t code = scales[g / 4];
-    const float scale = code == 0xFF ? qc::bits_float(kFloatNan) : qc::e8m0_value(code);
+    const float scale = code == 0xFF ? bits_float(kFloatNan) : qc::e8m0_value(code);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(qc::e2m1_value((packed >> (4 * e)) & 0xFu), scale);

@@ -6,37 +6,13 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define AMBER_QUANT_HD __host__ __device__ __forceinline__
-#else
-#define AMBER_QUANT_HD inline
-#endif
+#include "amber/core/float_bits.h"
 
 namespace amber::quant_codes {
 
-AMBER_QUANT_HD uint32_t float_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t b;
-  __builtin_memcpy(&b, &x, 4);
-  return b;
-#endif
-}
-
-AMBER_QUANT_HD float bits_float(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float x;
-  __builtin_memcpy(&x, &b, 4);
-  return x;
-#endif
-}
-
 // e4m3 (OCP "FN") with round-to-nearest-even; finite overflow and infinities
 // saturate to +-448, NaN gives 0x7F, as f8e4m3_from_float.
-AMBER_QUANT_HD uint8_t e4m3_code(float x) {
+AMBER_HD uint8_t e4m3_code(float x) {
   const uint32_t b = float_bits(x), sign = (b >> 24) & 0x80u, a = b & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return 0x7F;
   if (a > 0x43E00000u) return static_cast<uint8_t>(sign | 0x7E);  // above 448
@@ -55,7 +31,7 @@ AMBER_QUANT_HD uint8_t e4m3_code(float x) {
   return static_cast<uint8_t>(sign | (rounded - (120u << 3)));
 }
 
-AMBER_QUANT_HD float e4m3_value(uint8_t code) {
+AMBER_HD float e4m3_value(uint8_t code) {
   const uint32_t e = (code >> 3) & 0xFu, m = code & 7u;
   float v;
   if (e == 0xFu && m == 7u) {
@@ -71,7 +47,7 @@ AMBER_QUANT_HD float e4m3_value(uint8_t code) {
 // e2m1 with round-to-nearest-even and saturation to +-6: the code counts the
 // decision points |x| passes; a tie (0.25, 0.75, ..., 5) goes to the even code, so
 // the comparison is strict below an even code's upper midpoint. NaN gives 0.
-AMBER_QUANT_HD uint8_t e2m1_code(float x) {
+AMBER_HD uint8_t e2m1_code(float x) {
   const uint32_t b = float_bits(x);
   if ((b & 0x7FFFFFFFu) > 0x7F800000u) return 0;
   const float a = bits_float(b & 0x7FFFFFFFu);
@@ -80,7 +56,7 @@ AMBER_QUANT_HD uint8_t e2m1_code(float x) {
   return static_cast<uint8_t>(((b >> 28) & 0x8u) | code);
 }
 
-AMBER_QUANT_HD float e2m1_value(uint8_t code) {
+AMBER_HD float e2m1_value(uint8_t code) {
   const uint32_t e = (code >> 1) & 3u, m = code & 1u;
   // e = 0: m * 0.5 (subnormal); else (2 + m) * 2^(e - 2), all exact in fp32.
   const float v = e == 0 ? 0.5f * static_cast<float>(m)
@@ -89,7 +65,7 @@ AMBER_QUANT_HD float e2m1_value(uint8_t code) {
 }
 
 // floor(log2(a)) for a finite a > 0, subnormals included.
-AMBER_QUANT_HD int floor_log2(float a) {
+AMBER_HD int floor_log2(float a) {
   const uint32_t b = float_bits(a);
   const int e = static_cast<int>((b >> 23) & 0xFFu);
   if (e != 0) return e - 127;
@@ -101,7 +77,7 @@ AMBER_QUANT_HD int floor_log2(float a) {
 // The e8m0 code of an MXFP4 block's scale X = 2^(floor(log2(amax)) - 2) (OCP MX v1.0:
 // e2m1's largest exponent is 2), clamped to e8m0's smallest, 2^-127; a zero block
 // gets that smallest too, and a block holding NaN or an infinity gets NaN (0xFF).
-AMBER_QUANT_HD uint8_t mxfp4_scale_code(float amax, bool finite) {
+AMBER_HD uint8_t mxfp4_scale_code(float amax, bool finite) {
   if (!finite) return 0xFF;
   if (amax == 0.0f) return 0;
   const int e = floor_log2(amax) - 2 + 127;
@@ -109,7 +85,7 @@ AMBER_QUANT_HD uint8_t mxfp4_scale_code(float amax, bool finite) {
 }
 
 // 2^(code - 127) for a code below 0xFF (code 0 is the subnormal 2^-127).
-AMBER_QUANT_HD float e8m0_value(uint8_t code) {
+AMBER_HD float e8m0_value(uint8_t code) {
   return code == 0 ? bits_float(0x00400000u) : bits_float(static_cast<uint32_t>(code) << 23);
 }
 
