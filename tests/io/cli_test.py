@@ -39,6 +39,12 @@ def main():
             f.write(MODEL)
         r = run(["info", "--config", config])
         expect(r.returncode == 0, f"info on a good config: {r.stderr[-300:]}")
+        # The sparse preset: its experts and its total and active parameters.
+        moe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "presets",
+                           "kohaku-moe-1b.toml")
+        r = run(["info", "--config", moe])
+        expect(r.returncode == 0 and "experts: 15 of 16 layers sparse" in r.stdout
+               and "990.78M total, 247.61M active per token" in r.stdout, f"info on kohaku-moe-1b: {r.stdout[-500:]!r}")
 
         # --set values with quotes and line breaks.
         expect_error(["info", "--config", config, "--set", 'model.norm="rmsnorm'], "--set model.norm", "not valid TOML")

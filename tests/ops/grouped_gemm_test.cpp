@@ -160,6 +160,16 @@ TEST(GroupedGemm, Fp8OracleIsTheProductOfDequantizedOperands) {
   EXPECT_LT(testing::relative_error(y, Tensor::from_vector(reference_forward(x.to(DType::f64), w.to(DType::f64), counts), {8, 130})), 0.05);
 }
 
+TEST(GroupedGemm, VariantsTakeOnlyTheTileWidthsTheKernelsHave) {
+  try {
+    set_grouped_gemm_variant({.store_partition = true, .split_scales = true, .tile_n = 64});
+    ADD_FAILURE() << "a 64-wide tile was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("128 or 256 columns wide"), std::string::npos) << e.what();
+  }
+  set_grouped_gemm_variant({});
+}
+
 // ---- GPU ---------------------------------------------------------------------------
 
 #define REQUIRE_HOPPER()                                                                   \
