@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Issue 5's loss-curve check: configs/loss_curve_200m.toml trained on the GPU in bf16
-# (200 steps) and on the CPU in f32 (the first 50 steps), same seed and data order;
-# prints both curves side by side and the largest gap over the shared steps.
-# Usage: bench/compare/loss_curve.sh [AMBER_BINARY] [CPU_STEPS]  (on a GPU machine, with
-# data/fortunes made by scripts/demo)
+# The loss-curve check: a config (configs/loss_curve_200m.toml unless CONFIG names
+# another) trained on the GPU in bf16 (its steps) and on the CPU in f32 (the first 50
+# steps), same seed and data order; prints both curves side by side and the largest gap
+# over the shared steps. Further arguments are --set overrides for both runs, e.g. the
+# MoE check:
+#   CONFIG=configs/demo.toml bench/compare/loss_curve.sh build/amber 50 \
+#     --set model.moe_experts=8 --set model.moe_top_k=2 --set model.moe_hidden=96 ...
+# Usage: bench/compare/loss_curve.sh [AMBER_BINARY] [CPU_STEPS] [--set KEY=VALUE...]
+#   (on a GPU machine, with data/fortunes made by scripts/demo)
 set -euo pipefail
 amber=${1:-build/amber}
 cpu_steps=${2:-50}
-config=configs/loss_curve_200m.toml
-"$amber" train "$config" --quiet --set train.device=cuda --set train.compute_dtype=bf16 \
+overrides=("${@:3}")
+config=${CONFIG:-configs/loss_curve_200m.toml}
+rm -rf runs/loss_curve_gpu runs/loss_curve_cpu
+"$amber" train "$config" --quiet "${overrides[@]}" --set train.device=cuda --set train.compute_dtype=bf16 \
   --set train.out_dir=runs/loss_curve_gpu
 # train.device is "auto" by default, which on this machine is the GPU: the reference
 # run names the CPU.
-"$amber" train "$config" --quiet --set train.device=cpu --set train.steps="$cpu_steps" \
+"$amber" train "$config" --quiet "${overrides[@]}" --set train.device=cpu --set train.steps="$cpu_steps" \
   --set train.out_dir=runs/loss_curve_cpu
 python3 - "$cpu_steps" <<'PY'
 import json, sys

@@ -29,10 +29,14 @@ clip=${GRAD_CLIP:-1.0}
 repeats=${REPEATS:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-#        preset       dim  depth heads kv hidden  documents
-rungs=("kohaku-500m  1280 22    20    4  3456    2048"
-       "kohaku-200m  768  17    12    2  2048    2048"
-       "kohaku-200m  768  17    12    2  2048    50-600")
+# The MoE rungs pass their sparse layers' shape to the PyTorch arm after the documents
+# (amber reads it from the preset).
+#        preset         dim  depth heads kv hidden  documents
+rungs=("kohaku-500m    1280 22    20    4  3456    2048"
+       "kohaku-200m    768  17    12    2  2048    2048"
+       "kohaku-200m    768  17    12    2  2048    50-600"
+       "kohaku-moe-1b  768  16    12    2  2048    2048 --moe-experts 64 --moe-top-k 8 --moe-hidden 384"
+       "kohaku-moe-2b  896  21    14    2  2432    2048 --moe-experts 64 --moe-top-k 8 --moe-hidden 512")
 # The step time in ms from a result line ("... step 36.25 ms | ..."), or nothing.
 step_ms() { sed -n 's/.*step \([0-9.]*\) ms.*/\1/p' <<<"$1"; }
 # Of the result lines given, the one with the median step time (the lower middle for
@@ -74,7 +78,8 @@ echo "| $card | $(date -u +%F) | $steps steps timed after $warmup |"
 echo "| rung | documents | arm | result |"
 echo "|---|---|---|---|"
 for rung in "${rungs[@]}"; do
-  read -r name dim depth heads kv hidden docs <<<"$rung"
+  read -r name dim depth heads kv hidden docs moe <<<"$rung"
+  read -ra moe <<<"$moe"
   picked "$name:$docs" || continue
   # Measured GEMM algorithms, as training runs by default (train.gemm_tuning): the
   # first run times cuBLASLt's answers and writes the file; amber's figure is from runs
@@ -93,7 +98,7 @@ for rung in "${rungs[@]}"; do
     amber_runs+=("$("${run[@]}" --gemm-tuning "$tuning" 2>&1 | tail -1)")
     torch_runs+=("$(python3 "$here/step_torch.py" --dim "$dim" --depth "$depth" --heads "$heads" --kv-heads "$kv" \
                     --mlp-hidden "$hidden" --tokens 16384 --doc-len "$docs" --steps "$steps" --warmup "$warmup" \
-                    --grad-clip "$clip" 2>&1 | tail -1)")
+                    --grad-clip "$clip" "${moe[@]}" 2>&1 | tail -1)")
   done
   rm -f "$tuning"
   a=$(median_line "${amber_runs[@]}")

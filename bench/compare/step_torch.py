@@ -7,6 +7,14 @@ untied head with cross-entropy; fp32 master weights under bf16 autocast, the glo
 gradient norm clipped where asked (`--grad-clip`, as amber's `train.grad_clip`), fused
 AdamW, torch.compile on. FLOPs are counted exactly as amber counts them
 (docs/flops.md), so the MFU columns compare like with like.
+
+With --moe-experts the blocks after the first --moe-first-dense are DeepSeekMoE layers
+as amber builds them (model.moe_*): an fp32 sigmoid router whose top-k is chosen with
+the auxiliary-loss-free balance bias (updated after each step from the step's load),
+normalised gate weights, a stable sort of the token copies by expert, both expert
+products through torch._grouped_mm (bf16, one call per product for all experts), the
+weighted copies summed back with index_add_, plus the shared experts as one SwiGLU.
+MFU counts active parameters (router, top-k and shared experts), as amber does.
 """
 
 import argparse
@@ -45,8 +53,58 @@ def rope(x, cos, sin):
     return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
 
 
+class SwiGlu(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(dim, 2 * hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class MoeMlp(nn.Module):
+    def __init__(self, dim, a):
+        super().__init__()
+        self.experts, self.top_k, self.bias_rate = a.moe_experts, a.moe_top_k, a.moe_bias_update_rate
+        self.router = nn.Linear(dim, a.moe_experts, bias=False)
+        self.gate_up_proj = nn.Parameter(torch.randn(a.moe_experts, 2 * a.moe_hidden, dim) * dim ** -0.5)
+        self.down_proj = nn.Parameter(torch.randn(a.moe_experts, dim, a.moe_hidden) * a.moe_hidden ** -0.5)
+        self.shared = SwiGlu(dim, a.moe_shared * a.moe_hidden) if a.moe_shared > 0 else None
+        self.register_buffer("balance_bias", torch.zeros(a.moe_experts))
+        self.register_buffer("load", torch.zeros(a.moe_experts))
+
+    def forward(self, x):
+        t = x.shape[0]
+        with torch.autocast("cuda", enabled=False):
+            scores = torch.sigmoid(F.linear(x.float(), self.router.weight))
+        chosen = torch.topk(scores.detach() + self.balance_bias, self.top_k, dim=-1).indices
+        weights = scores.gather(1, chosen)
+        weights = weights / weights.sum(-1, keepdim=True)
+        flat = chosen.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.zeros(self.experts, dtype=torch.int32, device=x.device).scatter_add_(
+            0, flat, torch.ones_like(flat, dtype=torch.int32))
+        self.load.add_(counts.float())
+        offsets = torch.cumsum(counts, 0, dtype=torch.int32)
+        token_of_row = order // self.top_k
+        xs = x.to(torch.bfloat16).index_select(0, token_of_row)
+        gate, up = torch._grouped_mm(xs, self.gate_up_proj.to(torch.bfloat16).transpose(-2, -1),
+                                     offs=offsets).chunk(2, dim=-1)
+        ys = torch._grouped_mm(F.silu(gate) * up, self.down_proj.to(torch.bfloat16).transpose(-2, -1), offs=offsets)
+        ys = ys * weights.reshape(-1)[order, None].to(ys.dtype)
+        out = torch.zeros(t, x.shape[1], dtype=ys.dtype, device=x.device).index_add_(0, token_of_row, ys)
+        return out + self.shared(x) if self.shared is not None else out
+
+    @torch.no_grad()
+    def update_bias(self):
+        self.balance_bias.add_(self.bias_rate * torch.sign(self.load.mean() - self.load))
+        self.load.zero_()
+
+
 class Block(nn.Module):
-    def __init__(self, dim, heads, kv_heads, head_dim, hidden):
+    def __init__(self, dim, heads, kv_heads, head_dim, hidden, moe=None):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.attn_norm = nn.RMSNorm(dim, eps=1e-6)
@@ -57,8 +115,7 @@ class Block(nn.Module):
         self.q_norm = nn.RMSNorm(head_dim, eps=1e-6)
         self.k_norm = nn.RMSNorm(head_dim, eps=1e-6)
         self.mlp_norm = nn.RMSNorm(dim, eps=1e-6)
-        self.gate_up_proj = nn.Linear(dim, 2 * hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
+        self.mlp = MoeMlp(dim, moe) if moe is not None else SwiGlu(dim, hidden)
 
     def forward(self, x, cos, sin, cu, max_len):
         t = x.shape[0]
@@ -69,15 +126,16 @@ class Block(nn.Module):
         q, k = rope(q, cos, sin).to(v.dtype), rope(k, cos, sin).to(v.dtype)
         o = causal_varlen(q, k, v, cu, max_len)
         x = x + self.o_proj(o.reshape(t, -1))
-        gate, up = self.gate_up_proj(self.mlp_norm(x)).chunk(2, dim=-1)
-        return x + self.down_proj(F.silu(gate) * up)
+        return x + self.mlp(self.mlp_norm(x))
 
 
 class Model(nn.Module):
     def __init__(self, a):
         super().__init__()
         self.embed_tokens = nn.Embedding(a.vocab, a.dim)
-        self.layers = nn.ModuleList(Block(a.dim, a.heads, a.kv_heads, a.head_dim, a.mlp_hidden) for _ in range(a.depth))
+        self.layers = nn.ModuleList(
+            Block(a.dim, a.heads, a.kv_heads, a.head_dim, a.mlp_hidden, a if sparse(a, i) else None)
+            for i in range(a.depth))
         self.norm = nn.RMSNorm(a.dim, eps=1e-6)
         self.lm_head = nn.Linear(a.dim, a.vocab, bias=False)
 
@@ -87,6 +145,11 @@ class Model(nn.Module):
             x = layer(x, cos, sin, cu, max_len)
         logits = self.lm_head(self.norm(x))
         return F.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="sum") / n_targets
+
+
+def sparse(a, layer):
+    """Whether block `layer` is an MoE block (amber's ModelConfig::layer_is_sparse)."""
+    return a.moe_experts > 0 and layer >= a.moe_first_dense and (layer - a.moe_first_dense) % a.moe_every == 0
 
 
 def main():
@@ -112,6 +175,13 @@ def main():
                    help="clip the global gradient norm to this before the update "
                         "(torch.nn.utils.clip_grad_norm_); 0: no clipping")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--moe-experts", type=int, default=0, help="routed experts per MoE layer; 0: a dense model")
+    p.add_argument("--moe-top-k", type=int, default=8)
+    p.add_argument("--moe-hidden", type=int, default=384, help="width of one expert")
+    p.add_argument("--moe-shared", type=int, default=1, help="shared experts (one SwiGLU of this many widths)")
+    p.add_argument("--moe-first-dense", type=int, default=1, help="leading blocks with the dense MLP")
+    p.add_argument("--moe-every", type=int, default=1, help="every this many blocks after those is sparse")
+    p.add_argument("--moe-bias-update-rate", type=float, default=0.001)
     a = p.parse_args()
 
     torch.manual_seed(a.seed)
@@ -134,6 +204,7 @@ def main():
     max_len = max(lengths)
 
     model = Model(a).to(dev)
+    moe_layers = [m for m in model.modules() if isinstance(m, MoeMlp)]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     fwd = model if a.no_compile else torch.compile(model)
 
@@ -145,6 +216,8 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        for m in moe_layers:
+            m.update_bias()
         return loss
 
     for _ in range(a.warmup):
@@ -164,7 +237,9 @@ def main():
 
     q_dim = a.heads * a.head_dim
     kv_dim = a.kv_heads * a.head_dim
-    block_params = a.depth * (a.dim * q_dim + 2 * a.dim * kv_dim + q_dim * a.dim + 3 * a.dim * a.mlp_hidden)
+    moe_active = a.moe_experts * a.dim + (a.moe_top_k + a.moe_shared) * 3 * a.dim * a.moe_hidden
+    block_params = sum(a.dim * q_dim + 2 * a.dim * kv_dim + q_dim * a.dim +
+                       (moe_active if sparse(a, i) else 3 * a.dim * a.mlp_hidden) for i in range(a.depth))
     pairs = sum(n * (n + 1) / 2 for n in lengths)
     flops = 3 * (2 * block_params * a.tokens + a.depth * 4 * q_dim * pairs + 2 * a.dim * a.vocab * a.tokens)
     print(f"torch {torch.__version__} {'compiled' if not a.no_compile else 'eager'} | {a.tokens} tokens in "

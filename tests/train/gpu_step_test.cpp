@@ -31,6 +31,20 @@ ModelConfig small_model() {
   return c;
 }
 
+// small_model with its second layer sparse: 8 experts of width 64, top-2, one shared,
+// the sigmoid router and its balance bias.
+ModelConfig small_moe_model() {
+  ModelConfig c = small_model();
+  c.moe_experts = 8;
+  c.moe_top_k = 2;
+  c.moe_hidden = 64;
+  c.moe_shared_experts = 1;
+  c.moe_first_dense = 1;
+  c.moe_router = "sigmoid";
+  c.moe_bias_update_rate = 0.01;
+  return c;
+}
+
 data::Batch random_batch(const std::vector<int32_t>& lengths, int vocab, uint64_t seed) {
   int64_t total = 0;
   for (int32_t l : lengths) total += l;
@@ -124,13 +138,7 @@ TEST(TrainStepGpu, Bf16StepTracksCpuFloat32) {
 // gradient together.
 TEST(TrainStepGpu, MoeBf16StepTracksCpuFloat32) {
   if (!cuda_available() || !grouped_gemm_available(Device::cuda())) GTEST_SKIP() << "no sm_90 CUDA device";
-  ModelConfig c = small_model();
-  c.moe_experts = 8;
-  c.moe_top_k = 2;
-  c.moe_hidden = 64;
-  c.moe_shared_experts = 1;
-  c.moe_first_dense = 1;
-  c.moe_bias_update_rate = 0.01;
+  const ModelConfig c = small_moe_model();
   LanguageModel cpu(c), gpu(c, DType::f32, Device::cuda(), DType::bf16);
   cpu.init_weights(5);
   gpu.init_weights(5);
@@ -462,11 +470,17 @@ TEST(TrainStepGpu, SquaredNormsOfManyTensorsMatchOneByOne) {
 // lengths change (a batch shorter than the slots gets a padding document), with AdamW
 // and Muon, clipping on, bf16 compute. Weights, losses and norms match bit for bit,
 // and the graph is captured once.
+// The MoE model's routing changes from step to step under the one captured graph, and
+// its balance bias moves inside it.
 TEST(TrainStepGpu, GraphReplayEqualsEager) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::pair<const char*, ModelConfig>> models = {{"dense", small_model()}};
+  if (grouped_gemm_available(Device::cuda())) models.emplace_back("moe", small_moe_model());
+  for (const auto& [model_name, config] : models)
   for (const char* optimizer : {"adamw", "muon"}) {
-    LanguageModel eager(small_model(), DType::f32, Device::cuda(), DType::bf16);
-    LanguageModel graphed(small_model(), DType::f32, Device::cuda(), DType::bf16);
+    SCOPED_TRACE(model_name);
+    LanguageModel eager(config, DType::f32, Device::cuda(), DType::bf16);
+    LanguageModel graphed(config, DType::f32, Device::cuda(), DType::bf16);
     eager.init_weights(5);
     graphed.init_weights(5);
     OptimizerConfig oc;
@@ -493,6 +507,11 @@ TEST(TrainStepGpu, GraphReplayEqualsEager) {
       for (size_t i = 0; i < eager.params().size(); ++i)
         ASSERT_EQ(eager.params()[i]->value.to_doubles(), graphed.params()[i]->value.to_doubles())
             << optimizer << " step " << s << " " << eager.params()[i]->name;
+      const auto eager_buffers = eager.buffers(), graphed_buffers = graphed.buffers();
+      ASSERT_EQ(eager_buffers.size(), graphed_buffers.size());
+      for (size_t i = 0; i < eager_buffers.size(); ++i)
+        ASSERT_EQ(eager_buffers[i].second.to_doubles(), graphed_buffers[i].second.to_doubles())
+            << optimizer << " step " << s << " " << eager_buffers[i].first;
     }
     // The slots fit every batch here (435 tokens, at most 7 documents): two eager
     // runs, then one capture and its replays.
