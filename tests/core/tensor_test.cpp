@@ -98,6 +98,31 @@ TEST(Arena, LayoutVersionMarksMovedMemory) {
   EXPECT_GT(arena.layout_version(), merged);
 }
 
+// Temporaries allocated after a mark are forgotten by rewinding to it: the next
+// allocation reuses their memory, the high water mark counts them once, and the merged
+// block holds the kept tensor and the largest temporary, not their sum.
+TEST(Arena, RewindReusesTheTemporariesMemory) {
+  Arena arena;
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    arena.reset();
+    Tensor kept = arena.alloc({1 << 18}, DType::f32);  // 1 MiB
+    kept.fill(2.0);
+    const Arena::Mark before = arena.mark();
+    const Tensor first = arena.alloc({1 << 19}, DType::f32);  // 2 MiB: spills in cycle 0
+    const void* first_at = first.raw();
+    arena.rewind(before);
+    EXPECT_EQ(arena.used_bytes(), size_t{1} << 20);
+    const Tensor second = arena.alloc({1 << 19}, DType::f32);
+    if (cycle > 0) {
+      EXPECT_EQ(second.raw(), first_at) << "cycle " << cycle;
+    }
+    arena.rewind(before);
+    EXPECT_EQ(kept.item(7), 2.0);
+  }
+  EXPECT_EQ(arena.high_water_bytes(), size_t{3} << 20);
+  EXPECT_EQ(arena.capacity_bytes(), size_t{3} << 20);
+}
+
 // A GPU fill writes with a kernel the bits a CPU fill stores, for every element size.
 TEST(TensorGpu, FillWritesTheCpuBits) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

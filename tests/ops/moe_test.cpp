@@ -1,7 +1,8 @@
 // MoE routing ops (ops/moe.h) on the CPU: scores, top-k and weights against hand
 // computation, ties to the lower expert, the bias choosing without weighting, the router
 // backward against float64 finite differences for every score function, the stable
-// counting sort, and gather/combine as each other's adjoint.
+// counting sort, gather/combine as each other's adjoint, and the fused SwiGLU backward
+// against float64 finite differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,15 +129,52 @@ TEST(MoeWeights, RowsAndGradientsFollowTheCopies) {
   moe_weights_to_rows(weights, slot_rows, rows);
   const std::vector<double> sr = slot_rows.to_doubles(), w = weights.to_doubles(), r = rows.to_doubles();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(r[static_cast<int>(sr[i])], w[i]);
-  const Tensor da = random_tensor({4, 3}, DType::f64, 31), act = random_tensor({4, 3}, DType::f64, 32);
-  Tensor dw = Tensor::empty({2, 2}, DType::f64);
-  moe_weight_grads(da, act, slot_rows, dw);
-  const std::vector<double> a = da.to_doubles(), h = act.to_doubles(), got = dw.to_doubles();
-  for (int i = 0; i < 4; ++i) {
-    const int row = static_cast<int>(sr[i]);
-    double dot = 0;
-    for (int c = 0; c < 3; ++c) dot += a[row * 3 + c] * h[row * 3 + c];
-    EXPECT_NEAR(got[i], dot, 1e-12);
+}
+
+// The fused SwiGLU backward gives the gradients of L = sum_r w_r <da_r, silu(g_r) u_r>
+// with respect to gate_up (by float64 finite differences) and to each copy's weight,
+// and the weighted activation w_r silu(g_r) u_r.
+TEST(MoeSwigluBackward, GradientsAreThoseOfTheWeightedActivation) {
+  const Tensor experts = Tensor::from_vector(std::vector<int32_t>{1, 0, 2, 1, 0, 2}, {3, 2});
+  Tensor offsets = Tensor::empty({4}, DType::i32), slot_rows = Tensor::empty({3, 2}, DType::i32);
+  Tensor row_tokens = Tensor::empty({6}, DType::i32);
+  moe_permute(experts, 3, offsets, slot_rows, row_tokens);
+  const int64_t rows = 6, width = 5;
+  const Tensor da = random_tensor({rows, width}, DType::f64, 31), weights = random_tensor({rows}, DType::f64, 33);
+  Tensor gate_up = random_tensor({rows, 2 * width}, DType::f64, 32);
+  Tensor dgate_up = Tensor::empty(gate_up.shape(), DType::f64), act_w = Tensor::empty(da.shape(), DType::f64);
+  Tensor dweights = Tensor::empty({3, 2}, DType::f64);
+  moe_swiglu_backward(da, gate_up, weights, slot_rows, dgate_up, act_w, dweights);
+  const auto loss_and_act = [&](const Tensor& w, std::vector<double>* act) {
+    const std::vector<double> d = da.to_doubles(), gu = gate_up.to_doubles(), ww = w.to_doubles();
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        const double g = gu[r * 2 * width + c], u = gu[r * 2 * width + width + c];
+        const double a = g / (1 + std::exp(-g)) * u;
+        sum += ww[r] * d[r * width + c] * a;
+        if (act) act->push_back(ww[r] * a);
+      }
+    return sum;
+  };
+  std::vector<double> want_act;
+  loss_and_act(weights, &want_act);
+  const std::vector<double> got_act = act_w.to_doubles();
+  for (size_t i = 0; i < want_act.size(); ++i) EXPECT_NEAR(got_act[i], want_act[i], 1e-12);
+  EXPECT_LT(testing::finite_difference_error(gate_up, dgate_up, [&] { return loss_and_act(weights, nullptr); }, 60),
+            1e-6);
+  // A copy's weight gradient sits at its slot; the weight at its row.
+  Tensor w = weights.clone();
+  const std::vector<double> sr = slot_rows.to_doubles(), dw = dweights.to_doubles();
+  for (int i = 0; i < 6; ++i) {
+    double* wr = w.data<double>() + static_cast<int64_t>(sr[i]);
+    const double saved = *wr;
+    *wr = saved + 1e-6;
+    const double up = loss_and_act(w, nullptr);
+    *wr = saved - 1e-6;
+    const double down = loss_and_act(w, nullptr);
+    *wr = saved;
+    EXPECT_NEAR(dw[i], (up - down) / 2e-6, 1e-7) << "copy " << i;
   }
 }
 
@@ -186,51 +224,63 @@ TEST(MoeGpu, RouterMatchesTheCpu) {
 }
 
 // The GPU's counting sort gives the CPU's rows exactly, and the row ops follow them.
+// Shapes: several sort chunks with a partial last one; a row width whose SwiGLU half
+// takes the 16-byte path (64) and one that does not (36).
 TEST(MoeGpu, SortGatherCombineAndWeightsMatchTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int64_t tokens = 1000, k = 4, experts = 16, width = 72;
-  const Routed r = route({RouterScore::softmax, 4, true, 1.0}, random_tensor({tokens, experts}, DType::f32, 60));
-  Tensor off = Tensor::empty({experts + 1}, DType::i32), rows = Tensor::empty({tokens, k}, DType::i32);
-  Tensor toks = Tensor::empty({tokens * k}, DType::i32);
-  moe_permute(r.experts, experts, off, rows, toks);
-  Tensor goff = Tensor::empty({experts + 1}, DType::i32, Device::cuda());
-  Tensor grows = Tensor::empty({tokens, k}, DType::i32, Device::cuda());
-  Tensor gtoks = Tensor::empty({tokens * k}, DType::i32, Device::cuda());
-  moe_permute(gpu(r.experts), experts, goff, grows, gtoks);
-  EXPECT_EQ(goff.to(Device::cpu()).to_doubles(), off.to_doubles());
-  EXPECT_EQ(grows.to(Device::cpu()).to_doubles(), rows.to_doubles());
-  EXPECT_EQ(gtoks.to(Device::cpu()).to_doubles(), toks.to_doubles());
-  const Tensor x = random_tensor({tokens, width}, DType::bf16, 61);
-  Tensor xs = Tensor::empty({tokens * k, width}, DType::bf16), gxs = Tensor::empty({tokens * k, width}, DType::bf16, Device::cuda());
-  moe_gather(x, toks, xs);
-  moe_gather(gpu(x), gtoks, gxs);
-  EXPECT_EQ(gxs.to(Device::cpu()).to_doubles(), xs.to_doubles());
-  Tensor out = Tensor::empty({tokens, width}, DType::bf16), gout = Tensor::empty({tokens, width}, DType::bf16, Device::cuda());
-  moe_combine(xs, rows, out);
-  moe_combine(gxs, grows, gout);
-  EXPECT_LT(testing::relative_error(gout.to(Device::cpu()), out), 1e-2);
-  Tensor rw = Tensor::empty({tokens * k}, DType::f32), grw = Tensor::empty({tokens * k}, DType::f32, Device::cuda());
-  moe_weights_to_rows(r.weights, rows, rw);
-  moe_weights_to_rows(gpu(r.weights), grows, grw);
-  EXPECT_EQ(grw.to(Device::cpu()).to_doubles(), rw.to_doubles());
-  Tensor sc = Tensor::empty(xs.shape(), DType::bf16), gsc = Tensor::empty(xs.shape(), DType::bf16, Device::cuda());
-  moe_scale_rows(xs, rw, sc);
-  moe_scale_rows(gxs, grw, gsc);
-  EXPECT_LT(testing::relative_error(gsc.to(Device::cpu()), sc), 1e-2);
-  const Tensor act = random_tensor(xs.shape(), DType::bf16, 62);
-  Tensor dw = Tensor::empty({tokens, k}, DType::f32), gdw = Tensor::empty({tokens, k}, DType::f32, Device::cuda());
-  moe_weight_grads(xs, act, rows, dw);
-  moe_weight_grads(gxs, gpu(act), grows, gdw);
-  EXPECT_LT(testing::relative_error(gdw.to(Device::cpu()), dw), 1e-5);
-  Tensor load = Tensor::zeros({experts}, DType::f64), gload = Tensor::zeros({experts}, DType::f64, Device::cuda());
-  Tensor bias = Tensor::zeros({experts}, DType::f32), gbias = Tensor::zeros({experts}, DType::f32, Device::cuda());
-  const Tensor apply = Tensor::from_vector(std::vector<double>{1.0}, {1});
-  moe_add_load(off, load);
-  moe_add_load(goff, gload);
-  EXPECT_EQ(gload.to(Device::cpu()).to_doubles(), load.to_doubles());
-  moe_update_bias(bias, load, 0.01, apply);
-  moe_update_bias(gbias, gload, 0.01, gpu(apply));
-  EXPECT_EQ(gbias.to(Device::cpu()).to_doubles(), bias.to_doubles());
+  struct Case {
+    int64_t tokens, k, experts, width;
+  };
+  for (const Case c : {Case{3000, 4, 16, 72}, Case{2500, 8, 100, 128}}) {
+    SCOPED_TRACE(c.experts);
+    const int64_t tokens = c.tokens, k = c.k, experts = c.experts, width = c.width;
+    const Routed r = route({RouterScore::softmax, static_cast<int>(k), true, 1.0},
+                           random_tensor({tokens, experts}, DType::f32, 60));
+    Tensor off = Tensor::empty({experts + 1}, DType::i32), rows = Tensor::empty({tokens, k}, DType::i32);
+    Tensor toks = Tensor::empty({tokens * k}, DType::i32);
+    moe_permute(r.experts, experts, off, rows, toks);
+    Tensor goff = Tensor::empty({experts + 1}, DType::i32, Device::cuda());
+    Tensor grows = Tensor::empty({tokens, k}, DType::i32, Device::cuda());
+    Tensor gtoks = Tensor::empty({tokens * k}, DType::i32, Device::cuda());
+    moe_permute(gpu(r.experts), experts, goff, grows, gtoks);
+    EXPECT_EQ(goff.to(Device::cpu()).to_doubles(), off.to_doubles());
+    EXPECT_EQ(grows.to(Device::cpu()).to_doubles(), rows.to_doubles());
+    EXPECT_EQ(gtoks.to(Device::cpu()).to_doubles(), toks.to_doubles());
+    const Tensor x = random_tensor({tokens, width}, DType::bf16, 61);
+    Tensor xs = Tensor::empty({tokens * k, width}, DType::bf16), gxs = Tensor::empty({tokens * k, width}, DType::bf16, Device::cuda());
+    moe_gather(x, toks, xs);
+    moe_gather(gpu(x), gtoks, gxs);
+    EXPECT_EQ(gxs.to(Device::cpu()).to_doubles(), xs.to_doubles());
+    Tensor out = Tensor::empty({tokens, width}, DType::bf16), gout = Tensor::empty({tokens, width}, DType::bf16, Device::cuda());
+    moe_combine(xs, rows, out);
+    moe_combine(gxs, grows, gout);
+    EXPECT_LT(testing::relative_error(gout.to(Device::cpu()), out), 1e-2);
+    Tensor rw = Tensor::empty({tokens * k}, DType::f32), grw = Tensor::empty({tokens * k}, DType::f32, Device::cuda());
+    moe_weights_to_rows(r.weights, rows, rw);
+    moe_weights_to_rows(gpu(r.weights), grows, grw);
+    EXPECT_EQ(grw.to(Device::cpu()).to_doubles(), rw.to_doubles());
+    const int64_t hidden = width / 2;
+    const Tensor gate_up = random_tensor(xs.shape(), DType::bf16, 62), da = random_tensor({tokens * k, hidden}, DType::bf16, 63);
+    Tensor dgu = Tensor::empty(gate_up.shape(), DType::bf16), act_w = Tensor::empty(da.shape(), DType::bf16);
+    Tensor dw = Tensor::empty({tokens, k}, DType::f32);
+    Tensor gdgu = Tensor::empty(gate_up.shape(), DType::bf16, Device::cuda());
+    Tensor gact_w = Tensor::empty(da.shape(), DType::bf16, Device::cuda());
+    Tensor gdw = Tensor::empty({tokens, k}, DType::f32, Device::cuda());
+    moe_swiglu_backward(da, gate_up, rw, rows, dgu, act_w, dw);
+    moe_swiglu_backward(gpu(da), gpu(gate_up), grw, grows, gdgu, gact_w, gdw);
+    EXPECT_LT(testing::relative_error(gdgu.to(Device::cpu()), dgu), 1e-2);
+    EXPECT_LT(testing::relative_error(gact_w.to(Device::cpu()), act_w), 1e-2);
+    EXPECT_LT(testing::relative_error(gdw.to(Device::cpu()), dw), 1e-2);
+    Tensor load = Tensor::zeros({experts}, DType::f64), gload = Tensor::zeros({experts}, DType::f64, Device::cuda());
+    Tensor bias = Tensor::zeros({experts}, DType::f32), gbias = Tensor::zeros({experts}, DType::f32, Device::cuda());
+    const Tensor apply = Tensor::from_vector(std::vector<double>{1.0}, {1});
+    moe_add_load(off, load);
+    moe_add_load(goff, gload);
+    EXPECT_EQ(gload.to(Device::cpu()).to_doubles(), load.to_doubles());
+    moe_update_bias(bias, load, 0.01, apply);
+    moe_update_bias(gbias, gload, 0.01, gpu(apply));
+    EXPECT_EQ(gbias.to(Device::cpu()).to_doubles(), bias.to_doubles());
+  }
 }
 
 TEST(MoeRoute, BadShapesAreNamed) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "amber/core/error.h"
+
 namespace amber {
 namespace {
 constexpr size_t kAlignment = 256;  // keeps every arena tensor aligned for vector loads
@@ -44,9 +46,27 @@ Tensor Arena::zeros(Shape shape, DType dtype) {
   return t;
 }
 
+Arena::Mark Arena::mark() const {
+  return {blocks_.size(), blocks_.empty() ? 0 : blocks_.back().used, used_};
+}
+
+void Arena::rewind(const Mark& m) {
+  AMBER_CHECK(m.blocks <= blocks_.size() && m.used <= used_, "Arena::rewind: the mark is not from this arena's past");
+  if (blocks_.size() > m.blocks) {
+    blocks_.resize(std::max<size_t>(m.blocks, 1));
+    ++layout_version_;
+  }
+  if (!blocks_.empty()) blocks_.back().used = m.blocks == 0 ? 0 : m.block_used;
+  used_ = m.used;
+}
+
 void Arena::reset() {
-  if (blocks_.size() > 1) {
-    const size_t total = std::max(high_water_, capacity_bytes());
+  // A spill may have been rewound away, so a single block can be short of the high
+  // water mark too.
+  if (blocks_.size() > 1 || capacity_bytes() < high_water_) {
+    // The high water mark is what one cycle needs in one block: the spilled blocks'
+    // unused tails and whatever was rewound do not count.
+    const size_t total = high_water_;
     blocks_.clear();
     blocks_.push_back({allocate_storage(align_up(total), device_)});
     ++layout_version_;

@@ -22,6 +22,17 @@ class Arena {
   // the last cycle spilled into extra blocks, they merge into one block here.
   void reset();
 
+  // A point in the allocation sequence; rewind(mark) forgets every allocation made
+  // after it (a stack discipline for a layer's temporaries: what it keeps is allocated
+  // before the mark, what it only needs while it runs after). Tensors from those
+  // allocations must no longer be used; work already queued on the device's stream
+  // still reads them before later work overwrites them.
+  struct Mark {
+    size_t blocks = 0, block_used = 0, used = 0;
+  };
+  Mark mark() const;
+  void rewind(const Mark& mark);
+
   size_t used_bytes() const { return used_; }
   size_t high_water_bytes() const { return high_water_; }
   size_t capacity_bytes() const;

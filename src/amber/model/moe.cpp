@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "amber/ops/activation.h"
 #include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/grouped_gemm.h"
@@ -58,36 +57,43 @@ class MoeMlp final : public Mlp {
     return s;
   }
 
+  // What the backward needs is allocated first; the [copies, width] temporaries (the
+  // gathered rows, the activation, the down product's rows) come after a mark and are
+  // rewound at the end, so a layer keeps only its gate/up product: the backward gathers
+  // the rows again and recomputes the activation from it.
   Tensor forward(const Tensor& h, Mlp::Saved& saved, Arena& arena, const ResidualAdd& into) const override {
     auto& s = static_cast<Saved&>(saved);
     const int64_t tokens = h.size(0), k = spec_.top_k, copies = tokens * k;
     const DType dt = h.dtype(), rt = router_dtype(dt);
     s.h = h;
-    Tensor logits = arena.alloc({tokens, experts_}, rt);
-    gemm(h, false, router_->work, true, logits);
     s.scores = arena.alloc({tokens, experts_}, rt);
     s.experts = arena.alloc({tokens, k}, DType::i32);
     s.weights = arena.alloc({tokens, k}, rt);
-    moe_route_forward(spec_, logits, bias_, s.scores, s.experts, s.weights);
     s.offsets = arena.alloc({experts_ + 1}, DType::i32);
     s.slot_rows = arena.alloc({tokens, k}, DType::i32);
     s.row_tokens = arena.alloc({copies}, DType::i32);
-    moe_permute(s.experts, experts_, s.offsets, s.slot_rows, s.row_tokens);
-    s.xs = arena.alloc({copies, dim_}, dt);
-    moe_gather(h, s.row_tokens, s.xs);
-    s.gate_up = arena.alloc({copies, 2 * hidden_}, dt);
-    s.act = arena.alloc({copies, hidden_}, dt);
-    grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, s.act);
     s.row_weights = arena.alloc({copies}, rt);
+    s.gate_up = arena.alloc({copies, 2 * hidden_}, dt);
+    // The routed experts' sum is added to the shared experts' output where there is one.
+    Tensor out = shared_ ? shared_->forward(h, *s.shared, arena) : Tensor();
+    if (!out.defined() && !into.sum) out = arena.alloc({tokens, dim_}, dt);
+    const Arena::Mark temporaries = arena.mark();
+    if (!out.defined()) out = arena.alloc({tokens, dim_}, dt);
+    Tensor logits = arena.alloc({tokens, experts_}, rt);
+    gemm(h, false, router_->work, true, logits);
+    moe_route_forward(spec_, logits, bias_, s.scores, s.experts, s.weights);
+    moe_permute(s.experts, experts_, s.offsets, s.slot_rows, s.row_tokens);
     moe_weights_to_rows(s.weights, s.slot_rows, s.row_weights);
+    Tensor xs = arena.alloc({copies, dim_}, dt);
+    moe_gather(h, s.row_tokens, xs);
+    Tensor act = arena.alloc({copies, hidden_}, dt);
+    grouped_gemm_swiglu_forward(xs, gate_up_->work, s.offsets, s.gate_up, act);
     Tensor ys = arena.alloc({copies, dim_}, dt);
-    grouped_gemm_forward(s.act, down_->work, s.offsets, ys, s.row_weights);
-    Tensor out = arena.alloc({tokens, dim_}, dt);
-    moe_combine(ys, s.slot_rows, out);
-    if (shared_) add_scaled(out, shared_->forward(h, *s.shared, arena));
-    if (!into.sum) return out;
-    add_scaled_into(*into.sum, *into.residual, out, into.scale, "moe_residual_add");
-    return *into.sum;
+    grouped_gemm_forward(act, down_->work, s.offsets, ys, s.row_weights);
+    moe_combine(ys, s.slot_rows, out, shared_ != nullptr);
+    if (into.sum) add_scaled_into(*into.sum, *into.residual, out, into.scale, "moe_residual_add");
+    arena.rewind(temporaries);
+    return into.sum ? *into.sum : out;
   }
 
   void buffers(std::vector<std::pair<std::string, Tensor>>& out) const override {
@@ -123,25 +129,26 @@ class MoeMlp final : public Mlp {
     const DType dt = dout.dtype(), rt = s.scores.dtype();
     // Counted here, not in the forward: only training runs a backward.
     moe_add_load(s.offsets, load_);
-    // Down projection: da = dout W_down (unweighted), the weights' gradients from it,
-    // then the weighted gradients of act and of W_down.
+    // Down projection: da = dout W_down (unweighted); the SwiGLU's backward takes the
+    // gate weights in and gives their gradients and the weighted activation, the down
+    // weight's gradient comes from that.
     Tensor douts = arena.alloc({copies, dim_}, dt);
     moe_gather(dout, s.row_tokens, douts);
     Tensor da = arena.alloc({copies, hidden_}, dt);
     grouped_gemm_backward_input(douts, down_->work, s.offsets, da);
+    Tensor dgate_up = arena.alloc(s.gate_up.shape(), dt), act_w = arena.alloc({copies, hidden_}, dt);
     Tensor dweights = arena.alloc({tokens, k}, rt);
-    moe_weight_grads(da, s.act, s.slot_rows, dweights);
-    moe_scale_rows(da, s.row_weights, da);
-    moe_scale_rows(douts, s.row_weights, douts);
-    grouped_gemm_backward_weight(douts, s.act, s.offsets, down_->grad, down_->grad_accumulates());
-    // Gate/up projection through the SwiGLU.
-    Tensor dgate_up = arena.alloc(s.gate_up.shape(), dt);
-    swiglu_backward(da, s.gate_up, dgate_up);
-    grouped_gemm_backward_weight(dgate_up, s.xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
-    Tensor dxs = arena.alloc({copies, dim_}, dt);
+    moe_swiglu_backward(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights);
+    grouped_gemm_backward_weight(douts, act_w, s.offsets, down_->grad, down_->grad_accumulates());
+    // Gate/up projection, from the rows gathered again; the input's gradient reuses the
+    // output gradient's rows.
+    Tensor xs = arena.alloc({copies, dim_}, dt);
+    moe_gather(s.h, s.row_tokens, xs);
+    grouped_gemm_backward_weight(dgate_up, xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
+    Tensor dxs = douts;
     grouped_gemm_backward_input(dgate_up, gate_up_->work, s.offsets, dxs);
-    Tensor dh = arena.alloc({tokens, dim_}, dt);
-    moe_combine(dxs, s.slot_rows, dh);
+    Tensor dh = shared_ ? shared_->backward(dout, *s.shared, arena) : arena.alloc({tokens, dim_}, dt);
+    moe_combine(dxs, s.slot_rows, dh, shared_ != nullptr);
     // Router: through the weights into the logits, then into h and the router weight.
     Tensor dlogits = arena.alloc({tokens, experts_}, rt);
     moe_route_backward(spec_, dweights, s.scores, s.experts, dlogits);
@@ -157,13 +164,12 @@ class MoeMlp final : public Mlp {
     }
     gemm(dl, false, router_->work, false, dh, 1.0, 1.0);
     gemm(dlogits, true, h32, false, router_->grad, 1.0, router_->grad_accumulates() ? 1.0 : 0.0);
-    if (shared_) add_scaled(dh, shared_->backward(dout, *s.shared, arena));
     return dh;
   }
 
  private:
   struct Saved final : Mlp::Saved {
-    Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, xs, gate_up, act;
+    Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, gate_up;
     std::unique_ptr<Mlp::Saved> shared;
   };
   // The router's math runs in fp32 (f64 in gradient checks).

@@ -136,26 +136,22 @@ void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& appl
                   cpu::moe_update_bias(bias, load, rate, apply));
 }
 
-void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
-  const char* op = "moe_scale_rows";
-  AMBER_CHECK(x.ndim() == 2 && out.shape() == x.shape() && out.dtype() == x.dtype() &&
-                  row_weights.shape() == Shape({x.size(0)}),
-              op, ": x ", x.shape(), ", out ", out.shape(), " and row weights ", row_weights.shape(),
-              " must be [R, W], [R, W] of x's dtype and [R]");
-  const Device device = device_of(op, {&x, &row_weights, &out});
-  AMBER_ON_DEVICE(device, op, cuda::moe_scale_rows(x, row_weights, out),
-                  cpu::moe_scale_rows(x, row_weights, out));
-}
-
-void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
-  const char* op = "moe_weight_grads";
-  AMBER_CHECK(da.shape() == act.shape() && da.ndim() == 2 && da.size(0) == slot_rows.numel(), op, ": da ", da.shape(),
-              " and act ", act.shape(), " must be one [copies, H] shape for ", slot_rows.numel(), " copies");
-  AMBER_CHECK(dweights.shape() == slot_rows.shape() && slot_rows.dtype() == DType::i32, op, ": dweights ",
-              dweights.shape(), " must be ", slot_rows.shape());
-  const Device device = device_of(op, {&da, &act, &slot_rows, &dweights});
-  AMBER_ON_DEVICE(device, op, cuda::moe_weight_grads(da, act, slot_rows, dweights),
-                  cpu::moe_weight_grads(da, act, slot_rows, dweights));
+void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                         Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
+  const char* op = "moe_swiglu_backward";
+  AMBER_CHECK(da.ndim() == 2 && da.size(0) == slot_rows.numel() && gate_up.dtype() == da.dtype() &&
+                  gate_up.shape() == Shape({da.size(0), 2 * da.size(1)}) && dgate_up.shape() == gate_up.shape() &&
+                  dgate_up.dtype() == da.dtype() && act_w.shape() == da.shape() && act_w.dtype() == da.dtype(),
+              op, ": da ", da.shape(), ", gate_up ", gate_up.shape(), ", dgate_up ", dgate_up.shape(), " and act_w ",
+              act_w.shape(), " must be [R, H], [R, 2H], [R, 2H] and [R, H] of one dtype for R = ",
+              slot_rows.numel(), " copies");
+  AMBER_CHECK(row_weights.shape() == Shape({da.size(0)}) && dweights.shape() == slot_rows.shape() &&
+                  dweights.dtype() == row_weights.dtype() && slot_rows.dtype() == DType::i32,
+              op, ": row_weights ", row_weights.shape(), " must be [R] and dweights ", dweights.shape(),
+              " the i32 slot_rows' shape ", slot_rows.shape(), ", both in the router's dtype");
+  const Device device = device_of(op, {&da, &gate_up, &row_weights, &slot_rows, &dgate_up, &act_w, &dweights});
+  AMBER_ON_DEVICE(device, op, cuda::moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights),
+                  cpu::moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights));
 }
 
 }  // namespace amber

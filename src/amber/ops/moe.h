@@ -63,12 +63,15 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
 void moe_add_load(const Tensor& offsets, Tensor& load);
 void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply);
 
-// out [R, W] = x [R, W] with each row times row_weights [R] (out may be x).
-void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out);
-
-// dweights [T, k] f32 = per copy, the dot product of da [R, H] and act [R, H] at its row:
-// the gate weight's gradient where the weighted output is w (act W_down^T) and da =
-// dout W_down is the unweighted gradient of act.
-void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights);
+// The expert SwiGLU's backward with the gate weights folded in, from the saved gate/up
+// product gate_up [R, 2H] (gate half first). For each copy i = (token, slot) at row
+// r = slot_rows[i], with act = silu(gate) * up recomputed and w = row_weights[r]:
+//   dweights [T, k] f32 at i = da[r] . act  (the gate weight's gradient: da [R, H] =
+//                                            dout W_down is the unweighted gradient of act)
+//   act_w [R, H] at r = w act               (the down product's input as weighted, for
+//                                            its weight gradient)
+//   dgate_up [R, 2H] at r = the SwiGLU backward of w da[r].
+void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                         Tensor& dgate_up, Tensor& act_w, Tensor& dweights);
 
 }  // namespace amber

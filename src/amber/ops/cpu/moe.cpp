@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "amber/ops/cpu/activation.h"
 #include "amber/ops/cpu/dispatch.h"
 
 namespace amber::cpu {
@@ -195,37 +196,40 @@ void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& appl
   std::fill(l, l + num, 0.0);
 }
 
-void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
-  const int64_t rows = x.size(0), width = x.size(1);
-  with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor in = widened<T>(x), w = widened<T>(row_weights);
-    Output<T> o(out);
-    const T* px = in.data<T>();
-    const T* pw = w.data<T>();
-    T* po = o.data();
-#pragma omp parallel for if (rows * width > 65536)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < width; ++c) po[r * width + c] = px[r * width + c] * pw[r];
-    o.store();
-  });
-}
-
-void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
-  const int64_t copies = slot_rows.numel(), width = da.size(1);
+// The SwiGLU itself runs as ops/cpu/activation's, so the oracle has one SwiGLU.
+void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                         Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
+  const int64_t rows = da.size(0), width = da.size(1);
+  Tensor act = Tensor::empty(da.shape(), da.dtype()), da_w = Tensor::empty(da.shape(), da.dtype());
+  swiglu_forward(gate_up, act);
   with_compute_type(dweights.dtype(), [&]<class T>() {
     const Tensor a = widened<T>(da), h = widened<T>(act);
-    const T* pa = a.data<T>();
-    const T* ph = h.data<T>();
-    const int32_t* rows = slot_rows.data<int32_t>();
+    const T *pa = a.data<T>(), *ph = h.data<T>();
+    const int32_t* slot_row = slot_rows.data<int32_t>();
     T* out = dweights.data<T>();
-#pragma omp parallel for if (copies * width > 65536)
-    for (int64_t i = 0; i < copies; ++i) {
-      const int64_t r = rows[i];
+#pragma omp parallel for if (rows * width > 65536)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t r = slot_row[i];
       T sum = 0;
       for (int64_t c = 0; c < width; ++c) sum += pa[r * width + c] * ph[r * width + c];
       out[i] = sum;
     }
   });
+  with_compute_type(da.dtype(), [&]<class T>() {
+    const Tensor a = widened<T>(da), h = widened<T>(act), w = widened<T>(row_weights);
+    const T *pa = a.data<T>(), *ph = h.data<T>(), *pw = w.data<T>();
+    Output<T> scaled_act(act_w), scaled_grad(da_w);
+    T *po = scaled_act.data(), *pd = scaled_grad.data();
+#pragma omp parallel for if (rows * width > 65536)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        po[r * width + c] = pw[r] * ph[r * width + c];
+        pd[r * width + c] = pw[r] * pa[r * width + c];
+      }
+    scaled_act.store();
+    scaled_grad.store();
+  });
+  swiglu_backward(da_w, gate_up, dgate_up);
 }
 
 }  // namespace amber::cpu

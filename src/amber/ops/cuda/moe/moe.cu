@@ -1,19 +1,23 @@
 // CUDA MoE routing (ops/cuda/moe/moe.h). The router runs a warp per token in fp32 with
-// sums in a fixed shuffle order; top-k takes k rounds of a warp arg-max (ties to the
-// lower expert). The counting sort splits the copies into chunks of kChunk in token
-// order: one thread counts a chunk, one block turns the counts into each chunk's first
-// row per expert, one thread per chunk places its copies, so rows keep the CPU's stable
-// order (token, then slot, within an expert) with no atomics.
+// sums in a fixed shuffle order, each lane holding PerLane experts (the launch picks the
+// smallest count that covers the experts); top-k takes k rounds of a warp arg-max (ties
+// to the lower expert). The counting sort splits the copies into chunks of kSortChunk in
+// token order: a block counts a chunk, one block turns the counts into each chunk's
+// first row per expert, and a block per chunk places its copies, each warp walking its
+// slice 32 copies at a time with __match_any_sync ranking the copies of one expert, so
+// rows keep the CPU's stable order (token, then slot, within an expert) with no global
+// atomics.
 #include "amber/ops/cuda/moe/moe.h"
 
+#include "amber/ops/cuda/activation/glu_math.cuh"
 #include "amber/ops/cuda/common/common.cuh"
 
 namespace amber::cuda {
 namespace {
 
-constexpr int kMaxExperts = 1024;           // 32 per lane of the router's warp
-constexpr int kPerLane = kMaxExperts / 32;
-constexpr int kChunk = 256;                 // copies per counting-sort chunk
+constexpr int kMaxExperts = 1024;  // 32 per lane of the router's warp
+constexpr int kSortChunk = 4096;   // copies per counting-sort chunk
+constexpr int kSortWarps = 8;      // warps of a sort block; each places kSortChunk / kSortWarps copies
 
 __device__ __forceinline__ float score_of(RouterScore s, float logit, float top) {
   if (s == RouterScore::softmax) return expf(logit - top);
@@ -27,6 +31,7 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+template <int kPerLane>
 __global__ void route_forward_kernel(RouterScore score, int top_k, bool normalize, float scaling, const float* logits,
                                      const float* bias, int64_t tokens, int experts, float* scores, int* chosen,
                                      float* weights) {
@@ -37,6 +42,7 @@ __global__ void route_forward_kernel(RouterScore score, int top_k, bool normaliz
   float s[kPerLane];
   float top = -INFINITY;
   if (score == RouterScore::softmax)
+#pragma unroll
     for (int i = 0; i < kPerLane; ++i)
       if (lane + 32 * i < experts) top = fmaxf(top, l[lane + 32 * i]);
   top = warp_max(top);
@@ -52,6 +58,7 @@ __global__ void route_forward_kernel(RouterScore score, int top_k, bool normaliz
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) s[i] /= sum;
   }
+#pragma unroll
   for (int i = 0; i < kPerLane; ++i)
     if (lane + 32 * i < experts) scores[t * experts + lane + 32 * i] = s[i];
   // k rounds of a warp arg-max over score + bias, the chosen ones left out; the winner's
@@ -135,58 +142,90 @@ __global__ void route_backward_kernel(RouterScore score, int top_k, bool normali
   }
 }
 
-// The copies of chunk c: [c kChunk, min((c + 1) kChunk, copies)) in token-major order.
-__global__ void count_chunks_kernel(const int* chosen, int64_t copies, int experts, int chunks, int* counts) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= chunks) return;
-  int* row = counts + static_cast<int64_t>(c) * experts;
-  for (int e = 0; e < experts; ++e) row[e] = 0;
-  const int64_t end = min(copies, static_cast<int64_t>(c + 1) * kChunk);
-  for (int64_t i = static_cast<int64_t>(c) * kChunk; i < end; ++i) {
+// The copies of chunk c: [c kSortChunk, min((c + 1) kSortChunk, copies)) in token-major
+// order. counts [chunks, E]: the chunk's copies per expert.
+__global__ void count_chunks_kernel(const int* chosen, int64_t copies, int experts, int* counts) {
+  __shared__ int histogram[kMaxExperts];
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) histogram[e] = 0;
+  __syncthreads();
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kSortChunk;
+  const int64_t end = min(copies, begin + kSortChunk);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const int e = chosen[i];
-    if (e >= 0 && e < experts) ++row[e];
+    if (e >= 0 && e < experts) atomicAdd(&histogram[e], 1);
   }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) counts[static_cast<int64_t>(blockIdx.x) * experts + e] = histogram[e];
 }
 
-// One block: offsets, and counts turned into each chunk's first row per expert.
+// One block of kMaxExperts threads: offsets (an inclusive scan of the experts' totals),
+// and the counts turned into each chunk's first row per expert.
 __global__ void chunk_bases_kernel(int experts, int chunks, int* counts, int* offsets) {
-  __shared__ int totals[kMaxExperts];
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int running = 0;
+  __shared__ int scan[kMaxExperts];
+  const int e = threadIdx.x;
+  int total = 0;
+  if (e < experts)
     for (int c = 0; c < chunks; ++c) {
       int* cell = counts + static_cast<int64_t>(c) * experts + e;
       const int n = *cell;
-      *cell = running;
-      running += n;
+      *cell = total;
+      total += n;
     }
-    totals[e] = running;
-  }
+  scan[e] = total;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int running = 0;
-    for (int e = 0; e < experts; ++e) {
-      offsets[e] = running;
-      running += totals[e];
-    }
-    offsets[experts] = running;
+  for (int stride = 1; stride < kMaxExperts; stride *= 2) {
+    const int add = e >= stride ? scan[e - stride] : 0;
+    __syncthreads();
+    scan[e] += add;
+    __syncthreads();
   }
-  __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += blockDim.x)
-    for (int c = 0; c < chunks; ++c) counts[static_cast<int64_t>(c) * experts + e] += offsets[e];
+  if (e == 0) offsets[0] = 0;
+  if (e < experts) {
+    offsets[e + 1] = scan[e];
+    const int first = scan[e] - total;
+    for (int c = 0; c < chunks; ++c) counts[static_cast<int64_t>(c) * experts + e] += first;
+  }
 }
 
-__global__ void place_chunks_kernel(const int* chosen, int64_t copies, int top_k, int experts, int chunks, int* bases,
+// A block per chunk: each warp counts its slice, the slices' first rows follow from the
+// chunk's, then each warp places its copies 32 at a time in order.
+__global__ void place_chunks_kernel(const int* chosen, int64_t copies, int top_k, int experts, const int* bases,
                                     int* slot_rows, int* row_tokens) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= chunks) return;
-  int* base = bases + static_cast<int64_t>(c) * experts;
-  const int64_t end = min(copies, static_cast<int64_t>(c + 1) * kChunk);
-  for (int64_t i = static_cast<int64_t>(c) * kChunk; i < end; ++i) {
+  extern __shared__ int next_row[];  // [kSortWarps][experts]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  constexpr int kSlice = kSortChunk / kSortWarps;
+  int* mine = next_row + warp * experts;
+  for (int e = lane; e < experts; e += 32) mine[e] = 0;
+  __syncwarp();
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kSortChunk + warp * kSlice;
+  const int64_t end = min(copies, begin + kSlice);
+  for (int64_t i = begin + lane; i < end; i += 32) {
     const int e = chosen[i];
-    if (e < 0 || e >= experts) continue;
-    const int row = base[e]++;
-    slot_rows[i] = row;
-    row_tokens[row] = static_cast<int>(i / top_k);
+    if (e >= 0 && e < experts) atomicAdd(&mine[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    int row = bases[static_cast<int64_t>(blockIdx.x) * experts + e];
+    for (int w = 0; w < kSortWarps; ++w) {
+      const int n = next_row[w * experts + e];
+      next_row[w * experts + e] = row;
+      row += n;
+    }
+  }
+  __syncthreads();
+  for (int64_t round = begin; round < end; round += 32) {
+    const int64_t i = round + lane;
+    int e = i < end ? chosen[i] : -1;
+    if (e >= experts) e = -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0) {
+      const int row = mine[e] + __popc(peers & ((1u << lane) - 1u));
+      slot_rows[i] = row;
+      row_tokens[row] = static_cast<int>(i / top_k);
+    }
+    __syncwarp();
+    if (e >= 0 && lane == __ffs(peers) - 1) mine[e] += __popc(peers);
+    __syncwarp();
   }
 }
 
@@ -201,17 +240,26 @@ __global__ void gather_kernel(const Unit* x, const int* row_tokens, int64_t rows
   }
 }
 
-template <class T>
+// V elements of one token's row a thread; the slots summed in order in fp32.
+template <class T, int V>
 __global__ void combine_kernel(const T* ys, const int* slot_rows, int64_t tokens, int64_t width, int top_k,
                                bool accumulate, T* out) {
-  const int64_t n = tokens * width;
+  const int64_t groups = width / V, n = tokens * groups;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / width, c = i % width;
-    float sum = accumulate ? to_f32(out[i]) : 0.0f;
-    float part = 0;
-    for (int j = 0; j < top_k; ++j) part += to_f32(ys[static_cast<int64_t>(slot_rows[t * top_k + j]) * width + c]);
-    out[i] = from_f32<T>(accumulate ? sum + part : part);
+    const int64_t t = i / groups, c = i % groups * V;
+    float part[V] = {}, y[V], sum[V];
+    for (int j = 0; j < top_k; ++j) {
+      load_f32<T, V>(ys + static_cast<int64_t>(slot_rows[t * top_k + j]) * width + c, y);
+#pragma unroll
+      for (int e = 0; e < V; ++e) part[e] += y[e];
+    }
+    if (accumulate) {
+      load_f32<T, V>(out + t * width + c, sum);
+#pragma unroll
+      for (int e = 0; e < V; ++e) part[e] = sum[e] + part[e];
+    }
+    store_f32<T, V>(out + t * width + c, part);
   }
 }
 
@@ -245,25 +293,37 @@ __global__ void update_bias_kernel(float* bias, double* load, int experts, float
   }
 }
 
-template <class T>
-__global__ void scale_rows_kernel(const T* x, const float* w, int64_t rows, int64_t width, T* out) {
-  const int64_t n = rows * width;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = from_f32<T>(to_f32(x[i]) * w[i / width]);
-}
-
-template <class T>
-__global__ void weight_grads_kernel(const T* da, const T* act, const int* slot_rows, int64_t copies, int64_t width,
-                                    float* dweights) {
+// A warp per copy i (row r = slot_rows[i]), V elements a lane at a time.
+template <class T, int V>
+__global__ void swiglu_backward_kernel(const T* da, const T* gate_up, const float* row_weights, const int* slot_rows,
+                                       int64_t copies, int64_t width, T* dgate_up, T* act_w, float* dweights) {
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (i >= copies) return;
   const int64_t r = slot_rows[i];
-  float sum = 0;
-  for (int64_t c = lane; c < width; c += 32) sum += to_f32(da[r * width + c]) * to_f32(act[r * width + c]);
-  sum = warp_sum(sum);
-  if (lane == 0) dweights[i] = sum;
+  const float w = row_weights[r];
+  const T* gate = gate_up + r * 2 * width;
+  T* dgate = dgate_up + r * 2 * width;
+  float dot = 0;
+  for (int64_t c = lane * V; c < width; c += 32 * V) {
+    float g[V], u[V], d[V], a[V], dg[V], du[V];
+    load_f32<T, V>(gate + c, g);
+    load_f32<T, V>(gate + width + c, u);
+    load_f32<T, V>(da + r * width + c, d);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float silu = Silu::value(g[e]), act = silu * u[e], dw = w * d[e];
+      dot += d[e] * act;
+      a[e] = w * act;
+      dg[e] = dw * u[e] * Silu::derivative(g[e]);
+      du[e] = dw * silu;
+    }
+    store_f32<T, V>(act_w + r * width + c, a);
+    store_f32<T, V>(dgate + c, dg);
+    store_f32<T, V>(dgate + width + c, du);
+  }
+  dot = warp_sum(dot);
+  if (lane == 0) dweights[i] = dot;
 }
 
 // Blocks for kernels that take one item a thread (or warp), not a grid-stride loop.
@@ -283,10 +343,19 @@ void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tenso
   check_router(logits, spec.top_k, op);
   const int64_t tokens = logits.size(0);
   if (tokens == 0) return;
-  route_forward_kernel<<<blocks_for(tokens * 32, 256), 256, 0, current_stream()>>>(
-      spec.score, spec.top_k, spec.normalize, static_cast<float>(spec.scaling), static_cast<const float*>(logits.raw()),
-      bias.defined() ? static_cast<const float*>(bias.raw()) : nullptr, tokens, static_cast<int>(logits.size(1)),
-      static_cast<float*>(scores.raw()), static_cast<int*>(experts.raw()), static_cast<float*>(weights.raw()));
+  const int num_experts = static_cast<int>(logits.size(1)), per_lane = (num_experts + 31) / 32;
+  const auto launch = [&]<int kPerLane>() {
+    route_forward_kernel<kPerLane><<<blocks_for(tokens * 32, 256), 256, 0, current_stream()>>>(
+        spec.score, spec.top_k, spec.normalize, static_cast<float>(spec.scaling),
+        static_cast<const float*>(logits.raw()), bias.defined() ? static_cast<const float*>(bias.raw()) : nullptr,
+        tokens, num_experts, static_cast<float*>(scores.raw()), static_cast<int*>(experts.raw()),
+        static_cast<float*>(weights.raw()));
+  };
+  if (per_lane <= 1) launch.template operator()<1>();
+  else if (per_lane <= 2) launch.template operator()<2>();
+  else if (per_lane <= 4) launch.template operator()<4>();
+  else if (per_lane <= 8) launch.template operator()<8>();
+  else launch.template operator()<32>();
   check_launch(op, logits.shape());
 }
 
@@ -308,20 +377,19 @@ void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Te
   const char* op = "moe_permute";
   AMBER_CHECK(num_experts <= kMaxExperts, op, ": ", num_experts, " experts; the GPU sort takes at most ", kMaxExperts);
   const int64_t copies = experts.numel();
-  const int chunks = static_cast<int>((copies + kChunk - 1) / kChunk), e = static_cast<int>(num_experts);
+  const int chunks = static_cast<int>((copies + kSortChunk - 1) / kSortChunk), e = static_cast<int>(num_experts);
   if (chunks == 0) {
     offsets.zero();
     return;
   }
   Tensor bases = Tensor::empty({chunks, num_experts}, DType::i32, experts.device());
   const int* chosen = static_cast<const int*>(experts.raw());
-  count_chunks_kernel<<<blocks_for(chunks, 128), 128, 0, current_stream()>>>(chosen, copies, e, chunks,
-                                                                           static_cast<int*>(bases.raw()));
-  chunk_bases_kernel<<<1, 1024, 0, current_stream()>>>(e, chunks, static_cast<int*>(bases.raw()),
-                                                       static_cast<int*>(offsets.raw()));
-  place_chunks_kernel<<<blocks_for(chunks, 128), 128, 0, current_stream()>>>(
-      chosen, copies, static_cast<int>(experts.size(1)), e, chunks, static_cast<int*>(bases.raw()),
-      static_cast<int*>(slot_rows.raw()), static_cast<int*>(row_tokens.raw()));
+  int* chunk_bases = static_cast<int*>(bases.raw());
+  count_chunks_kernel<<<chunks, 256, 0, current_stream()>>>(chosen, copies, e, chunk_bases);
+  chunk_bases_kernel<<<1, kMaxExperts, 0, current_stream()>>>(e, chunks, chunk_bases, static_cast<int*>(offsets.raw()));
+  place_chunks_kernel<<<chunks, 32 * kSortWarps, kSortWarps * e * sizeof(int), current_stream()>>>(
+      chosen, copies, static_cast<int>(experts.size(1)), e, chunk_bases, static_cast<int*>(slot_rows.raw()),
+      static_cast<int*>(row_tokens.raw()));
   check_launch(op, experts.shape());
 }
 
@@ -346,9 +414,16 @@ void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool ac
   if (tokens == 0) return;
   with_element_type(out.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    combine_kernel<T><<<grid_for(tokens * width, 256), 256, 0, current_stream()>>>(
-        static_cast<const T*>(ys.raw()), static_cast<const int*>(slot_rows.raw()), tokens, width,
-        static_cast<int>(slot_rows.size(1)), accumulate, static_cast<T*>(out.raw()));
+    constexpr int kPack = 16 / sizeof(T);
+    const auto launch = [&]<int V>() {
+      combine_kernel<T, V><<<grid_for(tokens * width / V, 256), 256, 0, current_stream()>>>(
+          static_cast<const T*>(ys.raw()), static_cast<const int*>(slot_rows.raw()), tokens, width,
+          static_cast<int>(slot_rows.size(1)), accumulate, static_cast<T*>(out.raw()));
+    };
+    if (width % kPack == 0 && aligned16(ys.raw()) && aligned16(out.raw()))
+      launch.template operator()<kPack>();
+    else
+      launch.template operator()<1>();
   });
   check_launch(op, out.shape());
 }
@@ -379,32 +454,27 @@ void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& appl
   check_launch("moe_update_bias", bias.shape());
 }
 
-void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out) {
-  const char* op = "moe_scale_rows";
-  AMBER_CHECK(row_weights.dtype() == DType::f32, op, ": the GPU takes f32 row weights, got ",
-              dtype_name(row_weights.dtype()));
-  const int64_t rows = x.size(0), width = x.size(1);
-  if (rows == 0) return;
-  with_element_type(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    scale_rows_kernel<T><<<grid_for(rows * width, 256), 256, 0, current_stream()>>>(
-        static_cast<const T*>(x.raw()), static_cast<const float*>(row_weights.raw()), rows, width,
-        static_cast<T*>(out.raw()));
-  });
-  check_launch(op, x.shape());
-}
-
-void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights) {
-  const char* op = "moe_weight_grads";
-  AMBER_CHECK(dweights.dtype() == DType::f32, op, ": the GPU writes f32 gate-weight gradients, got ",
+void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                         Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
+  const char* op = "moe_swiglu_backward";
+  AMBER_CHECK(dweights.dtype() == DType::f32, op, ": the GPU takes f32 router weights and gradients, got ",
               dtype_name(dweights.dtype()));
   const int64_t copies = slot_rows.numel(), width = da.size(1);
   if (copies == 0) return;
   with_element_type(da.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    weight_grads_kernel<T><<<blocks_for(copies * 32, 256), 256, 0, current_stream()>>>(
-        static_cast<const T*>(da.raw()), static_cast<const T*>(act.raw()), static_cast<const int*>(slot_rows.raw()),
-        copies, width, static_cast<float*>(dweights.raw()));
+    constexpr int kPack = 16 / sizeof(T);
+    const auto launch = [&]<int V>() {
+      swiglu_backward_kernel<T, V><<<blocks_for(copies * 32, 256), 256, 0, current_stream()>>>(
+          static_cast<const T*>(da.raw()), static_cast<const T*>(gate_up.raw()),
+          static_cast<const float*>(row_weights.raw()), static_cast<const int*>(slot_rows.raw()), copies, width,
+          static_cast<T*>(dgate_up.raw()), static_cast<T*>(act_w.raw()), static_cast<float*>(dweights.raw()));
+    };
+    if (width % kPack == 0 && aligned16(da.raw()) && aligned16(gate_up.raw()) && aligned16(dgate_up.raw()) &&
+        aligned16(act_w.raw()))
+      launch.template operator()<kPack>();
+    else
+      launch.template operator()<1>();
   });
   check_launch(op, da.shape());
 }

@@ -19,7 +19,7 @@ void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool ac
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
 void moe_add_load(const Tensor& offsets, Tensor& load);
 void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply);
-void moe_scale_rows(const Tensor& x, const Tensor& row_weights, Tensor& out);
-void moe_weight_grads(const Tensor& da, const Tensor& act, const Tensor& slot_rows, Tensor& dweights);
+void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                         Tensor& dgate_up, Tensor& act_w, Tensor& dweights);
 
 }  // namespace amber::cuda
