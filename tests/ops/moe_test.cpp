@@ -220,6 +220,14 @@ TEST(MoeGpu, RouterMatchesTheCpu) {
       moe_route_backward(spec, g, c.scores, c.experts, dl_cpu);
       moe_route_backward(spec, gpu(g), s, e, dl);
       EXPECT_LT(testing::relative_error(dl.to(Device::cpu()), dl_cpu), 1e-5) << "router backward, " << experts;
+      // The auxiliary losses over four documents, one of them empty, added on top.
+      const Tensor cu = Tensor::from_vector(std::vector<int32_t>{0, 100, 100, 250, 300}, {5});
+      const Tensor scale = Tensor::from_vector(std::vector<double>{0.5}, {1});
+      Tensor sum = Tensor::zeros({1}, DType::f64), gsum = Tensor::zeros({1}, DType::f64, Device::cuda());
+      moe_router_loss(spec, {0.3, 0.05}, logits, c.scores, c.experts, cu, scale, dl_cpu, sum);
+      moe_router_loss(spec, {0.3, 0.05}, gpu(logits), s, e, gpu(cu), gpu(scale), dl, gsum);
+      EXPECT_LT(testing::relative_error(dl.to(Device::cpu()), dl_cpu), 1e-5) << "router losses, " << experts;
+      EXPECT_NEAR(gsum.to(Device::cpu()).item(0), sum.item(0), 1e-5 * sum.item(0)) << "router losses, " << experts;
     }
 }
 

@@ -133,22 +133,23 @@ TEST(TrainStepGpu, Bf16StepTracksCpuFloat32) {
   expect_bf16_step_tracks_cpu(cpu, gpu);
 }
 
-// An MoE model (its second layer sparse: 8 experts, top-2, one shared) in bf16 on the
-// GPU tracks the CPU's f32 step: routing kernels, grouped products and the router's
-// gradient together.
+// An MoE model in bf16 on the GPU tracks the CPU's f32 step: routing kernels, grouped
+// products and the router's gradient together. Every token goes to all four experts
+// here: with a choice, the bf16 step's logits rank some tokens' experts differently
+// (the ranking is as precise as bf16, whatever the router's scale), and one row of
+// ~100 that moves to another expert changes that expert's gradient by about
+// 1/sqrt(100). With top-2 of 8 the expert weights' gradients were 7% off while the
+// loss matched to 3e-5 (an H100, 2026-12-05). The choice itself is checked exactly by
+// MoeGpu.RouterMatchesTheCpu, and whole runs by the 50-step loss curve
+// (docs/perf/moe.md).
 TEST(TrainStepGpu, MoeBf16StepTracksCpuFloat32) {
   if (!cuda_available() || !grouped_gemm_available(Device::cuda())) GTEST_SKIP() << "no sm_90 CUDA device";
-  const ModelConfig c = small_moe_model();
+  ModelConfig c = small_moe_model();
+  c.moe_experts = 4;
+  c.moe_top_k = 4;
   LanguageModel cpu(c), gpu(c, DType::f32, Device::cuda(), DType::bf16);
   cpu.init_weights(5);
   gpu.init_weights(5);
-  // Routers 8x their initial scale, so that bf16 rounding of the logits cannot swap a
-  // token's experts (a swapped token moves its gradient to another expert).
-  for (LanguageModel* m : {&cpu, &gpu}) {
-    for (const auto& p : m->params())
-      if (p->name.ends_with(".router.weight")) scale_into(p->value, p->value, 8.0);
-    m->refresh_working_copies();
-  }
   expect_bf16_step_tracks_cpu(cpu, gpu);
 }
 

@@ -40,6 +40,9 @@ class Backbone {
   void after_optimizer_step(const Tensor& apply) {
     for (auto& b : blocks_) b->after_optimizer_step(apply);
   }
+  void set_router_objective(const RouterObjective& objective) {
+    for (auto& b : blocks_) b->set_router_objective(objective);
+  }
   void routing_stats(std::vector<RoutingStats>& out) const {
     for (const auto& b : blocks_) b->routing_stats(out);
   }

@@ -65,6 +65,7 @@ class Block {
   void buffers(std::vector<std::pair<std::string, Tensor>>& out) const { mlp_->buffers(out); }
   void after_optimizer_step(const Tensor& apply) { mlp_->after_optimizer_step(apply); }
   void routing_stats(std::vector<RoutingStats>& out) const { mlp_->routing_stats(out); }
+  void set_router_objective(const RouterObjective& objective) { mlp_->set_router_objective(objective); }
 
  private:
   Tensor branch_gradient(const Tensor& dx, Arena& arena) const;

@@ -90,6 +90,10 @@ void ModelConfig::validate() const {
     AMBER_CHECK(moe_routed_scaling > 0, "model.moe_routed_scaling must be positive, got ", moe_routed_scaling);
     AMBER_CHECK(moe_bias_update_rate >= 0, "model.moe_bias_update_rate must be >= 0 (0 = no balance bias), got ",
                 moe_bias_update_rate);
+    AMBER_CHECK(moe_balance_loss_weight >= 0, "model.moe_balance_loss_weight must be >= 0 (0 = no balance loss), got ",
+                moe_balance_loss_weight);
+    AMBER_CHECK(moe_z_loss_weight >= 0, "model.moe_z_loss_weight must be >= 0 (0 = no router z-loss), got ",
+                moe_z_loss_weight);
     AMBER_CHECK(mlp == "swiglu", "model.mlp = '", mlp, "': MoE experts are SwiGLU, so the dense layers must be too");
   }
 }

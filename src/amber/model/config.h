@@ -63,6 +63,8 @@ struct ModelConfig {
   bool moe_normalize = true;           // the chosen scores divided by their sum
   double moe_routed_scaling = 1.0;
   double moe_bias_update_rate = 0.0;  // the auxiliary-loss-free balance bias's step; 0 = none
+  double moe_balance_loss_weight = 0.0;  // the sequence-wise balance loss's weight; 0 = none
+  double moe_z_loss_weight = 0.0;        // the router z-loss's weight; 0 = none
   // runtime
   std::string recompute = "none";  // none | block
 
@@ -131,6 +133,8 @@ struct ModelConfig {
     v("moe_normalize", moe_normalize);
     v("moe_routed_scaling", moe_routed_scaling);
     v("moe_bias_update_rate", moe_bias_update_rate);
+    v("moe_balance_loss_weight", moe_balance_loss_weight);
+    v("moe_z_loss_weight", moe_z_loss_weight);
     v("recompute", recompute);
   }
 };

@@ -5,6 +5,7 @@
 #include "amber/core/nearest_name.h"
 #include "amber/core/random.h"
 #include "amber/ops/elementwise.h"
+#include "amber/ops/step_slots.h"
 
 namespace amber {
 
@@ -98,10 +99,15 @@ void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets
                                      const Tensor& loss_scale, Tensor& loss_sums) {
   activations_.reset();
   scratch_.reset();
+  AMBER_CHECK(loss_sums.numel() == step_slot::objective_end - step_slot::objective_begin, "forward_backward: loss_sums ",
+              loss_sums.shape(), " must hold the head's sums and the routers' loss sum");
   const SeqInfo layout = seq.to(device_);
+  Tensor head_sums = loss_sums.slice(0, step_slot::loss_sum, step_slot::trained_tokens + 1);
+  backbone_.set_router_objective(
+      {layout.cu_seqlens, loss_scale, loss_sums.slice(0, step_slot::router_loss_sum, step_slot::router_loss_sum + 1)});
   Backbone::Saved saved;
   const Tensor hidden = backbone_.forward(tokens.to(device_), layout, saved, activations_, scratch_);
-  const Tensor dhidden = head_.forward_backward(hidden, targets.to(device_), loss_scale, activations_, loss_sums);
+  const Tensor dhidden = head_.forward_backward(hidden, targets.to(device_), loss_scale, activations_, head_sums);
   backbone_.backward(dhidden, layout, saved, activations_, scratch_);
 }
 

@@ -58,10 +58,11 @@ class LanguageModel {
     return out;
   }
 
-  // One micro-batch: forward, then accumulate d(loss_scale * loss.sum)/d(params). The
-  // batch's loss is added to `loss_sums` (LMHead::Loss::zero_sums on this device), so a
-  // step of several micro-batches reads its loss from the device once. loss_scale is
-  // one f64 element on this device.
+  // One micro-batch: forward, then accumulate d(loss_scale * (loss.sum + router
+  // loss))/d(params). `loss_sums` is f64 [4] on this device: the head's sums
+  // (LMHead::Loss) and the MoE routers' auxiliary loss sum, each added to, so a step of
+  // several micro-batches reads its loss from the device once. loss_scale is one f64
+  // element on this device.
   void forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq, const Tensor& loss_scale,
                         Tensor& loss_sums);
   // Loss without gradients (validation), read back to the host.

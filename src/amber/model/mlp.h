@@ -34,6 +34,13 @@ struct RoutingStats {
   double bias_spread = 0;      // max - min of the balance bias (0 without one)
 };
 
+// Where an MoE layer's router adds its auxiliary losses in a training micro-batch: the
+// batch's document bounds (cu_seqlens i32 on the device), the objective's loss scale and
+// the step's router-loss sum (f64 [1] each, step slots).
+struct RouterObjective {
+  Tensor cu_seqlens, loss_scale, sum;
+};
+
 class Mlp {
  public:
   // What a forward keeps for its backward. Each implementation defines its own (an MoE
@@ -54,6 +61,8 @@ class Mlp {
   // Runs after every optimizer step with the step's apply flag (f64 [1] on the device:
   // 1 where the update was applied).
   virtual void after_optimizer_step(const Tensor& apply) {}
+  // The training micro-batch the next forward and backward belong to (MoE layers only).
+  virtual void set_router_objective(const RouterObjective& objective) {}
   // Appends the last optimizer step's routing statistics (MoE layers only).
   virtual void routing_stats(std::vector<RoutingStats>& out) const {}
 };

@@ -32,7 +32,8 @@ class MoeMlp final : public Mlp {
         hidden_(s.hidden),
         dim_(s.dim),
         name_(s.name),
-        bias_rate_(s.config->moe_bias_update_rate) {
+        bias_rate_(s.config->moe_bias_update_rate),
+        loss_{s.config->moe_balance_loss_weight, s.config->moe_z_loss_weight} {
     const ModelConfig& c = *s.config;
     AMBER_CHECK(experts_ > 0 && hidden_ > 0, s.name, ": an MoE layer needs model.moe_experts and model.moe_hidden");
     router_ = s.store->add(s.name + ".router.weight", {experts_, dim_}, ParamRole::router,
@@ -74,12 +75,18 @@ class MoeMlp final : public Mlp {
     s.row_tokens = arena.alloc({copies}, DType::i32);
     s.row_weights = arena.alloc({copies}, rt);
     s.gate_up = arena.alloc({copies, 2 * hidden_}, dt);
+    // The auxiliary losses read the logits in the backward; without them they are a
+    // temporary.
+    if (has_router_loss()) {
+      s.logits = arena.alloc({tokens, experts_}, rt);
+      s.cu_seqlens = objective_.cu_seqlens;
+    }
     // The routed experts' sum is added to the shared experts' output where there is one.
     Tensor out = shared_ ? shared_->forward(h, *s.shared, arena) : Tensor();
     if (!out.defined() && !into.sum) out = arena.alloc({tokens, dim_}, dt);
     const Arena::Mark temporaries = arena.mark();
     if (!out.defined()) out = arena.alloc({tokens, dim_}, dt);
-    Tensor logits = arena.alloc({tokens, experts_}, rt);
+    Tensor logits = has_router_loss() ? s.logits : arena.alloc({tokens, experts_}, rt);
     gemm(h, false, router_->work, true, logits);
     moe_route_forward(spec_, logits, bias_, s.scores, s.experts, s.weights);
     moe_permute(s.experts, experts_, s.offsets, s.slot_rows, s.row_tokens);
@@ -95,6 +102,8 @@ class MoeMlp final : public Mlp {
     arena.rewind(temporaries);
     return into.sum ? *into.sum : out;
   }
+
+  void set_router_objective(const RouterObjective& objective) override { objective_ = objective; }
 
   void buffers(std::vector<std::pair<std::string, Tensor>>& out) const override {
     if (bias_.defined()) out.emplace_back(name_ + ".router.balance_bias", bias_);
@@ -152,6 +161,13 @@ class MoeMlp final : public Mlp {
     // Router: through the weights into the logits, then into h and the router weight.
     Tensor dlogits = arena.alloc({tokens, experts_}, rt);
     moe_route_backward(spec_, dweights, s.scores, s.experts, dlogits);
+    if (has_router_loss()) {
+      AMBER_CHECK(objective_.sum.defined() && s.cu_seqlens.defined(), name_,
+                  ": the router's auxiliary losses need the training micro-batch's objective "
+                  "(LanguageModel::forward_backward sets it)");
+      Tensor sum = objective_.sum;
+      moe_router_loss(spec_, loss_, s.logits, s.scores, s.experts, s.cu_seqlens, objective_.loss_scale, dlogits, sum);
+    }
     // The products take one operand dtype on the GPU. The router's gradient stays in
     // fp32 (a sum of small, cancelling terms: from bf16 operands it was 7% off the CPU's);
     // the input's takes the logits' gradient in the compute dtype.
@@ -170,15 +186,19 @@ class MoeMlp final : public Mlp {
  private:
   struct Saved final : Mlp::Saved {
     Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, gate_up;
+    Tensor logits, cu_seqlens;  // with auxiliary losses
     std::unique_ptr<Mlp::Saved> shared;
   };
   // The router's math runs in fp32 (f64 in gradient checks).
   static DType router_dtype(DType compute) { return compute == DType::f64 ? DType::f64 : DType::f32; }
+  bool has_router_loss() const { return loss_.balance_weight > 0 || loss_.z_weight > 0; }
 
   RouterSpec spec_;
   int64_t experts_, hidden_, dim_;
   std::string name_;
   double bias_rate_;
+  RouterLossSpec loss_;
+  RouterObjective objective_;  // the current training micro-batch's
   // The auxiliary-loss-free balance bias (with model.moe_bias_update_rate): chooses
   // experts, never weights them; and this step's rows per expert, which the backward
   // (const to the layer's parameters) adds to.

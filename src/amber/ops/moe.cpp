@@ -59,6 +59,30 @@ void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Te
                   cpu::moe_route_backward(spec, dweights, scores, experts, dlogits));
 }
 
+void moe_router_loss(const RouterSpec& spec, const RouterLossSpec& loss, const Tensor& logits, const Tensor& scores,
+                     const Tensor& experts, const Tensor& cu_seqlens, const Tensor& loss_scale, Tensor& dlogits,
+                     Tensor& sum) {
+  const char* op = "moe_router_loss";
+  AMBER_CHECK(loss.balance_weight >= 0 && loss.z_weight >= 0, op, ": the balance weight ", loss.balance_weight,
+              " and z-loss weight ", loss.z_weight, " must not be negative");
+  require_router_dtype(op, logits, "logits");
+  AMBER_CHECK(logits.ndim() == 2 && scores.shape() == logits.shape() && dlogits.shape() == logits.shape() &&
+                  scores.dtype() == logits.dtype() && dlogits.dtype() == logits.dtype(),
+              op, ": logits ", logits.shape(), ", scores ", scores.shape(), " and dlogits ", dlogits.shape(),
+              " must be one [tokens, experts] shape and dtype");
+  AMBER_CHECK(experts.shape() == Shape({logits.size(0), spec.top_k}) && experts.dtype() == DType::i32, op,
+              ": experts ", experts.shape(), " must be i32 [", logits.size(0), ", ", spec.top_k, "]");
+  AMBER_CHECK(cu_seqlens.ndim() == 1 && cu_seqlens.numel() >= 1 && cu_seqlens.dtype() == DType::i32, op,
+              ": cu_seqlens ", cu_seqlens.shape(), " must be i32 [documents + 1]");
+  AMBER_CHECK(loss_scale.numel() == 1 && loss_scale.dtype() == DType::f64 && sum.numel() == 1 &&
+                  sum.dtype() == DType::f64,
+              op, ": loss_scale and sum must be f64 [1]");
+  const Device device = device_of(op, {&logits, &scores, &experts, &cu_seqlens, &loss_scale, &dlogits, &sum});
+  AMBER_ON_DEVICE(device, op,
+                  cuda::moe_router_loss(spec, loss, logits, scores, experts, cu_seqlens, loss_scale, dlogits, sum),
+                  cpu::moe_router_loss(spec, loss, logits, scores, experts, cu_seqlens, loss_scale, dlogits, sum));
+}
+
 void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows,
                  Tensor& row_tokens) {
   const char* op = "moe_permute";

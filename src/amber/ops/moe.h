@@ -37,6 +37,23 @@ void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tenso
 void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
                         Tensor& dlogits);
 
+// The routers' auxiliary losses (training only), added to the objective as the head's
+// loss is: `sum` (f64 [1]) += their value summed over tokens, and dlogits [T, E] +=
+// loss_scale (f64 [1]) times their gradient. Documents d (cu_seqlens i32 [D + 1], empty
+// ones allowed) of T_d tokens; p_te = s_te / sum_j s_tj the normalised scores; c_de the
+// copies of d's tokens routed to e:
+//   balance (DeepSeek-V3's sequence-wise loss, each document's weighted by its tokens):
+//     T_d * balance_weight * sum_e f_de P_de, f_de = E c_de / (k T_d), P_de = mean over
+//     d's tokens of p_te; the choice (c_de) carries no gradient.
+//   z-loss (ST-MoE): z_weight * logsumexp_e(logit_te)^2 for each token.
+struct RouterLossSpec {
+  double balance_weight = 0;
+  double z_weight = 0;
+};
+void moe_router_loss(const RouterSpec& spec, const RouterLossSpec& loss, const Tensor& logits, const Tensor& scores,
+                     const Tensor& experts, const Tensor& cu_seqlens, const Tensor& loss_scale, Tensor& dlogits,
+                     Tensor& sum);
+
 // The expert order of the copies: offsets [E + 1] i32 (expert e owns rows offsets[e] ..
 // offsets[e + 1] - 1), slot_rows [T, k] i32 (the row of each (token, slot) copy),
 // row_tokens [R] i32 (the token of each row). Within an expert, rows follow token order

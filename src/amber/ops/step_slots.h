@@ -7,21 +7,21 @@
 // Adding a scalar: put it in the results when the step computes it (zeroed at every
 // step's start; inside `checked` when a non-finite value must skip the update, as an
 // auxiliary loss must), or in the inputs when the host sets it; then give
-// AccumulatedStep (train/step.h) its field, and the trainer's JSONL record its key. A
-// MoE router's load-balancing loss belongs here, summed beside loss_sum; per-expert
-// token counts are a vector, and get a tensor of their own beside the per-parameter
-// squared norms, not one slot per expert.
+// AccumulatedStep (train/step.h) its field, and the trainer's JSONL record its key.
+// Per-expert token counts are a vector, and get a tensor of their own beside the
+// per-parameter squared norms, not one slot per expert.
 #pragma once
 
 namespace amber::step_slot {
 
 enum : int {
   // The step's results, zeroed at its start.
-  loss_sum,        // over trained tokens: cross-entropy + z-loss (linear_cross_entropy_sums)
-  z_loss_sum,      // the z-loss part of loss_sum (linear_cross_entropy_sums)
-  trained_tokens,  // tokens with a target (linear_cross_entropy_sums)
-  grad_norm,       // the global gradient norm before clipping (norm_from_squares)
-  apply,           // 1 when the update runs: loss sums and norm finite (finite_flag)
+  loss_sum,         // over trained tokens: cross-entropy + z-loss (linear_cross_entropy_sums)
+  z_loss_sum,       // the z-loss part of loss_sum (linear_cross_entropy_sums)
+  trained_tokens,   // tokens with a target (linear_cross_entropy_sums)
+  router_loss_sum,  // the MoE routers' auxiliary losses, beside loss_sum (moe_router_loss)
+  grad_norm,        // the global gradient norm before clipping (norm_from_squares)
+  apply,            // 1 when the update runs: loss sums and norm finite (finite_flag)
   // The step's inputs, written by the host before it runs.
   lr_multiplier,  // the learning-rate schedule's factor
   grad_scale,     // 1 from the host; clip_scale lowers it to the clip factor
@@ -31,6 +31,7 @@ enum : int {
 
 // Ranges [begin, end) handed to ops as one contiguous slice.
 inline constexpr int loss_sums_begin = loss_sum, loss_sums_end = trained_tokens + 1;  // linear_cross_entropy_sums
+inline constexpr int objective_begin = loss_sum, objective_end = router_loss_sum + 1;  // LanguageModel::forward_backward
 inline constexpr int results_begin = loss_sum, results_end = apply + 1;               // zeroed every step
 inline constexpr int checked_begin = loss_sum, checked_end = grad_norm + 1;           // finite_flag's values
 inline constexpr int gate_begin = apply, gate_end = grad_scale + 1;                   // advance_schedule's gate

@@ -147,6 +147,7 @@ void MetricsSink::log_step(const FinishedStep& step, Device device, CardTelemetr
     record["moe_dead_experts"] = dead;
     record["moe_bias_spread"] = spread;
     record["moe_layers"] = std::move(layers);
+    record["router_loss"] = acc.trained_tokens ? acc.router_loss_sum / per_token : 0.0;
   }
   if (t.peak_tflops > 0) {
     const FlopCount f = count_flops(config_.model, step.lengths);

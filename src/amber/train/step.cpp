@@ -19,8 +19,8 @@ constexpr int kValues = step_slot::count;
 
 AccumulatedStep accumulated_step(const double* v) {
   using namespace step_slot;
-  return {v[loss_sum], v[z_loss_sum], static_cast<int64_t>(v[trained_tokens]), v[grad_norm], v[grad_scale],
-          v[apply] != 0.0};
+  return {v[loss_sum],  v[z_loss_sum], static_cast<int64_t>(v[trained_tokens]), v[router_loss_sum],
+          v[grad_norm], v[grad_scale], v[apply] != 0.0};
 }
 
 // The step's own GPU work outside any op (the kept statistics, the batch's copies, the
@@ -197,7 +197,7 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
     model_.restart_grads();
     stats_.zero();
   }
-  Tensor sums = stats_.loss_sums();
+  Tensor sums = stats_.objective();
   const Tensor scale = stats_.loss_scale();
   for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
   model_.settle_grads();

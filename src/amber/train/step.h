@@ -24,6 +24,7 @@ struct AccumulatedStep {
   double loss_sum = 0;  // summed per-token objective over the step's micro-batches
   double z_loss_sum = 0;
   int64_t trained_tokens = 0;
+  double router_loss_sum = 0;  // the MoE routers' auxiliary losses, summed as loss_sum (not in it)
   double grad_norm = NAN;  // global gradient norm before clipping; NaN until measured
   double grad_scale = 1;   // what the update multiplied the gradients by (the clip factor)
   bool applied = false;    // whether the update ran (finite loss and norm, an optimizer set)
@@ -41,7 +42,7 @@ class StepStats {
   StepStats(const StepStats&) = delete;
   StepStats& operator=(const StepStats&) = delete;
   // Views of the statistics by slot; the ranges are the slices that ops take whole.
-  Tensor loss_sums() const { return slots(step_slot::loss_sums_begin, step_slot::loss_sums_end); }  // LMHead adds
+  Tensor objective() const { return slots(step_slot::objective_begin, step_slot::objective_end); }  // the model adds
   Tensor grad_norm() const { return slot(step_slot::grad_norm); }
   Tensor checked() const { return slots(step_slot::checked_begin, step_slot::checked_end); }  // finite to apply
   Tensor apply() const { return slot(step_slot::apply); }

@@ -117,6 +117,55 @@ void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Te
   });
 }
 
+void moe_router_loss(const RouterSpec& spec, const RouterLossSpec& loss, const Tensor& logits, const Tensor& scores,
+                     const Tensor& experts, const Tensor& cu_seqlens, const Tensor& loss_scale, Tensor& dlogits,
+                     Tensor& sum) {
+  const int64_t num = logits.size(1), k = spec.top_k, docs = cu_seqlens.numel() - 1;
+  const int32_t* cu = cu_seqlens.data<int32_t>();
+  const int32_t* ex = experts.data<int32_t>();
+  const double scale = loss_scale.item(0);
+  double total = 0;
+  with_compute_type(logits.dtype(), [&]<class T>() {
+    const T *l = logits.data<T>(), *s = scores.data<T>();
+    T* dl = dlogits.data<T>();
+    std::vector<T> g(static_cast<size_t>(num)), ds(static_cast<size_t>(num));
+    for (int64_t d = 0; d < docs; ++d) {
+      const int64_t begin = cu[d], end = cu[d + 1], length = end - begin;
+      if (length == 0) continue;
+      // g_e = d(the document's weighted balance loss)/d(p_te), the same for its tokens.
+      std::fill(g.begin(), g.end(), T(0));
+      for (int64_t i = begin * k; i < end * k; ++i) g[ex[i]] += T(1);
+      for (T& v : g) v *= static_cast<T>(loss.balance_weight * static_cast<double>(num) / static_cast<double>(k * length));
+      for (int64_t t = begin; t < end; ++t) {
+        const T *lt = l + t * num, *st = s + t * num;
+        T* out = dl + t * num;
+        T score_sum = 0, gp = 0;
+        for (int64_t e = 0; e < num; ++e) score_sum += st[e];
+        for (int64_t e = 0; e < num; ++e) gp += g[e] * st[e] / score_sum;
+        for (int64_t e = 0; e < num; ++e) ds[e] = (g[e] - gp) / score_sum;
+        if (spec.score == RouterScore::softmax) {
+          T inner = 0;
+          for (int64_t e = 0; e < num; ++e) inner += ds[e] * st[e];
+          for (int64_t e = 0; e < num; ++e) ds[e] = st[e] * (ds[e] - inner);
+        } else {
+          for (int64_t e = 0; e < num; ++e) ds[e] *= score_slope(spec.score, st[e]);
+        }
+        // z-loss: d(lse^2)/d(logit_e) = 2 lse softmax_e.
+        const T top = *std::max_element(lt, lt + num);
+        T exp_sum = 0;
+        for (int64_t e = 0; e < num; ++e) exp_sum += std::exp(lt[e] - top);
+        const T lse = top + std::log(exp_sum);
+        for (int64_t e = 0; e < num; ++e) {
+          const T z_grad = T(2) * static_cast<T>(loss.z_weight) * lse * std::exp(lt[e] - top) / exp_sum;
+          out[e] += static_cast<T>(scale) * (ds[e] + z_grad);
+        }
+        total += static_cast<double>(gp) + loss.z_weight * static_cast<double>(lse * lse);
+      }
+    }
+  });
+  sum.data<double>()[0] += total;
+}
+
 void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows, Tensor& row_tokens) {
   const int64_t tokens = experts.size(0), k = experts.size(1);
   const int32_t* ex = experts.data<int32_t>();

@@ -142,6 +142,85 @@ __global__ void route_backward_kernel(RouterScore score, int top_k, bool normali
   }
 }
 
+// The document of token t: the last d with cu[d] <= t (empty documents share their
+// start with the next one, and the trailing ones start at the batch's end).
+__device__ __forceinline__ int document_of(const int* cu, int docs, int64_t t) {
+  int lo = 0, hi = docs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu[mid] <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// counts [D, E] += each copy's (document, expert); integer atomics, so exact.
+__global__ void document_counts_kernel(const int* chosen, int64_t copies, int top_k, const int* cu, int docs,
+                                       int experts, int* counts) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= copies) return;
+  const int d = document_of(cu, docs, i / top_k);
+  atomicAdd(&counts[static_cast<int64_t>(d) * experts + chosen[i]], 1);
+}
+
+// A warp per token: its auxiliary losses into values[t] and their gradient, times the
+// loss scale, added to its logits' gradient (RouterLossSpec in ops/moe.h).
+__global__ void router_loss_kernel(RouterScore score, int top_k, float balance_weight, float z_weight,
+                                   const float* logits, const float* scores, const int* counts, const int* cu,
+                                   int docs, int64_t tokens, int experts, const double* loss_scale, float* dlogits,
+                                   double* values) {
+  const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (t >= tokens) return;
+  const int d = document_of(cu, docs, t);
+  const float coefficient = balance_weight * experts / (static_cast<float>(top_k) * (cu[d + 1] - cu[d]));
+  const int* c = counts + static_cast<int64_t>(d) * experts;
+  const float *l = logits + t * experts, *s = scores + t * experts;
+  float score_sum = 0, weighted = 0, top = -INFINITY;
+  for (int e = lane; e < experts; e += 32) {
+    score_sum += s[e];
+    weighted += coefficient * c[e] * s[e];
+    top = fmaxf(top, l[e]);
+  }
+  score_sum = warp_sum(score_sum);
+  weighted = warp_sum(weighted);
+  top = warp_max(top);
+  const float gp = weighted / score_sum;
+  float exp_sum = 0, inner = 0;
+  for (int e = lane; e < experts; e += 32) {
+    exp_sum += expf(l[e] - top);
+    inner += (coefficient * c[e] - gp) / score_sum * s[e];
+  }
+  exp_sum = warp_sum(exp_sum);
+  inner = warp_sum(inner);
+  const float lse = top + logf(exp_sum), scale = static_cast<float>(*loss_scale);
+  for (int e = lane; e < experts; e += 32) {
+    float ds = (coefficient * c[e] - gp) / score_sum;
+    if (score == RouterScore::softmax)
+      ds = s[e] * (ds - inner);
+    else if (score == RouterScore::sigmoid)
+      ds *= s[e] * (1.0f - s[e]);
+    else
+      ds = s[e] > 0.0f ? ds * -expm1f(-s[e] * s[e]) / (2.0f * s[e]) : 0.0f;
+    const float z_grad = 2.0f * z_weight * lse * expf(l[e] - top) / exp_sum;
+    dlogits[t * experts + e] += scale * (ds + z_grad);
+  }
+  if (lane == 0) values[t] = static_cast<double>(gp) + static_cast<double>(z_weight) * lse * lse;
+}
+
+// One block: sum += the values, each thread's in index order, then a fixed tree.
+__global__ void ordered_total_kernel(const double* values, int64_t n, double* sum) {
+  __shared__ double partial[1024];
+  double local = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) local += values[i];
+  partial[threadIdx.x] = local;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *sum += partial[0];
+}
+
 // The copies of chunk c: [c kSortChunk, min((c + 1) kSortChunk, copies)) in token-major
 // order. counts [chunks, E]: the chunk's copies per expert.
 __global__ void count_chunks_kernel(const int* chosen, int64_t copies, int experts, int* counts) {
@@ -371,6 +450,29 @@ void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Te
       static_cast<const int*>(experts.raw()), tokens, static_cast<int>(scores.size(1)),
       static_cast<float*>(dlogits.raw()));
   check_launch(op, scores.shape());
+}
+
+void moe_router_loss(const RouterSpec& spec, const RouterLossSpec& loss, const Tensor& logits, const Tensor& scores,
+                     const Tensor& experts, const Tensor& cu_seqlens, const Tensor& loss_scale, Tensor& dlogits,
+                     Tensor& sum) {
+  const char* op = "moe_router_loss";
+  check_router(logits, spec.top_k, op);
+  const int64_t tokens = logits.size(0), copies = experts.numel();
+  const int num = static_cast<int>(logits.size(1)), docs = static_cast<int>(cu_seqlens.numel() - 1);
+  if (tokens == 0 || docs == 0) return;
+  Tensor counts = Tensor::zeros({docs, num}, DType::i32, logits.device());
+  Tensor values = Tensor::empty({tokens}, DType::f64, logits.device());
+  const int* cu = static_cast<const int*>(cu_seqlens.raw());
+  document_counts_kernel<<<blocks_for(copies, 256), 256, 0, current_stream()>>>(
+      static_cast<const int*>(experts.raw()), copies, spec.top_k, cu, docs, num, static_cast<int*>(counts.raw()));
+  router_loss_kernel<<<blocks_for(tokens * 32, 256), 256, 0, current_stream()>>>(
+      spec.score, spec.top_k, static_cast<float>(loss.balance_weight), static_cast<float>(loss.z_weight),
+      static_cast<const float*>(logits.raw()), static_cast<const float*>(scores.raw()),
+      static_cast<const int*>(counts.raw()), cu, docs, tokens, num, static_cast<const double*>(loss_scale.raw()),
+      static_cast<float*>(dlogits.raw()), static_cast<double*>(values.raw()));
+  ordered_total_kernel<<<1, 1024, 0, current_stream()>>>(static_cast<const double*>(values.raw()), tokens,
+                                                        static_cast<double*>(sum.raw()));
+  check_launch(op, logits.shape());
 }
 
 void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows, Tensor& row_tokens) {

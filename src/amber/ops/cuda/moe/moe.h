@@ -13,6 +13,9 @@ void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tenso
                        Tensor& experts, Tensor& weights);
 void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Tensor& scores, const Tensor& experts,
                         Tensor& dlogits);
+void moe_router_loss(const RouterSpec& spec, const RouterLossSpec& loss, const Tensor& logits, const Tensor& scores,
+                     const Tensor& experts, const Tensor& cu_seqlens, const Tensor& loss_scale, Tensor& dlogits,
+                     Tensor& sum);
 void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Tensor& slot_rows, Tensor& row_tokens);
 void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs);
 void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate);
