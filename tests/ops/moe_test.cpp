@@ -180,20 +180,29 @@ TEST(MoeSwigluBackward, GradientsAreThoseOfTheWeightedActivation) {
 
 // The auxiliary-loss-free bias: an expert above the mean load is chosen less, one
 // below it more, one at the mean keeps its bias; a skipped step changes nothing; the
-// load restarts after every step.
+// load restarts after every step; each step's statistics (busiest over mean, idle
+// experts, bias spread), also without a bias.
 TEST(MoeBias, UpdateMovesTowardBalanceOnlyWhenApplied) {
   const Tensor offsets = Tensor::from_vector(std::vector<int32_t>{0, 3, 4, 6}, {4});  // loads 3, 1, 2
   Tensor load = Tensor::zeros({3}, DType::f64), bias = Tensor::zeros({3}, DType::f32);
+  Tensor stats = Tensor::zeros({3}, DType::f64);
   moe_add_load(offsets, load);
   moe_add_load(offsets, load);  // two micro-batches: 6, 2, 4
   EXPECT_EQ(load.to_doubles(), (std::vector<double>{6, 2, 4}));
-  moe_update_bias(bias, load, 0.25, Tensor::from_vector(std::vector<double>{0.0}, {1}));
+  moe_end_step(bias, load, 0.25, Tensor::from_vector(std::vector<double>{0.0}, {1}), stats);
   EXPECT_EQ(bias.to_doubles(), (std::vector<double>{0, 0, 0})) << "a skipped step moved the bias";
   EXPECT_EQ(load.to_doubles(), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(stats.to_doubles(), (std::vector<double>{1.5, 0, 0}));
   moe_add_load(offsets, load);
-  moe_update_bias(bias, load, 0.25, Tensor::from_vector(std::vector<double>{1.0}, {1}));
+  moe_end_step(bias, load, 0.25, Tensor::from_vector(std::vector<double>{1.0}, {1}), stats);
   EXPECT_EQ(bias.to_doubles(), (std::vector<double>{-0.25, 0.25, 0}));
   EXPECT_EQ(load.to_doubles(), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(stats.to_doubles(), (std::vector<double>{1.5, 0, 0.5}));
+  Tensor no_bias;
+  const Tensor idle = Tensor::from_vector(std::vector<int32_t>{0, 4, 4, 6}, {4});  // loads 4, 0, 2
+  moe_add_load(idle, load);
+  moe_end_step(no_bias, load, 0.25, Tensor::from_vector(std::vector<double>{1.0}, {1}), stats);
+  EXPECT_EQ(stats.to_doubles(), (std::vector<double>{2, 1, 0}));
 }
 
 // ---- GPU against the CPU ------------------------------------------------------------
@@ -285,9 +294,11 @@ TEST(MoeGpu, SortGatherCombineAndWeightsMatchTheCpu) {
     moe_add_load(off, load);
     moe_add_load(goff, gload);
     EXPECT_EQ(gload.to(Device::cpu()).to_doubles(), load.to_doubles());
-    moe_update_bias(bias, load, 0.01, apply);
-    moe_update_bias(gbias, gload, 0.01, gpu(apply));
+    Tensor stats = Tensor::zeros({3}, DType::f64), gstats = Tensor::zeros({3}, DType::f64, Device::cuda());
+    moe_end_step(bias, load, 0.01, apply, stats);
+    moe_end_step(gbias, gload, 0.01, gpu(apply), gstats);
     EXPECT_EQ(gbias.to(Device::cpu()).to_doubles(), bias.to_doubles());
+    EXPECT_EQ(gstats.to(Device::cpu()).to_doubles(), stats.to_doubles());
   }
 }
 

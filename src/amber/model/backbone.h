@@ -43,8 +43,21 @@ class Backbone {
   void set_router_objective(const RouterObjective& objective) {
     for (auto& b : blocks_) b->set_router_objective(objective);
   }
-  void routing_stats(std::vector<RoutingStats>& out) const {
-    for (const auto& b : blocks_) b->routing_stats(out);
+  // The MoE layers' names in order, and their statistics' slots: kRoutingStatValues
+  // consecutive values of `values` each, in that order.
+  std::vector<std::string> routing_layers() const {
+    std::vector<std::string> names;
+    for (const auto& b : blocks_)
+      if (std::string name = b->routing_layer(); !name.empty()) names.push_back(std::move(name));
+    return names;
+  }
+  void set_routing_stats(const Tensor& values) {
+    int64_t next = 0;
+    for (auto& b : blocks_)
+      if (!b->routing_layer().empty()) {
+        b->set_routing_stats(values.slice(0, next, next + kRoutingStatValues));
+        next += kRoutingStatValues;
+      }
   }
 
  private:

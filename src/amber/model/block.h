@@ -64,7 +64,8 @@ class Block {
   // The MLP's untrained state and its per-step update (Mlp::buffers, after_optimizer_step).
   void buffers(std::vector<std::pair<std::string, Tensor>>& out) const { mlp_->buffers(out); }
   void after_optimizer_step(const Tensor& apply) { mlp_->after_optimizer_step(apply); }
-  void routing_stats(std::vector<RoutingStats>& out) const { mlp_->routing_stats(out); }
+  std::string routing_layer() const { return mlp_->routing_layer(); }
+  void set_routing_stats(const Tensor& values) { mlp_->set_routing_stats(values); }
   void set_router_objective(const RouterObjective& objective) { mlp_->set_router_objective(objective); }
 
  private:

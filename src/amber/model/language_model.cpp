@@ -24,6 +24,23 @@ LanguageModel::LanguageModel(const ModelConfig& config, DType dtype, Device devi
   AMBER_CHECK(compute_ == dtype || compute_ == DType::bf16 || compute_ == DType::f16, "compute dtype ",
               dtype_name(compute_), " must be the master dtype, bf16 or f16");
   store_.allocate();
+  routing_layers_ = backbone_.routing_layers();
+  if (!routing_layers_.empty()) {
+    routing_values_ = Tensor::zeros({static_cast<int64_t>(routing_layers_.size()) * kRoutingStatValues}, DType::f64,
+                                    device_);
+    backbone_.set_routing_stats(routing_values_);
+  }
+}
+
+std::vector<RoutingStats> LanguageModel::routing_stats(const std::vector<double>& values) const {
+  AMBER_CHECK(values.size() == routing_layers_.size() * kRoutingStatValues, "routing_stats: ", values.size(),
+              " values for ", routing_layers_.size(), " MoE layers");
+  std::vector<RoutingStats> out;
+  for (size_t i = 0; i < routing_layers_.size(); ++i) {
+    const double* v = values.data() + i * kRoutingStatValues;
+    out.push_back({routing_layers_[i], v[0], static_cast<int>(v[1]), v[2]});
+  }
+  return out;
 }
 
 Param& LanguageModel::param(const std::string& name) const {

@@ -50,13 +50,11 @@ class LanguageModel {
     return out;
   }
   void after_optimizer_step(const Tensor& apply) { backbone_.after_optimizer_step(apply); }
-  // The MoE layers' routing over the last optimizer step, in layer order (none for a
-  // dense model).
-  std::vector<RoutingStats> routing_stats() const {
-    std::vector<RoutingStats> out;
-    backbone_.routing_stats(out);
-    return out;
-  }
+  // The MoE layers' routing statistics of the last optimizer step: f64 [MoE layers x
+  // kRoutingStatValues] on the device, written inside the step (undefined for a dense
+  // model); and those values, read back, as each layer's RoutingStats in layer order.
+  const Tensor& routing_values() const { return routing_values_; }
+  std::vector<RoutingStats> routing_stats(const std::vector<double>& values) const;
 
   // One micro-batch: forward, then accumulate d(loss_scale * (loss.sum + router
   // loss))/d(params). `loss_sums` is f64 [4] on this device: the head's sums
@@ -88,6 +86,8 @@ class LanguageModel {
   Backbone backbone_;
   LMHead head_;
   Arena activations_, scratch_;
+  std::vector<std::string> routing_layers_;
+  Tensor routing_values_;
 };
 
 }  // namespace amber

@@ -26,13 +26,14 @@ struct MlpSpec {
   ParamStore* store = nullptr;          // where the parameters are declared
 };
 
-// How an MoE layer's experts were used over the last optimizer step.
+// How an MoE layer's experts were used over an optimizer step (moe_end_step's values).
 struct RoutingStats {
   std::string layer;           // e.g. "layers.3.mlp"
   double max_over_mean = 0;    // the busiest expert's rows over the mean
   int dead_experts = 0;        // experts that got no row
   double bias_spread = 0;      // max - min of the balance bias (0 without one)
 };
+inline constexpr int kRoutingStatValues = 3;  // max_over_mean, dead_experts, bias_spread
 
 // Where an MoE layer's router adds its auxiliary losses in a training micro-batch: the
 // batch's document bounds (cu_seqlens i32 on the device), the objective's loss scale and
@@ -63,8 +64,11 @@ class Mlp {
   virtual void after_optimizer_step(const Tensor& apply) {}
   // The training micro-batch the next forward and backward belong to (MoE layers only).
   virtual void set_router_objective(const RouterObjective& objective) {}
-  // Appends the last optimizer step's routing statistics (MoE layers only).
-  virtual void routing_stats(std::vector<RoutingStats>& out) const {}
+  // MoE layers: the layer's name, and where it writes its routing statistics after each
+  // optimizer step (f64 [kRoutingStatValues] on the device), so that a step's are read
+  // with its other statistics. Empty for a dense MLP.
+  virtual std::string routing_layer() const { return {}; }
+  virtual void set_routing_stats(const Tensor& values) {}
 };
 
 const Registry<Mlp, const MlpSpec&>& mlp_registry();

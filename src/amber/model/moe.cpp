@@ -6,9 +6,6 @@
 // no [copies, dim] output is kept for it.
 #include "amber/model/moe.h"
 
-#include <algorithm>
-#include <numeric>
-
 #include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/grouped_gemm.h"
@@ -45,7 +42,7 @@ class MoeMlp final : public Mlp {
     for (Param* p : {router_.get(), gate_up_.get(), down_.get()}) p->product_gradient = true;
     const Device device = s.store->placement().device;
     load_ = Tensor::zeros({experts_}, DType::f64, device);
-    last_load_ = Tensor::zeros({experts_}, DType::f64, device);
+    stats_ = Tensor::zeros({kRoutingStatValues}, DType::f64, device);  // until the model gives its slots
     if (bias_rate_ > 0) bias_ = Tensor::zeros({experts_}, DType::f32, device);
     if (c.moe_shared_experts > 0)
       shared_ = mlp_registry().build(
@@ -109,28 +106,15 @@ class MoeMlp final : public Mlp {
     if (bias_.defined()) out.emplace_back(name_ + ".router.balance_bias", bias_);
   }
 
-  // Device work only (it runs inside the step's CUDA graph): the step's load is kept for
-  // routing_stats, then the bias moves and the load restarts.
+  // Device work only (it runs inside the step's CUDA graph): the step's statistics, the
+  // bias's move, the load's restart.
   void after_optimizer_step(const Tensor& apply) override {
-    last_load_.copy_from(load_);
-    if (bias_.defined())
-      moe_update_bias(bias_, load_, bias_rate_, apply);
-    else
-      load_.zero();
+    Tensor bias = bias_;
+    moe_end_step(bias, load_, bias_rate_, apply, stats_);
   }
 
-  // Reads the last step's load and bias back to the host.
-  void routing_stats(std::vector<RoutingStats>& out) const override {
-    const std::vector<double> load = last_load_.to(Device::cpu()).to_doubles();
-    const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
-    RoutingStats r{name_, mean > 0 ? *std::max_element(load.begin(), load.end()) / mean : 0.0,
-                   static_cast<int>(std::count(load.begin(), load.end(), 0.0)), 0.0};
-    if (bias_.defined()) {
-      const std::vector<double> bias = bias_.to(Device::cpu()).to_doubles();
-      r.bias_spread = *std::max_element(bias.begin(), bias.end()) - *std::min_element(bias.begin(), bias.end());
-    }
-    out.push_back(r);
-  }
+  std::string routing_layer() const override { return name_; }
+  void set_routing_stats(const Tensor& values) override { stats_ = values; }
 
   Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
     const auto& s = static_cast<const Saved&>(saved);
@@ -204,7 +188,7 @@ class MoeMlp final : public Mlp {
   // (const to the layer's parameters) adds to.
   Tensor bias_;
   mutable Tensor load_;
-  Tensor last_load_;  // the last optimizer step's
+  Tensor stats_;  // moe_end_step's, in the model's routing values
   std::shared_ptr<Param> router_, gate_up_, down_;
   std::unique_ptr<Mlp> shared_;
 };

@@ -150,14 +150,17 @@ void moe_add_load(const Tensor& offsets, Tensor& load) {
                   cpu::moe_add_load(offsets, load));
 }
 
-void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply) {
-  const char* op = "moe_update_bias";
-  AMBER_CHECK(bias.ndim() == 1 && bias.dtype() == DType::f32 && load.shape() == bias.shape() &&
-                  load.dtype() == DType::f64 && apply.numel() == 1 && apply.dtype() == DType::f64,
-              op, ": bias ", bias.shape(), " f32, load f64 of its shape and apply f64 [1] expected");
-  const Device device = device_of(op, {&bias, &load, &apply});
-  AMBER_ON_DEVICE(device, op, cuda::moe_update_bias(bias, load, rate, apply),
-                  cpu::moe_update_bias(bias, load, rate, apply));
+void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, Tensor& stats) {
+  const char* op = "moe_end_step";
+  AMBER_CHECK(load.ndim() == 1 && load.dtype() == DType::f64 && apply.numel() == 1 && apply.dtype() == DType::f64 &&
+                  stats.numel() == 3 && stats.dtype() == DType::f64,
+              op, ": load f64 [E], apply f64 [1] and stats f64 [3] expected, got ", load.shape(), ", ", apply.shape(),
+              " and ", stats.shape());
+  AMBER_CHECK(!bias.defined() || (bias.shape() == load.shape() && bias.dtype() == DType::f32), op, ": bias ",
+              bias.shape(), " must be f32 of the load's shape ", load.shape());
+  const Device device = device_of(op, {&bias, &load, &apply, &stats});
+  AMBER_ON_DEVICE(device, op, cuda::moe_end_step(bias, load, rate, apply, stats),
+                  cpu::moe_end_step(bias, load, rate, apply, stats));
 }
 
 void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,

@@ -73,12 +73,15 @@ void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool ac
 // The gate weights in row order: row_weights [R] f32 = weights [T, k] at slot_rows.
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
 
-// The auxiliary-loss-free balance (DeepSeek-V3): load [E] f64 += each expert's rows
-// this micro-batch (from offsets [E + 1]); after the step, where apply (f64 [1]) is 1,
-// bias [E] f32 += rate * sign(mean load - load) (an overloaded expert is chosen less,
-// an idle one more), and the load restarts from zero either way.
+// The experts' load and the auxiliary-loss-free balance (DeepSeek-V3). moe_add_load:
+// load [E] f64 += each expert's rows this micro-batch (from offsets [E + 1]).
+// moe_end_step, after each optimizer step: stats (f64 [3]) = {the busiest expert's load
+// over the mean (0 without load), the experts without load, the bias's max - min after
+// the step (0 without a bias)}; where apply (f64 [1]) is 1, bias [E] f32 += rate *
+// sign(mean load - load) (an overloaded expert is chosen less, an idle one more; bias
+// may be undefined); the load restarts from zero either way.
 void moe_add_load(const Tensor& offsets, Tensor& load);
-void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply);
+void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, Tensor& stats);
 
 // The expert SwiGLU's backward with the gate weights folded in, from the saved gate/up
 // product gate_up [R, 2H] (gate half first). For each copy i = (token, slot) at row

@@ -20,7 +20,7 @@ constexpr int kValues = step_slot::count;
 AccumulatedStep accumulated_step(const double* v) {
   using namespace step_slot;
   return {v[loss_sum],  v[z_loss_sum], static_cast<int64_t>(v[trained_tokens]), v[router_loss_sum],
-          v[grad_norm], v[grad_scale], v[apply] != 0.0};
+          v[grad_norm], v[grad_scale], v[apply] != 0.0, {}};
 }
 
 // The step's own GPU work outside any op (the kept statistics, the batch's copies, the
@@ -39,14 +39,16 @@ class StepScope {
 
 StepStats::StepStats(const LanguageModel& model)
     : values_(Tensor::zeros({kValues}, DType::f64, model.device())),
-      squares_(Tensor::zeros({static_cast<int64_t>(model.params().size())}, DType::f64, model.device())) {
+      squares_(Tensor::zeros({static_cast<int64_t>(model.params().size())}, DType::f64, model.device())),
+      routing_(model.routing_values()) {
+  const size_t kept = kValues + static_cast<size_t>(routing_.defined() ? routing_.numel() : 0);
   if (model.device().is_cuda()) {
-    kept_values_ = static_cast<double*>(cuda::pinned_allocate(kValues * sizeof(double)));
+    kept_values_ = static_cast<double*>(cuda::pinned_allocate(kept * sizeof(double)));
     kept_copied_ = cuda::create_marker();
   } else {
-    kept_values_ = new double[kValues];
+    kept_values_ = new double[kept];
   }
-  std::fill(kept_values_, kept_values_ + kValues, 0.0);
+  std::fill(kept_values_, kept_values_ + kept, 0.0);
 }
 
 StepStats::~StepStats() {
@@ -60,20 +62,32 @@ StepStats::~StepStats() {
 
 void StepStats::zero() { slots(step_slot::results_begin, step_slot::results_end).zero(); }
 
-AccumulatedStep StepStats::read() const { return accumulated_step(values_.to_doubles().data()); }
+AccumulatedStep StepStats::accumulated(const double* values, const double* routing) const {
+  AccumulatedStep step = accumulated_step(values);
+  if (routing_.defined()) step.routing.assign(routing, routing + routing_.numel());
+  return step;
+}
+
+AccumulatedStep StepStats::read() const {
+  const std::vector<double> routing = routing_.defined() ? routing_.to_doubles() : std::vector<double>();
+  return accumulated(values_.to_doubles().data(), routing.data());
+}
 
 void StepStats::keep() {
+  const size_t routing = static_cast<size_t>(routing_.defined() ? routing_.numel() : 0);
   if (!kept_copied_) {
     std::copy_n(values_.data<double>(), kValues, kept_values_);
+    if (routing) std::copy_n(routing_.data<double>(), routing, kept_values_ + kValues);
     return;
   }
   cuda::copy_to_pinned(kept_values_, values_.raw(), kValues * sizeof(double));
+  if (routing) cuda::copy_to_pinned(kept_values_ + kValues, routing_.raw(), routing * sizeof(double));
   cuda::place_marker(kept_copied_);
 }
 
 AccumulatedStep StepStats::kept() const {
   if (kept_copied_) cuda::wait_for_marker(kept_copied_);
-  return accumulated_step(kept_values_);
+  return accumulated(kept_values_, kept_values_ + kValues);
 }
 
 void global_grad_norm(const LanguageModel& model, StepStats& stats) {

@@ -28,6 +28,7 @@ struct AccumulatedStep {
   double grad_norm = NAN;  // global gradient norm before clipping; NaN until measured
   double grad_scale = 1;   // what the update multiplied the gradients by (the clip factor)
   bool applied = false;    // whether the update ran (finite loss and norm, an optimizer set)
+  std::vector<double> routing;  // the MoE layers' routing statistics (LanguageModel::routing_stats)
 };
 
 // The values the host hands each step: the step_slot inputs (ops/step_slots.h).
@@ -53,7 +54,8 @@ class StepStats {
   Tensor squares() const { return squares_; }  // [params], one squared gradient norm each
   // Zeroes the sums, the norm and the apply flag (not the inputs).
   void zero();
-  // The step's values on the host: one device-to-host copy, which waits for the step.
+  // The step's values on the host (the MoE layers' routing statistics included): a
+  // device-to-host copy, which waits for the step.
   AccumulatedStep read() const;
   // Queues a copy of the values to the host (pinned memory on a GPU), which kept()
   // returns. Queued first in a step, it keeps the previous step's values from this
@@ -66,8 +68,11 @@ class StepStats {
   Tensor slots(int begin, int end) const { return values_.slice(0, begin, end); }
   Tensor slot(int s) const { return values_.slice(0, s, s + 1); }
 
+  AccumulatedStep accumulated(const double* values, const double* routing) const;
+
   Tensor values_, squares_;
-  double* kept_values_;           // step_slot::count doubles; pinned on a GPU
+  Tensor routing_;                // the model's routing values (undefined for a dense model)
+  double* kept_values_;           // step_slot::count doubles, then the routing values; pinned on a GPU
   void* kept_copied_ = nullptr;  // on a GPU, the marker placed after keep()'s copy
 };
 

@@ -41,9 +41,6 @@ struct Issued {
   Clock::time_point start;       // from when its time counts
   Clock::time_point issued;      // when run() returned (on the CPU, the step's end)
   bool replayed = false;         // whether it ran as a replay of the captured CUDA graph
-  // The MoE layers' routing over the step, read when run() returned: MoE layers run on
-  // the CPU, where that is the step's end.
-  std::vector<RoutingStats> routing;
 };
 
 }  // namespace
@@ -141,7 +138,7 @@ void Trainer::State::print_summary() {
 }
 
 Issued Trainer::State::issue(Clock::time_point start) {
-  Issued step{{}, schedule(issued_steps), start, {}, false, {}};
+  Issued step{{}, schedule(issued_steps), start, {}, false};
   for (data::Batch& b : micro) {
     b = data.loader->next();
     const std::vector<int32_t> l = b.seq.lengths();
@@ -150,7 +147,6 @@ Issued Trainer::State::issue(Clock::time_point start) {
   train_step->run(micro, step.multiplier);
   step.issued = Clock::now();
   step.replayed = train_step->replayed();
-  step.routing = model->routing_stats();
   ++issued_steps;
   return step;
 }
@@ -168,7 +164,7 @@ void Trainer::State::finish(const Issued& step, const AccumulatedStep& acc, Cloc
                  .replayed = step.replayed,
                  .tokens_seen = progress.tokens_seen,
                  .skipped_steps = progress.skipped_steps,
-                 .routing = step.routing},
+                 .routing = model->routing_stats(acc.routing)},
                 device, cards);
 }
 

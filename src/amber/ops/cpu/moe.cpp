@@ -231,17 +231,27 @@ void moe_add_load(const Tensor& offsets, Tensor& load) {
   for (int64_t e = 0; e < load.numel(); ++e) l[e] += off[e + 1] - off[e];
 }
 
-void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply) {
-  const int64_t num = bias.numel();
+void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, Tensor& stats) {
+  const int64_t num = load.numel();
   double* l = load.data<double>();
-  if (apply.item(0) != 0) {
-    double mean = 0;
-    for (int64_t e = 0; e < num; ++e) mean += l[e];
-    mean /= static_cast<double>(num);
-    float* b = bias.data<float>();
-    for (int64_t e = 0; e < num; ++e)
-      b[e] += static_cast<float>(rate * ((mean > l[e]) - (mean < l[e])));
+  double mean = 0, busiest = 0, idle = 0;
+  for (int64_t e = 0; e < num; ++e) {
+    mean += l[e];
+    busiest = std::max(busiest, l[e]);
+    idle += l[e] == 0;
   }
+  mean /= static_cast<double>(num);
+  double spread = 0;
+  if (bias.defined()) {
+    float* b = bias.data<float>();
+    if (apply.item(0) != 0)
+      for (int64_t e = 0; e < num; ++e) b[e] += static_cast<float>(rate * ((mean > l[e]) - (mean < l[e])));
+    spread = static_cast<double>(*std::max_element(b, b + num)) - *std::min_element(b, b + num);
+  }
+  double* out = stats.data<double>();
+  out[0] = mean > 0 ? busiest / mean : 0;
+  out[1] = idle;
+  out[2] = spread;
   std::fill(l, l + num, 0.0);
 }
 

@@ -308,15 +308,15 @@ __global__ void place_chunks_kernel(const int* chosen, int64_t copies, int top_k
   }
 }
 
-// Rows of `bytes` bytes copied 16 bytes (or 2) a thread.
+// A warp per row, its lanes striding over the row's 16-byte (or 2-byte) units: no
+// division per unit, and a row's token read once.
 template <class Unit>
 __global__ void gather_kernel(const Unit* x, const int* row_tokens, int64_t rows, int64_t units, Unit* xs) {
-  const int64_t n = rows * units;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / units, u = i % units;
-    xs[i] = x[static_cast<int64_t>(row_tokens[r]) * units + u];
-  }
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (r >= rows) return;
+  const Unit* from = x + static_cast<int64_t>(row_tokens[r]) * units;
+  Unit* to = xs + r * units;
+  for (int64_t u = threadIdx.x % 32; u < units; u += 32) to[u] = from[u];
 }
 
 // V elements of one token's row a thread; the slots summed in order in fp32.
@@ -352,23 +352,56 @@ __global__ void add_load_kernel(const int* offsets, int experts, double* load) {
   if (e < experts) load[e] += offsets[e + 1] - offsets[e];
 }
 
-// One block: mean load (a fixed-order tree), then each expert's sign step where the
-// step applies; the load restarts either way.
-__global__ void update_bias_kernel(float* bias, double* load, int experts, float rate, const double* apply) {
-  __shared__ double partial[1024];
-  double local = 0;
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) local += load[e];
-  partial[threadIdx.x] = local;
+// One block: the load's sum and maximum and the idle experts (fixed-order trees), each
+// expert's sign step where the step applies, the bias's spread; the load restarts.
+__global__ void end_step_kernel(float* bias, double* load, int experts, float rate, const double* apply,
+                                double* stats) {
+  __shared__ double total[1024], busiest[1024], idle[1024];
+  __shared__ float low[1024], high[1024];
+  const int i = threadIdx.x;
+  double sum = 0, most = 0, none = 0;
+  for (int e = i; e < experts; e += blockDim.x) {
+    sum += load[e];
+    most = fmax(most, load[e]);
+    none += load[e] == 0;
+  }
+  total[i] = sum;
+  busiest[i] = most;
+  idle[i] = none;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    if (i < stride) {
+      total[i] += total[i + stride];
+      busiest[i] = fmax(busiest[i], busiest[i + stride]);
+      idle[i] += idle[i + stride];
+    }
     __syncthreads();
   }
-  const double mean = partial[0] / experts;
+  const double mean = total[0] / experts;
   const bool applied = *apply != 0;
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    if (applied) bias[e] += rate * static_cast<float>((mean > load[e]) - (mean < load[e]));
+  float lo = INFINITY, hi = -INFINITY;
+  for (int e = i; e < experts; e += blockDim.x) {
+    if (bias) {
+      if (applied) bias[e] += rate * static_cast<float>((mean > load[e]) - (mean < load[e]));
+      lo = fminf(lo, bias[e]);
+      hi = fmaxf(hi, bias[e]);
+    }
     load[e] = 0;
+  }
+  low[i] = lo;
+  high[i] = hi;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (i < stride) {
+      low[i] = fminf(low[i], low[i + stride]);
+      high[i] = fmaxf(high[i], high[i + stride]);
+    }
+    __syncthreads();
+  }
+  if (i == 0) {
+    stats[0] = mean > 0 ? busiest[0] / mean : 0;
+    stats[1] = idle[0];
+    stats[2] = bias ? static_cast<double>(high[0]) - low[0] : 0;
   }
 }
 
@@ -500,11 +533,11 @@ void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
   const int64_t rows = xs.size(0), bytes = x.size(1) * static_cast<int64_t>(dtype_size(x.dtype()));
   if (rows == 0) return;
   if (bytes % 16 == 0 && aligned16(x.raw()) && aligned16(xs.raw()))
-    gather_kernel<<<grid_for(rows * bytes / 16, 256), 256, 0, current_stream()>>>(
+    gather_kernel<<<blocks_for(rows * 32, 256), 256, 0, current_stream()>>>(
         static_cast<const uint4*>(x.raw()), static_cast<const int*>(row_tokens.raw()), rows, bytes / 16,
         static_cast<uint4*>(xs.raw()));
   else
-    gather_kernel<<<grid_for(rows * bytes / 2, 256), 256, 0, current_stream()>>>(
+    gather_kernel<<<blocks_for(rows * 32, 256), 256, 0, current_stream()>>>(
         static_cast<const uint16_t*>(x.raw()), static_cast<const int*>(row_tokens.raw()), rows, bytes / 2,
         static_cast<uint16_t*>(xs.raw()));
   check_launch(op, xs.shape());
@@ -548,12 +581,13 @@ void moe_add_load(const Tensor& offsets, Tensor& load) {
   check_launch("moe_add_load", load.shape());
 }
 
-void moe_update_bias(Tensor& bias, Tensor& load, double rate, const Tensor& apply) {
-  const int experts = static_cast<int>(bias.numel());
-  update_bias_kernel<<<1, 1024, 0, current_stream()>>>(static_cast<float*>(bias.raw()),
-                                                       static_cast<double*>(load.raw()), experts,
-                                                       static_cast<float>(rate), static_cast<const double*>(apply.raw()));
-  check_launch("moe_update_bias", bias.shape());
+void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, Tensor& stats) {
+  const int experts = static_cast<int>(load.numel());
+  end_step_kernel<<<1, 1024, 0, current_stream()>>>(bias.defined() ? static_cast<float*>(bias.raw()) : nullptr,
+                                                    static_cast<double*>(load.raw()), experts,
+                                                    static_cast<float>(rate), static_cast<const double*>(apply.raw()),
+                                                    static_cast<double*>(stats.raw()));
+  check_launch("moe_end_step", load.shape());
 }
 
 void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
