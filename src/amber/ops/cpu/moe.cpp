@@ -135,7 +135,8 @@ void moe_router_loss(const RouterSpec& spec, const RouterLossSpec& loss, const T
       // g_e = d(the document's weighted balance loss)/d(p_te), the same for its tokens.
       std::fill(g.begin(), g.end(), T(0));
       for (int64_t i = begin * k; i < end * k; ++i) g[ex[i]] += T(1);
-      for (T& v : g) v *= static_cast<T>(loss.balance_weight * static_cast<double>(num) / static_cast<double>(k * length));
+      const double per_copy = loss.balance_weight * static_cast<double>(num) / static_cast<double>(k * length);
+      for (T& v : g) v *= static_cast<T>(per_copy);
       for (int64_t t = begin; t < end; ++t) {
         const T *lt = l + t * num, *st = s + t * num;
         T* out = dl + t * num;

@@ -234,7 +234,8 @@ __global__ void count_chunks_kernel(const int* chosen, int64_t copies, int exper
     if (e >= 0 && e < experts) atomicAdd(&histogram[e], 1);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) counts[static_cast<int64_t>(blockIdx.x) * experts + e] = histogram[e];
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    counts[static_cast<int64_t>(blockIdx.x) * experts + e] = histogram[e];
 }
 
 // One block of kMaxExperts threads: offsets (an inclusive scan of the experts' totals),
