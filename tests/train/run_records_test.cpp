@@ -133,7 +133,7 @@ TEST(RunRecords, TrainLogHoldsTheConsoleWithTimestamps) {
     text += line.substr(25) + "\n";
   }
   EXPECT_GT(lines, 5);
-  for (const char* part : {"model: ", "data: ", "step      2/6 [", "step      6/6 [", "eval @ step 3: val loss ",
+  for (const char* part : {"model: ", "data: ", "MFU not reported", "step      2/6 [", "step      6/6 [", "eval @ step 3: val loss ",
                            "checkpoint: ", "resumed from "})
     EXPECT_NE(text.find(part), std::string::npos) << part << " is missing from train.log:\n" << text;
   EXPECT_NE(printed.find("step      2/6 ["), std::string::npos) << "the console still gets it:\n" << printed;
