@@ -163,10 +163,16 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
 
 std::string chart_to_svg(const Chart& chart) {
   const int columns = std::max(1, chart.columns);
-  const int rows = (static_cast<int>(chart.panels.size()) + columns - 1) / columns;
+  const int panels = static_cast<int>(chart.panels.size());
+  const int rows = (panels + columns - 1) / columns;
   const double width = columns * kPanelWidth + 20;
-  const double legend_top = kHeader + rows * kPanelHeight + 10;
-  const double height = legend_top + static_cast<double>(chart.legend.size()) * kLegendLine + 16;
+  // The legend takes the grid's first free cell where it fits there, else a band below.
+  const bool in_cell = panels % columns != 0 && static_cast<double>(chart.legend.size()) * kLegendLine <=
+                                                    kPanelHeight - kTop - kBottom;
+  const double legend_left = 10 + (in_cell ? (panels % columns) * kPanelWidth : 0) + kLeft;
+  const double legend_top = in_cell ? kHeader + (rows - 1) * kPanelHeight + kTop : kHeader + rows * kPanelHeight + 10;
+  const double height = kHeader + rows * kPanelHeight + 16 +
+                        (in_cell ? 0 : static_cast<double>(chart.legend.size()) * kLegendLine + 10);
   std::ostringstream out;
   out << std::fixed << std::setprecision(1);
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -186,9 +192,10 @@ std::string chart_to_svg(const Chart& chart) {
   for (size_t i = 0; i < chart.legend.size(); ++i) {
     const LegendEntry& e = chart.legend[i];
     const double y = legend_top + static_cast<double>(i) * kLegendLine + 12;
-    out << "<line x1=\"" << 10 + kLeft << "\" y1=\"" << y - 4 << "\" x2=\"" << 10 + kLeft + 28 << "\" y2=\"" << y - 4
-        << "\" stroke=\"" << color(e.color) << "\" stroke-width=\"2\"" << (e.dashed ? " stroke-dasharray=\"6 4\"" : "")
-        << "/><text x=\"" << 10 + kLeft + 36 << "\" y=\"" << y << "\">" << escape(e.label) << "</text>\n";
+    out << "<line x1=\"" << legend_left << "\" y1=\"" << y - 4 << "\" x2=\"" << legend_left + 28 << "\" y2=\""
+        << y - 4 << "\" stroke=\"" << color(e.color) << "\" stroke-width=\"2\""
+        << (e.dashed ? " stroke-dasharray=\"6 4\"" : "") << "/><text x=\"" << legend_left + 36 << "\" y=\"" << y
+        << "\">" << escape(e.label) << "</text>\n";
   }
   out << "</g>\n</svg>\n";
   return out.str();
