@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The command line's conventions through the `amber` binary: usage errors (an unknown
 command or option, a missing argument, a value outside its choices) exit with status 2
-and say what was wrong; a mistyped command name, at the top or one level down, gets the
-nearest valid name; --help and --version exit 0; `amber info --config` prints the whole
+and say what was wrong; a mistyped command name, at the top or one level down, or a
+mistyped option gets the nearest valid name; --help and --version exit 0; `amber info --config` prints the whole
 resolved run config, every table."""
 import os
 import sys
@@ -43,7 +43,10 @@ def main():
     expect_usage_error(["frobnicate"], "'frobnicate' is not a command of amber", "commands: info, ")
     expect_usage_error([], "subcommand is required")
     expect_usage_error(["train"], "config is required")
-    expect_usage_error(["info", "--no-such-option"], "--no-such-option")
+    expect_usage_error(["info", "--no-such-option"], "'--no-such-option' is not an option of amber info")
+    expect_usage_error(["train", "run.toml", "--resme"], "'--resme' is not an option of amber train",
+                       "did you mean '--resume'?")
+    expect_usage_error(["bench", "step", "--stpes=3"], "did you mean '--steps'?")
     expect_usage_error(["sample", "--checkpoint"], "--checkpoint")
     expect_usage_error(["plot", "somewhere", "--out", "x.svg", "--x", "days"], "--x", "days")
     for args in (["--help"], ["train", "--help"], ["--version"]):
