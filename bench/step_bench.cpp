@@ -122,8 +122,10 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   const FlopCount f = count_flops(o.model, r.lengths);
   r.step_ms = seconds * 1e3;
   r.tokens_per_s = static_cast<double>(o.tokens) / seconds;
-  r.mfu = f.model / seconds / (o.peak_tflops * 1e12);
-  r.hfu = f.hardware / seconds / (o.peak_tflops * 1e12);
+  if (o.peak_tflops > 0) {
+    r.mfu = f.model / seconds / (o.peak_tflops * 1e12);
+    r.hfu = f.hardware / seconds / (o.peak_tflops * 1e12);
+  }
   if (device.is_cuda()) {
     r.peak_memory_gib = static_cast<double>(cuda::pool_peak_bytes(device.index)) / (1u << 30);
     r.gemm_tflops = measure_gemm_tflops(device, dtype_from_name(o.compute_dtype));

@@ -28,7 +28,7 @@ struct StepBenchOptions {
   // and steps timed before that read boost clocks (Kohaku-200M: 35.5 ms over 10 steps
   // after 3, 36.9 over 80; docs/perf/step.md, fc5f14d). 0: the warm-up steps alone.
   double warmup_seconds = 2.0;
-  double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
+  double peak_tflops = 0;  // MFU's denominator; 0: no MFU (`amber bench step` fills in train/device_peaks.h's)
   uint64_t seed = 1;
   bool profile = false;    // GPU milliseconds per op and step (with a graph: mean of the timed replays)
   bool cuda_graph = true;  // replay the step from a captured CUDA graph (GPU)

@@ -8,6 +8,7 @@
 
 #include "amber/ops/gemm.h"
 #include "amber/ops/grouped_gemm.h"
+#include "amber/train/device_peaks.h"
 #include "amber/train/run_config.h"
 #include "bench/attention_bench.h"
 #include "bench/grouped_bench.h"
@@ -37,6 +38,14 @@ void run(BenchArgs& a) {
   const size_t dash = a.doc_lengths.find('-');
   a.options.doc_min = std::stoi(a.doc_lengths.substr(0, dash));
   a.options.doc_max = dash == std::string::npos ? a.options.doc_min : std::stoi(a.doc_lengths.substr(dash + 1));
+  // MFU against --peak-tflops, else as a training run would measure it.
+  MfuPeak peak{a.options.peak_tflops, ""};
+  if (peak.tflops == 0) {
+    TrainConfig train = config.train;
+    train.compute_dtype = a.options.compute_dtype;
+    peak = mfu_peak(train, device_from_name(a.options.device));
+    a.options.peak_tflops = peak.tflops;
+  }
   const StepBenchResult r = run_step_bench(a.options);
   std::cout << std::fixed << std::setprecision(2) << "config " << a.config << " | " << a.options.tokens
             << " tokens in " << r.lengths.size() << " documents (" << a.doc_lengths << ") | " << a.options.device
@@ -47,9 +56,12 @@ void run(BenchArgs& a) {
   if (!a.options.twice.empty())
     std::cout << " | " << a.options.twice << " run twice (" << r.twice_calls << " calls a step)";
   std::cout << "\n"
-            << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | MFU "
-            << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of " << std::setprecision(0)
-            << a.options.peak_tflops << " TFLOP/s";
+            << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | ";
+  if (a.options.peak_tflops > 0)
+    std::cout << "MFU " << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of "
+              << std::setprecision(0) << a.options.peak_tflops << " TFLOP/s";
+  else
+    std::cout << peak.note;
   if (r.gemm_tflops > 0)
     std::cout << " | measured GEMM peak " << r.gemm_tflops << " TFLOP/s (MFU " << std::setprecision(1)
               << 100 * r.mfu_vs_gemm << "% of it) | peak memory " << std::setprecision(2) << r.peak_memory_gib
@@ -230,8 +242,8 @@ void add_bench_command(CLI::App& app) {
                    "After the --warmup steps, keep warming up for this long: a GPU under training load reaches "
                    "its power cap and its steady clocks within a second or two (0: the --warmup steps alone)")
       ->capture_default_str();
-  step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU (H100/H200 SXM: 989)")
-      ->capture_default_str();
+  step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU in TFLOP/s; by default train.peak_tflops, else the card's "
+                  "stated dense bf16 peak where known (H100/H200 SXM: 989; docs/training.md)");
   step->add_flag("--profile", a->options.profile,
                  "GPU only: also print GPU time per op: CUDA events around every op entry point, recorded as nodes "
                  "of the step's CUDA graph (the mean over the timed replays) or, with --no-graph, summed over the "

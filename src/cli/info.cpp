@@ -1,5 +1,6 @@
 // `amber info`: what this build can do and, given a config, the model it resolves
-// to: shape, parameter counts and FLOPs per token for a chosen document length.
+// to (shape, parameter counts and FLOPs per token for a chosen document length) and the
+// whole run config it resolves to, every default written out.
 #include <iomanip>
 #include <iostream>
 
@@ -7,6 +8,7 @@
 #include "amber/core/error.h"
 #include "amber/model/config.h"
 #include "amber/model/flops.h"
+#include "amber/train/run_config.h"
 #include "cli/commands.h"
 
 namespace amber::cli {
@@ -27,8 +29,7 @@ void print_build() {
 #endif
 }
 
-void print_model(const InfoOptions& o) {
-  const ModelConfig c = load_model_config(o.config, o.overrides);
+void print_model(const InfoOptions& o, const ModelConfig& c) {
   const int64_t total = count_parameters(c);
   const int64_t embedding = int64_t{c.vocab_size} * c.dim * (c.tie_embeddings ? 1 : 2);
   std::cout << "config: " << o.config << "\n"
@@ -72,15 +73,20 @@ void print_model(const InfoOptions& o) {
 
 void add_info_command(CLI::App& app) {
   auto options = std::make_shared<InfoOptions>();
-  auto* cmd = app.add_subcommand("info", "Show build capabilities and, with --config, the resolved model");
-  cmd->add_option("--config", options->config, "Model config (TOML with a [model] table)")->check(CLI::ExistingFile);
+  auto* cmd = app.add_subcommand("info", "Show build capabilities and, with --config, the resolved model and run config");
+  cmd->add_option("--config", options->config, "Run or model config (TOML)")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->overrides, "Override a config value, e.g. --set model.depth=4 (repeatable)");
   cmd->add_option("--doc-len", options->document_length, "Document length for the FLOP estimate")
       ->capture_default_str();
   cmd->add_option("--tokens", options->tokens, "Micro-batch tokens for the FLOP estimate")->capture_default_str();
   cmd->callback([options] {
     print_build();
-    if (!options->config.empty()) print_model(*options);
+    if (options->config.empty()) return;
+    // A model-only file (a preset) resolves too: the other tables take their defaults.
+    const RunConfig config = load_run_config(options->config, options->overrides);
+    print_model(*options, config.model);
+    std::cout << "\nresolved run config (as train.out_dir/config.toml will hold it):\n"
+              << run_config_to_toml(config);
   });
 }
 

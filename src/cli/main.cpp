@@ -4,9 +4,11 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "amber/core/error.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"amber: pre-training engine for decoder-only language models (CPU and CUDA)"};
@@ -18,10 +20,16 @@ int main(int argc, char** argv) {
   amber::cli::add_train_command(app);
   amber::cli::add_sample_command(app);
   amber::cli::add_bench_command(app);
+  amber::cli::add_plot_command(app);
+  amber::cli::use_amber_error_format(app);
+  if (const std::string unknown = amber::cli::unknown_name(app, argc, argv); !unknown.empty()) {
+    std::cerr << "amber: error: " << unknown << "\n";
+    return amber::cli::kUsageError;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return amber::cli::report_parse_error(app, e);
   } catch (const amber::Error& e) {
     std::cerr << "amber: error: " << e.what() << "\n";
     return 1;

@@ -3,8 +3,8 @@
 demo uses them but small enough for every test run: a tokenizer and shards, a short CPU
 run with evaluations, sample previews and checkpoints, its resumption, samples from the
 run folder, a run stopped by SIGTERM, a second run refused from a folder in use (and let
-in once its holder is killed), `amber info` and `amber bench step` on the run's
-config, and the messages of bad arguments. The model's vocabulary is padded far past
+in once its holder is killed), `amber plot` of two runs, `amber info` and `amber bench
+step` on the run's config, and the messages of bad arguments. The model's vocabulary is padded far past
 the tokenizer's (vocabularies are often rounded up past a tokenizer's size), so previews
 and samples must keep to the ids the tokenizer can decode."""
 import json
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ElementTree
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from cli_checks import Checks  # noqa: E402
@@ -98,6 +99,12 @@ def main():
         records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8")]
         steps = [rec["step"] for rec in records if rec["type"] == "train"]
         expect(steps == [1, 2, 3, 4, 5, 6], f"the resumed run appends steps 5-6: {steps}")
+        expect(all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", rec["time"]) and rec["elapsed_s"] >= 0
+                   for rec in records), "every record has its time and elapsed_s")
+        with open(os.path.join(run_dir, "train.log"), encoding="utf-8", errors="replace") as f:
+            log = f.read()
+        expect("eval @ step 6: val loss" in log and "resumed from " in log,
+               f"train.log holds both processes' console: {log[-400:]!r}")
         r = run(["train", config(6)])
         expect(r.returncode != 0 and "--resume" in r.stderr, f"a fresh run into a used folder: {r.stderr[-300:]}")
 
@@ -141,6 +148,32 @@ def main():
         expect(proc.returncode == 128 + signal.SIGTERM and "stopped by signal 15 after step" in out,
                f"SIGTERM: exit {proc.returncode}, {out[-300:]!r} {err[-300:]!r}")
         expect(os.path.exists(os.path.join(stop_dir, "checkpoints", "latest")), "SIGTERM leaves a checkpoint")
+
+        # Both runs in one figure: a well-formed SVG with five panels, a line per run and
+        # metric, the baseline dashed, and each run named in the legend; against hours too.
+        svg_path = os.path.join(tmp, "runs.svg")
+        for axis in ["steps", "hours"]:
+            r = run(["plot", run_dir, os.path.join(stop_dir, "metrics.jsonl"), "--out", svg_path, "--x", axis])
+            expect(r.returncode == 0, f"plot --x {axis}: exit {r.returncode}, {r.stderr[-300:]!r}")
+            try:
+                root = ElementTree.parse(svg_path).getroot()
+            except ElementTree.ParseError as e:
+                expect(False, f"plot --x {axis} writes well-formed XML: {e}")
+                continue
+            ns = "{http://www.w3.org/2000/svg}"
+            expect(root.tag == ns + "svg", f"the root is an svg element: {root.tag}")
+            panels = [g for g in root.iter(ns + "g") if g.get("class") == "panel"]
+            expect(len(panels) == 5, f"five panels: {len(panels)}")
+            lines = list(root.iter(ns + "polyline"))
+            # train loss, lr and tokens/s for both runs; val loss and its baseline for the first.
+            expect(len(lines) >= 8 and any(p.get("stroke-dasharray") for p in lines),
+                   f"{len(lines)} lines, one dashed baseline")
+            texts = [t.text or "" for t in root.iter(ns + "text")]
+            expect("run" in texts and "stopped" in texts, f"the legend names both runs: {texts[-4:]}")
+            expect(any(t.endswith(" hours of training (elapsed_s)") or t == "hours of training (elapsed_s)"
+                       for t in texts) == (axis == "hours"), f"--x {axis} labels the axis")
+        r = run(["plot", os.path.join(tmp, "nowhere"), "--out", svg_path])
+        expect(r.returncode == 1 and "metrics.jsonl" in r.stderr, f"plot of no run: {r.stderr[-300:]!r}")
 
         # One run owns its out_dir: a second `amber train` into it is refused, naming the
         # folder and the holder's pid; after the holder is killed (kill -9) the folder is free.

@@ -76,7 +76,7 @@ TEST(TrainerOutput, NonFiniteStepsAreSkippedCountedAndLogged) {
 }
 
 // With a tokenizer, sample_every previews a continuation of each prompt from the
-// model being trained, at its steps and at the last.
+// model being trained, at its steps and at the last, printed and recorded.
 TEST(TrainerOutput, SamplePreviewsContinueEachPrompt) {
   SmallRun run(272);
   RunConfig& c = run.config;
@@ -92,6 +92,21 @@ TEST(TrainerOutput, SamplePreviewsContinueEachPrompt) {
     EXPECT_NE(out.find(at), npos) << at << " is missing from:\n" << out;
   EXPECT_NE(out.find("\n  [ab]"), npos) << out;
   EXPECT_EQ(out.find("samples @ step 3"), npos) << out;
+  // metrics.jsonl records each preview: its step, and each prompt with its continuation.
+  const std::vector<nlohmann::json> records = metrics_records(c.train.out_dir, "sample");
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0]["step"], 4);
+  EXPECT_EQ(records[1]["step"], 6);
+  for (const nlohmann::json& r : records) {
+    ASSERT_EQ(r["samples"].size(), 2u) << r.dump();
+    EXPECT_EQ(r["samples"][0]["prompt"], "the cat");
+    EXPECT_EQ(r["samples"][1]["prompt"], "ab");
+    const std::string text = r["samples"][0]["text"].get<std::string>();
+    // Bytes that are no UTF-8 (an untrained byte-level model emits them) are recorded as U+FFFD.
+    if (text.find("\xEF\xBF\xBD") == std::string::npos) {
+      EXPECT_NE(out.find("  [the cat]" + text + "\n"), npos) << "the record's text is the printed one: " << text;
+    }
+  }
 }
 
 // A corpus tokenized without a validation split (--val-fraction 0) trains, and says

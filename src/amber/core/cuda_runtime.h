@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "amber/core/dtype.h"
 
 namespace amber::cuda {
 
 int device_count();
+// The device's product name as the driver reports it ("NVIDIA H100 80GB HBM3").
+std::string device_name(int device);
 void* pool_allocate(size_t bytes, int device);
 void pool_free(void* data, int device);
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);

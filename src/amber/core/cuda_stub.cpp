@@ -12,6 +12,7 @@ namespace {
 }  // namespace
 
 int device_count() { return 0; }
+std::string device_name(int) { no_cuda(); }
 void* pool_allocate(size_t, int) { no_cuda(); }
 void pool_free(void*, int) {}
 void copy(void*, bool, const void*, bool, size_t) { no_cuda(); }

@@ -34,6 +34,34 @@ std::string format_megabytes(double mb) {
   return out.str();
 }
 
+// Keeps the records of the metrics file at `path` up to `step`, writing them to a
+// temporary file that then replaces it (so a failure leaves the file as it was), and
+// returns the elapsed_s of the last record kept (0 without one). A line that is not a
+// record (cut short by a kill mid-write) goes with the records after the step.
+double keep_records_through(const fs::path& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return 0;  // the interrupted process logged nothing
+  const fs::path temporary = path.string() + ".tmp-" + std::to_string(::getpid());
+  std::ofstream out(temporary, std::ios::trunc);
+  AMBER_CHECK(out, "cannot write ", temporary.string(), " (to drop the records after step ", step, " from ",
+              path.string(), "); check the folder's permissions and free space");
+  double elapsed = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer() ||
+        record["step"].get<int64_t>() > step)
+      continue;
+    if (record.contains("elapsed_s") && record["elapsed_s"].is_number()) elapsed = record["elapsed_s"].get<double>();
+    out << line << "\n";
+  }
+  out.close();
+  AMBER_CHECK(out, "cannot write ", temporary.string(), " (to drop the records after step ", step, " from ",
+              path.string(), "); check the free space");
+  fs::rename(temporary, path);
+  return elapsed;
+}
+
 double peak_memory_mb() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -65,19 +93,24 @@ cuda::CardState CardTelemetry::take(bool again) {
   return card;
 }
 
-MetricsSink::MetricsSink(const RunConfig& config, RunRole role, bool progress)
+MetricsSink::MetricsSink(const RunConfig& config, RunRole role, bool progress, double peak_tflops)
     : config_(config),
       role_(role),
       progress_(progress),
+      peak_tflops_(peak_tflops),
       terminal_(isatty(fileno(stdout)) != 0),
-      line_start_(terminal_ ? "\r\033[K" : "") {}
+      line_start_(terminal_ ? "\r\033[K" : ""),
+      process_start_(std::chrono::steady_clock::now()) {}
 
-void MetricsSink::open(bool resumed) {
+void MetricsSink::open(bool resumed, int64_t resumed_step) {
   if (!role_.writes_metrics()) return;
-  const fs::path path = fs::path(config_.train.out_dir) / "metrics.jsonl";
+  const fs::path dir(config_.train.out_dir);
+  const fs::path path = dir / "metrics.jsonl";
+  if (resumed) elapsed_before_ = keep_records_through(path, resumed_step);
   metrics_.open(path, resumed ? std::ios::app : std::ios::trunc);
   AMBER_CHECK(metrics_, "cannot write ", path.string());
-  std::ofstream(fs::path(config_.train.out_dir) / "config.toml") << run_config_to_toml(config_);
+  log_buffer_.open((dir / "train.log").string(), resumed);
+  std::ofstream(dir / "config.toml") << run_config_to_toml(config_);
 }
 
 void MetricsSink::begin_run(int64_t first_step) {
@@ -85,9 +118,14 @@ void MetricsSink::begin_run(int64_t first_step) {
   first_step_ = first_step;
 }
 
-void MetricsSink::log_json(const nlohmann::json& record) {
+void MetricsSink::log_json(nlohmann::json record) {
   if (!role_.writes_metrics()) return;
-  metrics_ << record.dump() << "\n";
+  record["time"] = utc_timestamp(std::chrono::system_clock::now());
+  record["elapsed_s"] =
+      elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - process_start_).count();
+  // A sample preview may end inside a UTF-8 character (a byte-level model emits bytes):
+  // such bytes are written as U+FFFD rather than failing the run.
+  metrics_ << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   metrics_.flush();
 }
 
@@ -116,6 +154,8 @@ void MetricsSink::log_step(const FinishedStep& step, Device device, CardTelemetr
                            {"step_time_s", step.seconds},
                            {"peak_memory_mb", peak_memory_mb()},
                            {"skipped", skip}};
+  nlohmann::json& groups = record["lr_groups"] = nlohmann::json::object();
+  for (const auto& [group, lr] : step.lr_groups) groups[group] = lr;
   if (device.is_cuda()) {
     record["device_peak_memory_mb"] = static_cast<double>(cuda::pool_peak_bytes(device.index)) / (1 << 20);
     record["graph_replay"] = step.replayed;
@@ -149,10 +189,10 @@ void MetricsSink::log_step(const FinishedStep& step, Device device, CardTelemetr
     record["moe_layers"] = std::move(layers);
     record["router_loss"] = acc.trained_tokens ? acc.router_loss_sum / per_token : 0.0;
   }
-  if (t.peak_tflops > 0) {
+  if (peak_tflops_ > 0) {
     const FlopCount f = count_flops(config_.model, step.lengths);
-    record["mfu"] = f.model / step.seconds / (t.peak_tflops * 1e12);
-    record["hfu"] = f.hardware / step.seconds / (t.peak_tflops * 1e12);
+    record["mfu"] = f.model / step.seconds / (peak_tflops_ * 1e12);
+    record["hfu"] = f.hardware / step.seconds / (peak_tflops_ * 1e12);
   }
   log_json(record);
   if (progress_ && logged_step) print_progress(step, record, card);
@@ -186,8 +226,19 @@ void MetricsSink::log_eval(int64_t step, double val_loss, double unigram_loss, i
   line() << "eval @ step " << step << ": val loss " << std::fixed << std::setprecision(4) << val_loss << " (ppl "
          << std::setprecision(1) << std::exp(val_loss) << ")  unigram baseline " << std::setprecision(4)
          << unigram_loss << "  gap " << unigram_loss - val_loss << " nats\n";
-  log_json({{"type", "eval"}, {"step", step}, {"val_loss", val_loss}, {"unigram_loss", unigram_loss},
-            {"val_tokens", val_tokens}});
+  log_json({{"type", "eval"}, {"step", step}, {"val_loss", val_loss}, {"perplexity", std::exp(val_loss)},
+            {"unigram_loss", unigram_loss}, {"val_tokens", val_tokens}});
+}
+
+void MetricsSink::log_samples(int64_t step, const std::vector<std::string>& prompts,
+                              const std::vector<std::string>& texts) {
+  line() << "samples @ step " << step << ":\n";
+  nlohmann::json samples = nlohmann::json::array();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    console() << "  [" << prompts[i] << "]" << texts[i] << "\n";
+    samples.push_back({{"prompt", prompts[i]}, {"text", texts[i]}});
+  }
+  log_json({{"type", "sample"}, {"step", step}, {"samples", std::move(samples)}});
 }
 
 }  // namespace amber

@@ -138,6 +138,18 @@ class GroupedOptimizer final : public Optimizer {
     return out.str();
   }
 
+  std::vector<std::pair<std::string, double>> learning_rates() const override {
+    std::vector<std::pair<std::string, double>> rates;
+    const auto add = [&rates](const std::string& group, double lr) {
+      if (std::find_if(rates.begin(), rates.end(), [&](const auto& r) { return r.first == group; }) == rates.end())
+        rates.emplace_back(group, lr);
+    };
+    if (!muon_.empty()) add("muon", config_.muon_lr);
+    // Only the embedding's rate may differ from lr (learning_rate above).
+    for (const AdamWSlot& s : adamw_) add(s.lr == config_.lr ? "adamw" : "embedding", s.lr);
+    return rates;
+  }
+
  private:
   // A buffer's Muon matrices get slots of their own; its other parameters get AdamW
   // state (one flat m and v for the buffer) and are updated as runs of neighbours with

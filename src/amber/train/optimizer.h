@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amber/model/param_store.h"
@@ -66,6 +67,9 @@ class Optimizer {
   virtual std::vector<StateTensor> state() = 0;
   // One line per parameter group (parameters, lr, decay, method) for the run log.
   virtual std::string describe() const = 0;
+  // The base learning rate of each group of parameters that has its own ("muon",
+  // "adamw", "embedding" where optimizer.embed_lr sets one), before the schedule.
+  virtual std::vector<std::pair<std::string, double>> learning_rates() const = 0;
   // Updates applied so far (read from the device), for checkpoints.
   virtual int64_t steps() const = 0;
   virtual void set_steps(int64_t steps) = 0;

@@ -13,6 +13,7 @@
 #include "amber/model/flops.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/checkpointer.h"
+#include "amber/train/device_peaks.h"
 #include "amber/train/evaluator.h"
 #include "amber/train/metrics.h"
 #include "amber/train/run_data.h"
@@ -52,6 +53,7 @@ struct Trainer::State {
   const TrainOptions options;
   const RunRole role{};  // a single process: rank 0 of 1
   const Device device;
+  const MfuPeak mfu_peak;
   std::optional<RunLock> lock;  // this run owns out_dir from its start until run() returns
   MetricsSink sink;
   RunData data;
@@ -81,8 +83,9 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
     : config(std::move(run_config)),
       options(std::move(train_options)),
       device(run_device(config)),
+      mfu_peak(amber::mfu_peak(config.train, device)),
       lock(role.locks_out_dir() ? std::optional<RunLock>(std::in_place, config.train.out_dir) : std::nullopt),
-      sink(config, role, options.progress),
+      sink(config, role, options.progress, mfu_peak.tflops),
       data(config, sink.console()),
       evaluator(config, data) {
   const RunConfig& c = config;
@@ -103,7 +106,7 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
     progress = checkpointer->restore(*model, *optimizer, *data.loader, sink.console());
     sink.console() << "resumed from " << checkpointer->resume_dir() << " at step " << progress.step << "\n";
   }
-  sink.open(resumed);
+  sink.open(resumed, progress.step);
 }
 
 Trainer::Trainer(RunConfig config, TrainOptions options)
@@ -125,7 +128,8 @@ void Trainer::State::print_summary() {
       << " training sequences (documents cut at data.max_seq_len; "
       << format_count(static_cast<double>(data.loader->tokens_per_epoch())) << " tokens per epoch), "
       << data.eval_batches.size() << " validation batches; " << t.grad_accum << " x " << t.micro_batch_tokens
-      << " tokens per step\n";
+      << " tokens per step\n"
+      << mfu_peak.note << "\n";
   if (data.eval_batches.empty())
     out << "data: " << c.data.dir << " has no validation split, so nothing is evaluated (amber tokenize "
         << "--val-fraction above 0 makes one)\n";
@@ -156,9 +160,12 @@ void Trainer::State::finish(const Issued& step, const AccumulatedStep& acc, Cloc
   if (!acc.applied) ++progress.skipped_steps;
   ++progress.step;
   progress.tokens_seen += acc.trained_tokens;
+  std::vector<std::pair<std::string, double>> lr_groups = optimizer->learning_rates();
+  for (auto& [group, lr] : lr_groups) lr *= step.multiplier;
   sink.log_step({.step = progress.step,
                  .stats = acc,
                  .lr = config.optimizer.lr * step.multiplier,
+                 .lr_groups = std::move(lr_groups),
                  .seconds = std::chrono::duration<double>(end - step.start).count(),
                  .lengths = step.lengths,
                  .replayed = step.replayed,
@@ -196,10 +203,7 @@ void Trainer::State::evaluate() {
 }
 
 void Trainer::State::preview_samples() {
-  const std::vector<std::string> texts = evaluator.samples(*model, progress.step);
-  sink.line() << "samples @ step " << progress.step << ":\n";
-  for (size_t i = 0; i < texts.size(); ++i)
-    sink.console() << "  [" << config.train.sample_prompts[i] << "]" << texts[i] << "\n";
+  sink.log_samples(progress.step, config.train.sample_prompts, evaluator.samples(*model, progress.step));
 }
 
 void Trainer::State::save_checkpoint() {

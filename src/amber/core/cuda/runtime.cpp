@@ -37,6 +37,12 @@ int device_count() {
   return count;
 }
 
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return prop.name;
+}
+
 void* pool_allocate(size_t bytes, int device) {
   check(cudaSetDevice(device), "cudaSetDevice");
   keep_pool_memory(device);
