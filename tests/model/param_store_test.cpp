@@ -55,8 +55,11 @@ TEST(ParamStore, EachRoleIsOneBufferOfAlignedViews) {
 TEST(ParamStore, AllocationGivesOnesZerosAndFacts) {
   MixedStore m;
   EXPECT_EQ(m.gain->value.to_doubles(), std::vector<double>(3, 1.0));
-  for (const auto& p : m.store.params())
-    if (p != m.gain) EXPECT_EQ(p->value.to_doubles(), std::vector<double>(p->value.numel(), 0.0)) << p->name;
+  for (const auto& p : m.store.params()) {
+    if (p != m.gain) {
+      EXPECT_EQ(p->value.to_doubles(), std::vector<double>(p->value.numel(), 0.0)) << p->name;
+    }
+  }
   // Muon applies to hidden matrices; the stack's parts share one stale-gradient flag.
   EXPECT_TRUE(m.matrix->muon && m.stack.parts[0]->muon);
   EXPECT_FALSE(m.embed->muon || m.gain->muon);
