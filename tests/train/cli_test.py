@@ -2,7 +2,8 @@
 """End-to-end checks of `amber train` and `amber sample` through the binary, as the README
 demo uses them but small enough for every test run: a tokenizer and shards, a short CPU
 run with evaluations, sample previews and checkpoints, its resumption, samples from the
-run folder, a run stopped by SIGTERM, a second run refused from a folder in use (and let
+run folder, its TensorBoard events read back by TensorBoard's own reader, a run stopped
+by SIGTERM, a second run refused from a folder in use (and let
 in once its holder is killed), `amber plot` of two runs, `amber info` and `amber bench
 step` on the run's config, and the messages of bad arguments. The model's vocabulary is padded far past
 the tokenizer's (vocabularies are often rounded up past a tokenizer's size), so previews
@@ -66,6 +67,27 @@ def wait_for_first_step(run_dir):
         time.sleep(0.01)
 
 
+def check_tensorboard(expect, run_dir, records):
+    """The run's event files (one per process) hold every step's loss and every
+    evaluation's as TensorBoard reads them, and the previews as text."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        expect(False, "the tensorboard package is missing (scripts/setup installs it from PyPI)")
+        return
+    events = EventAccumulator(os.path.join(run_dir, "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    tags = events.Tags()
+    want = {rec["step"]: rec["loss"] for rec in records if rec["type"] == "train"}
+    got = {e.step: e.value for e in events.Scalars("train/loss")} if "train/loss" in tags["scalars"] else {}
+    expect(sorted(got) == sorted(want) and all(abs(got[s] - want[s]) <= 1e-6 * abs(want[s]) for s in want),
+           f"TensorBoard's train/loss equals metrics.jsonl's: {got} against {want}")
+    evals = sorted(rec["step"] for rec in records if rec["type"] == "eval")
+    got_evals = sorted(e.step for e in events.Scalars("eval/val_loss")) if "eval/val_loss" in tags["scalars"] else []
+    expect(got_evals == evals, f"TensorBoard has every evaluation: {got_evals} against {evals}")
+    expect("samples/0" in tags["tensors"], f"the previews are text summaries: {tags['tensors']}")
+
+
 def main():
     checks = Checks()
     amber, run, expect = checks.amber, checks.run, checks.expect
@@ -105,6 +127,7 @@ def main():
             log = f.read()
         expect("eval @ step 6: val loss" in log and "resumed from " in log,
                f"train.log holds both processes' console: {log[-400:]!r}")
+        check_tensorboard(expect, run_dir, records)
         r = run(["train", config(6)])
         expect(r.returncode != 0 and "--resume" in r.stderr, f"a fresh run into a used folder: {r.stderr[-300:]}")
 

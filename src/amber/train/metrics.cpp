@@ -16,6 +16,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A record's numbers as scalars tagged <type>/<key> (nested keys joined by "/", a list
+// of MoE layers by each layer's name), a sample record's previews as text.
+void add_scalars(TensorBoardWriter& out, const std::string& tag, const nlohmann::json& value, int64_t step,
+                 double wall_time) {
+  if (value.is_number()) {
+    out.scalar(tag, step, value.get<double>(), wall_time);
+  } else if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) add_scalars(out, tag + "/" + key, item, step, wall_time);
+  } else if (value.is_array()) {
+    for (size_t i = 0; i < value.size(); ++i) {
+      const nlohmann::json& item = value[i];
+      const bool named = item.is_object() && item.contains("layer") && item["layer"].is_string();
+      add_scalars(out, tag + "/" + (named ? item["layer"].get<std::string>() : std::to_string(i)), item, step,
+                  wall_time);
+    }
+  }
+}
+
+void write_tensorboard(TensorBoardWriter& out, const nlohmann::json& record) {
+  const double wall_time =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t step = record["step"].get<int64_t>();
+  const std::string type = record.value("type", std::string("record"));
+  if (type == "sample") {
+    const nlohmann::json& samples = record["samples"];
+    for (size_t i = 0; i < samples.size(); ++i)
+      out.text("samples/" + std::to_string(i), step,
+               samples[i].value("prompt", std::string()) + samples[i].value("text", std::string()), wall_time);
+  } else {
+    for (const auto& [key, value] : record.items())
+      if (key != "step" && key != "elapsed_s") add_scalars(out, type + "/" + key, value, step, wall_time);
+  }
+  out.flush();
+}
+
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "--";
   const int64_t s = static_cast<int64_t>(seconds);
@@ -110,6 +145,7 @@ void MetricsSink::open(bool resumed, int64_t resumed_step) {
   metrics_.open(path, resumed ? std::ios::app : std::ios::trunc);
   AMBER_CHECK(metrics_, "cannot write ", path.string());
   log_buffer_.open((dir / "train.log").string(), resumed);
+  if (config_.train.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>((dir / "tensorboard").string());
   std::ofstream(dir / "config.toml") << run_config_to_toml(config_);
 }
 
@@ -127,6 +163,7 @@ void MetricsSink::log_json(nlohmann::json record) {
   // such bytes are written as U+FFFD rather than failing the run.
   metrics_ << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   metrics_.flush();
+  if (tensorboard_ && record.contains("step")) write_tensorboard(*tensorboard_, record);
 }
 
 void MetricsSink::log_step(const FinishedStep& step, Device device, CardTelemetry& cards) {

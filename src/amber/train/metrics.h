@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "amber/core/cuda_runtime.h"
+#include "amber/io/tensorboard.h"
 #include "amber/core/device.h"
 #include "amber/model/mlp.h"
 #include "amber/train/run_config.h"
@@ -97,6 +99,7 @@ class MetricsSink {
   bool progress_;
   double peak_tflops_;
   std::ofstream metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // with train.tensorboard
   RunLogBuffer log_buffer_{std::cout};
   std::ostream console_{&log_buffer_};
   std::ostream dropped_{nullptr};

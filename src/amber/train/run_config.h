@@ -32,6 +32,7 @@ struct TrainConfig {
   int sample_tokens = 48;
   std::string out_dir = "runs/run";
   double peak_tflops = 0;  // for MFU/HFU; 0 = unknown (not printed)
+  bool tensorboard = true;  // every record also as TensorBoard events in out_dir/tensorboard/
 
   template <class Fn>
   void fields(Fn&& v) {
@@ -54,6 +55,7 @@ struct TrainConfig {
     v("sample_tokens", sample_tokens);
     v("out_dir", out_dir);
     v("peak_tflops", peak_tflops);
+    v("tensorboard", tensorboard);
   }
 };
 
