@@ -62,6 +62,28 @@ Dequantized dequantized(const Tensor& x, const Tensor& x_scales, const Tensor& w
   return d;
 }
 
+// The MXFP4 operands' checks; and on the CPU the weights dequantized into the compute
+// dtype of an `out` output.
+void check_mxfp4_operands(const char* op, const Tensor& x, const Tensor& codes, const Tensor& scales,
+                          const Tensor& offsets) {
+  AMBER_CHECK(x.ndim() == 2 && codes.ndim() == 3 && is_floating(x.dtype()) && x.size(1) % kMxfp4Block == 0, op,
+              ": input ", x.shape(), " must be floating [rows, K] with K a multiple of ", kMxfp4Block);
+  const Shape w{codes.size(0), codes.size(1), x.size(1)};
+  AMBER_CHECK(codes.shape() == mxfp4_values_shape(w) && codes.dtype() == DType::u8, op, ": codes ", codes.shape(), " ",
+              dtype_name(codes.dtype()), " must be u8 ", mxfp4_values_shape(w), " for input ", x.shape());
+  AMBER_CHECK(scales.shape() == mxfp4_scales_shape(w) && scales.dtype() == DType::e8m0, op, ": scales ",
+              scales.shape(), " ", dtype_name(scales.dtype()), " must be e8m0 ", mxfp4_scales_shape(w));
+  AMBER_CHECK(offsets.dtype() == DType::i32 && offsets.shape() == Shape({codes.size(0) + 1}), op, ": offsets ",
+              offsets.shape(), " must be i32 [", codes.size(0) + 1, "]");
+  for (const Tensor* t : {&x, &codes, &scales, &offsets}) require_contiguous(*t, op);
+}
+
+Tensor dequantized_mxfp4(const Tensor& codes, const Tensor& scales, int64_t k, DType out) {
+  Tensor w = Tensor::empty({codes.size(0), codes.size(1), k}, out == DType::f64 ? DType::f64 : DType::f32);
+  dequantize_mxfp4(codes, scales, w);
+  return w;
+}
+
 }  // namespace
 
 void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor& y,
@@ -177,32 +199,6 @@ void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, co
                     cuda::grouped_gemm_swiglu_forward_fp8(x, x_scales, w, w_scales, offsets, gate_up, h), on_cpu());
   });
 }
-
-namespace {
-
-// The MXFP4 operands' checks, and on the CPU their weights dequantized into `out`'s
-// compute dtype.
-void check_mxfp4_operands(const char* op, const Tensor& x, const Tensor& codes, const Tensor& scales,
-                          const Tensor& offsets) {
-  AMBER_CHECK(x.ndim() == 2 && codes.ndim() == 3 && is_floating(x.dtype()) && x.size(1) % kMxfp4Block == 0, op,
-              ": input ", x.shape(), " must be floating [rows, K] with K a multiple of ", kMxfp4Block);
-  const Shape w{codes.size(0), codes.size(1), x.size(1)};
-  AMBER_CHECK(codes.shape() == mxfp4_values_shape(w) && codes.dtype() == DType::u8, op, ": codes ", codes.shape(), " ",
-              dtype_name(codes.dtype()), " must be u8 ", mxfp4_values_shape(w), " for input ", x.shape());
-  AMBER_CHECK(scales.shape() == mxfp4_scales_shape(w) && scales.dtype() == DType::e8m0, op, ": scales ",
-              scales.shape(), " ", dtype_name(scales.dtype()), " must be e8m0 ", mxfp4_scales_shape(w));
-  AMBER_CHECK(offsets.dtype() == DType::i32 && offsets.shape() == Shape({codes.size(0) + 1}), op, ": offsets ",
-              offsets.shape(), " must be i32 [", codes.size(0) + 1, "]");
-  for (const Tensor* t : {&x, &codes, &scales, &offsets}) require_contiguous(*t, op);
-}
-
-Tensor dequantized_mxfp4(const Tensor& codes, const Tensor& scales, int64_t k, DType out) {
-  Tensor w = Tensor::empty({codes.size(0), codes.size(1), k}, out == DType::f64 ? DType::f64 : DType::f32);
-  dequantize_mxfp4(codes, scales, w);
-  return w;
-}
-
-}  // namespace
 
 void grouped_gemm_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales, const Tensor& offsets,
                                 Tensor& y, const Tensor& row_scale) {
