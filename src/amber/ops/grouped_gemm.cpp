@@ -62,8 +62,7 @@ Dequantized dequantized(const Tensor& x, const Tensor& x_scales, const Tensor& w
   return d;
 }
 
-// The MXFP4 operands' checks; and on the CPU the weights dequantized into the compute
-// dtype of an `out` output.
+// The MXFP4 operands' checks (ops/quant.h's layouts).
 void check_mxfp4_operands(const char* op, const Tensor& x, const Tensor& codes, const Tensor& scales,
                           const Tensor& offsets) {
   AMBER_CHECK(x.ndim() == 2 && codes.ndim() == 3 && is_floating(x.dtype()) && x.size(1) % kMxfp4Block == 0, op,
@@ -78,6 +77,8 @@ void check_mxfp4_operands(const char* op, const Tensor& x, const Tensor& codes, 
   for (const Tensor* t : {&x, &codes, &scales, &offsets}) require_contiguous(*t, op);
 }
 
+// The CPU's MXFP4 weights dequantized for an output of dtype `out`: f64 for the oracle,
+// else f32.
 Tensor dequantized_mxfp4(const Tensor& codes, const Tensor& scales, int64_t k, DType out) {
   Tensor w = Tensor::empty({codes.size(0), codes.size(1), k}, out == DType::f64 ? DType::f64 : DType::f32);
   dequantize_mxfp4(codes, scales, w);
