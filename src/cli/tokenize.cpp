@@ -48,10 +48,15 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_option("--tokenizer", args->tokenizer, "A Hugging Face tokenizer.json (e.g. from amber tokenizer train)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--input", args->options.inputs, "Corpus files or folders (default: Debian's fortunes)");
+  cmd->add_option("--input", args->options.inputs,
+                  "Corpus files or folders, plain or gzip/zstd-compressed (default: Debian's fortunes)");
   cmd->add_option("--format", args->format, "Corpus format: auto, lines, paragraphs, jsonl, fortune")
       ->capture_default_str();
   cmd->add_option("--field", args->options.corpus.jsonl_field, "JSONL field holding the text")->capture_default_str();
+  cmd->add_option("--max-invalid-utf8", args->options.corpus.max_invalid_utf8,
+                  "Largest share of a file's document bytes that may be invalid UTF-8 (replaced by U+FFFD)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--out", args->options.out_dir, "Output folder for shards and manifest.json")->required();
   cmd->add_option("--val-fraction", args->options.val_fraction, "Share of documents held out (by hash of the text)")
       ->capture_default_str()
