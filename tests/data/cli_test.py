@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """End-to-end checks of the data subcommands through the `amber` binary: train a
 tokenizer, round-trip text through encode/decode, tokenize into shards, restart
-(every shard kept), compressed inputs giving the plain file's shards, binary and
-mis-encoded inputs refused, and the exit codes and messages of bad arguments."""
+(every shard kept), compressed inputs giving the plain file's shards, mixture
+weights, binary and mis-encoded inputs refused, and the exit codes and messages of bad
+arguments."""
 import glob
 import gzip
 import json
@@ -131,6 +132,29 @@ def check_compressed_inputs(checks, tmp, tok):
         expect(got == reference, f"{name} input gives the plain JSONL's shards: {sorted(got)} vs {sorted(reference)}")
 
 
+def check_mixture_weights(checks, tmp, tok):
+    """--input PATH:WEIGHT writes each document of a weight-2 input twice and about half
+    of a weight-0.5 input's, and says so per file."""
+    run, expect = checks.run, checks.expect
+    plain = os.path.join(tmp, "rows.jsonl")  # written by check_compressed_inputs
+    half = os.path.join(tmp, "half.txt")
+    with open(half, "w", encoding="utf-8") as f:
+        f.write("".join(f"line {i} of the down-weighted source\n" for i in range(1000)))
+    out = os.path.join(tmp, "weighted")
+    r = run(["tokenize", "--tokenizer", tok, "--input", plain + ":2", "--input", half + ":0.5", "--out", out])
+    expect(r.returncode == 0, f"weighted tokenize: {r.stderr[-300:]}")
+    read = json.load(open(os.path.join(tmp, "mixed-plain", "manifest.json")))
+    mixed = json.load(open(os.path.join(out, "manifest.json")))
+    total = lambda m: m["train_documents"] + m["val_documents"]  # noqa: E731
+    expect(f"{plain} (weight 2): {total(read)} documents read, {2 * total(read)} written" in r.stderr,
+           f"the weight-2 input is written twice: {r.stderr[-500:]!r}")
+    kept = total(mixed) - 2 * total(read)
+    expect(400 <= kept <= 600 and f"{half} (weight 0.5): 1000 documents read, {kept} written" in r.stderr,
+           f"about half of the weight-0.5 input is kept: {kept}, {r.stderr[-500:]!r}")
+    r = run(["tokenize", "--tokenizer", tok, "--input", plain + ":0", "--out", os.path.join(tmp, "zero")])
+    expect(r.returncode == 1 and "(0, 1000]" in r.stderr, f"a zero weight is refused: {r.stderr[-300:]!r}")
+
+
 def check_refused_inputs(checks, tmp, tok):
     """Binary files and a file mostly of invalid UTF-8 are refused naming the file and
     what is wrong; --max-invalid-utf8 lets the latter through."""
@@ -198,6 +222,7 @@ def main():
                    for e in manifest["train"] + manifest["val"]), "the manifest records each shard's checksum")
         check_train_inputs(checks, tmp, tok, out)
         check_compressed_inputs(checks, tmp, tok)
+        check_mixture_weights(checks, tmp, tok)
         check_refused_inputs(checks, tmp, tok)
 
         for bad, fragment in [
