@@ -35,6 +35,8 @@ TEST(Corpus, LinesParagraphsFortunesAndJsonl) {
   EXPECT_EQ(docs_of(dir.file("d.jsonl"), {}), (std::vector<std::string>{"caf\xC3\xA9\nline", "\xF0\x9F\x8E\x89"}));
   CorpusOptions body{CorpusFormat::jsonl, "body"};
   testing::expect_error([&] { docs_of(dir.file("d.jsonl"), body); }, {"d.jsonl:1", "no field \"body\""});
+  testing::write_file(dir.file("e.jsonl"), "{\"text\": \"x\"}\n{\"text\": \"y\", \"n\": 1e99999}\n");
+  testing::expect_error([&] { docs_of(dir.file("e.jsonl"), {}); }, {"e.jsonl:2", "not valid JSON"});
 }
 
 TEST(Corpus, InvalidUtf8IsRepairedAndCounted) {

@@ -136,7 +136,7 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
           nlohmann::json j;
           try {
             j = nlohmann::json::parse(line);
-          } catch (const nlohmann::json::parse_error& e) {
+          } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number past a double
             fail(path, ":", line_no, ": not valid JSON (", e.what(), ")");
           }
           AMBER_CHECK(j.is_object() && j.contains(options.jsonl_field), path, ":", line_no, ": no field \"",
