@@ -15,6 +15,7 @@ namespace {
 
 struct TokenizeArgs {
   std::string tokenizer;
+  std::vector<std::string> inputs{data::kDefaultCorpus};
   data::TokenizeCorpusOptions options;
   std::string format = "auto";
   double shard_mb = 256;
@@ -25,6 +26,8 @@ void run_tokenize(TokenizeArgs a) {
   const auto start = std::chrono::steady_clock::now();
   if (a.threads > 0) omp_set_num_threads(a.threads);
   a.options.corpus.format = data::corpus_format_from_name(a.format);
+  a.options.inputs.clear();
+  for (const std::string& input : a.inputs) a.options.inputs.push_back(data::parse_corpus_input(input));
   // Bounded (NaN included) so that the byte count fits int64 and a shard is at least one byte.
   AMBER_CHECK(a.shard_mb >= 0.001 && a.shard_mb <= 1048576, "--shard-mb is ", a.shard_mb,
               "; give the text megabytes per shard, from 0.001 to 1048576");
@@ -48,10 +51,16 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_option("--tokenizer", args->tokenizer, "A Hugging Face tokenizer.json (e.g. from amber tokenizer train)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--input", args->options.inputs, "Corpus files or folders (default: Debian's fortunes)");
+  cmd->add_option("--input", args->inputs,
+                  "Corpus files or folders, plain or gzip/zstd-compressed (default: Debian's fortunes); "
+                  "PATH:WEIGHT writes each of its documents WEIGHT times on average (0.5: about half of them)");
   cmd->add_option("--format", args->format, "Corpus format: auto, lines, paragraphs, jsonl, fortune")
       ->capture_default_str();
   cmd->add_option("--field", args->options.corpus.jsonl_field, "JSONL field holding the text")->capture_default_str();
+  cmd->add_option("--max-invalid-utf8", args->options.corpus.max_invalid_utf8,
+                  "Largest share of a file's document bytes that may be invalid UTF-8 (replaced by U+FFFD)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--out", args->options.out_dir, "Output folder for shards and manifest.json")->required();
   cmd->add_option("--val-fraction", args->options.val_fraction, "Share of documents held out (by hash of the text)")
       ->capture_default_str()

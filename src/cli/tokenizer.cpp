@@ -21,6 +21,7 @@ struct TrainArgs {
   std::vector<std::string> inputs{data::kDefaultCorpus};
   std::string format = "auto";
   std::string field = "text";
+  double max_invalid_utf8 = data::CorpusOptions{}.max_invalid_utf8;
   int32_t vocab_size = 8192;
   std::vector<std::string> specials;
   std::string pretokenizer = "llama3";
@@ -45,6 +46,7 @@ void run_train(const TrainArgs& a) {
   data::CorpusOptions corpus;
   corpus.format = data::corpus_format_from_name(a.format);
   corpus.jsonl_field = a.field;
+  corpus.max_invalid_utf8 = a.max_invalid_utf8;
   std::vector<std::string> batch;
   const data::CorpusStats stats = data::read_corpus(data::corpus_files(a.inputs), corpus, [&](std::string&& doc) {
     batch.push_back(std::move(doc));
@@ -78,10 +80,15 @@ void add_tokenizer_command(CLI::App& app) {
 
   auto args = std::make_shared<TrainArgs>();
   auto* train = cmd->add_subcommand("train", "Learn byte-level BPE merges from a corpus and write tokenizer.json");
-  train->add_option("--input", args->inputs, "Corpus files or folders (default: Debian's fortunes)");
+  train->add_option("--input", args->inputs,
+                    "Corpus files or folders, plain or gzip/zstd-compressed (default: Debian's fortunes)");
   train->add_option("--format", args->format, "Corpus format: auto, lines, paragraphs, jsonl, fortune")
       ->capture_default_str();
   train->add_option("--field", args->field, "JSONL field holding the text")->capture_default_str();
+  train->add_option("--max-invalid-utf8", args->max_invalid_utf8,
+                    "Largest share of a file's document bytes that may be invalid UTF-8 (replaced by U+FFFD)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   train->add_option("--vocab-size", args->vocab_size,
                     "Total vocabulary: 256 bytes + merges + special tokens")
       ->capture_default_str()

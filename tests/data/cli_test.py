@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """End-to-end checks of the data subcommands through the `amber` binary: train a
 tokenizer, round-trip text through encode/decode, tokenize into shards, restart
-(every shard kept), and the exit codes and messages of bad arguments."""
+(every shard kept), compressed inputs giving the plain file's shards, mixture
+weights, binary and mis-encoded inputs refused, and the exit codes and messages of bad
+arguments."""
+import glob
+import gzip
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -90,6 +95,93 @@ def check_train_inputs(checks, tmp, tok, shards):
            f"an older manifest trains with one notice: exit {rc}, {out[-300:]!r}")
 
 
+def check_compressed_inputs(checks, tmp, tok):
+    """.jsonl.gz (two gzip members) and .zst inputs tokenize to the very shards of the
+    plain JSONL of the same rows; a file named .jsonl that holds gzip is read by its bytes."""
+    run, expect = checks.run, checks.expect
+    with open(FORTUNE, encoding="utf-8") as f:
+        fortunes = [t.strip() for t in f.read().split("\n%\n") if t.strip()]
+    rows = "".join(json.dumps({"id": i, "text": t}, ensure_ascii=i % 2 == 0) + "\n" for i, t in enumerate(fortunes))
+    data = rows.encode("utf-8")
+    plain = os.path.join(tmp, "rows.jsonl")
+    with open(plain, "wb") as f:
+        f.write(data)
+    half = len(data) // 2
+    gz = os.path.join(tmp, "rows.jsonl.gz")
+    with open(gz, "wb") as f:
+        f.write(gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    disguised = os.path.join(tmp, "gzip-inside.jsonl")
+    shutil.copyfile(gz, disguised)
+    zst = os.path.join(tmp, "rows.jsonl.zst")
+    if shutil.which("zstd") is None:
+        expect(False, "the zstd command is missing; scripts/setup installs Debian's zstd")
+        return
+    subprocess.run(["zstd", "-q", "-f", "-o", zst, plain], check=True)
+
+    def shards(path, name):
+        out = os.path.join(tmp, "mixed-" + name)
+        r = run(["tokenize", "--tokenizer", tok, "--input", path, "--out", out, "--shard-mb", "0.02"])
+        expect(r.returncode == 0, f"tokenize {name}: {r.stderr[-300:]}")
+        files = sorted(glob.glob(os.path.join(out, "*.bin"))) + [os.path.join(out, "train-token-counts.json")]
+        return {os.path.basename(p): open(p, "rb").read() for p in files if os.path.exists(p)}
+
+    reference = shards(plain, "plain")
+    expect(sum(name.startswith("train-") for name in reference) >= 3, f"several train shards: {sorted(reference)}")
+    for path, name in [(gz, "gz"), (zst, "zst"), (disguised, "disguised")]:
+        got = shards(path, name)
+        expect(got == reference, f"{name} input gives the plain JSONL's shards: {sorted(got)} vs {sorted(reference)}")
+
+
+def check_mixture_weights(checks, tmp, tok):
+    """--input PATH:WEIGHT writes each document of a weight-2 input twice and about half
+    of a weight-0.5 input's, and says so per file."""
+    run, expect = checks.run, checks.expect
+    plain = os.path.join(tmp, "rows.jsonl")  # written by check_compressed_inputs
+    half = os.path.join(tmp, "half.txt")
+    with open(half, "w", encoding="utf-8") as f:
+        f.write("".join(f"line {i} of the down-weighted source\n" for i in range(1000)))
+    out = os.path.join(tmp, "weighted")
+    r = run(["tokenize", "--tokenizer", tok, "--input", plain + ":2", "--input", half + ":0.5", "--out", out])
+    expect(r.returncode == 0, f"weighted tokenize: {r.stderr[-300:]}")
+    read = json.load(open(os.path.join(tmp, "mixed-plain", "manifest.json")))
+    mixed = json.load(open(os.path.join(out, "manifest.json")))
+    total = lambda m: m["train_documents"] + m["val_documents"]  # noqa: E731
+    expect(f"{plain} (weight 2): {total(read)} documents read, {2 * total(read)} written" in r.stderr,
+           f"the weight-2 input is written twice: {r.stderr[-500:]!r}")
+    kept = total(mixed) - 2 * total(read)
+    expect(400 <= kept <= 600 and f"{half} (weight 0.5): 1000 documents read, {kept} written" in r.stderr,
+           f"about half of the weight-0.5 input is kept: {kept}, {r.stderr[-500:]!r}")
+    r = run(["tokenize", "--tokenizer", tok, "--input", plain + ":0", "--out", os.path.join(tmp, "zero")])
+    expect(r.returncode == 1 and "(0, 1000]" in r.stderr, f"a zero weight is refused: {r.stderr[-300:]!r}")
+
+
+def check_refused_inputs(checks, tmp, tok):
+    """Binary files and a file mostly of invalid UTF-8 are refused naming the file and
+    what is wrong; --max-invalid-utf8 lets the latter through."""
+    run, expect = checks.run, checks.expect
+    cases = [
+        ("table.parquet", b"PAR1" + bytes(range(256)) + b"PAR1", ["Parquet", "JSONL"]),
+        ("archive.zip", b"PK\x03\x04" + bytes(100), ["zip archive"]),
+        ("blob.txt", b"abc" + bytes(range(256)), ["looks binary"]),
+    ]
+    for name, content, fragments in cases:
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(content)
+        r = run(["tokenize", "--tokenizer", tok, "--input", path, "--out", os.path.join(tmp, "out-" + name)])
+        expect(r.returncode == 1 and all(x in r.stderr for x in fragments + [path]),
+               f"{name} is refused: exit {r.returncode}, {r.stderr[-300:]!r}")
+    latin1 = os.path.join(tmp, "latin1.txt")
+    with open(latin1, "wb") as f:
+        f.write("café crème brûlée à la française\n".encode("latin-1") * 50)
+    r = run(["tokenize", "--tokenizer", tok, "--input", latin1, "--out", os.path.join(tmp, "out-latin1")])
+    expect(r.returncode == 1 and latin1 in r.stderr and "--max-invalid-utf8 0.01" in r.stderr,
+           f"a Latin-1 file is refused: exit {r.returncode}, {r.stderr[-300:]!r}")
+    r = run(["tokenize", "--tokenizer", tok, "--input", latin1, "--out", os.path.join(tmp, "out-latin1-ok"),
+             "--max-invalid-utf8", "0.2"])
+    expect(r.returncode == 0, f"--max-invalid-utf8 0.2 lets it through: {r.stderr[-300:]!r}")
+
+
 def main():
     checks = Checks()
     run, expect = checks.run, checks.expect
@@ -129,6 +221,9 @@ def main():
         expect(all(re.fullmatch(r"[0-9a-f]+", e.get("checksum", "")) and e["documents"] > 0
                    for e in manifest["train"] + manifest["val"]), "the manifest records each shard's checksum")
         check_train_inputs(checks, tmp, tok, out)
+        check_compressed_inputs(checks, tmp, tok)
+        check_mixture_weights(checks, tmp, tok)
+        check_refused_inputs(checks, tmp, tok)
 
         for bad, fragment in [
             (["tokenizer", "encode", "--tokenizer", os.path.join(tmp, "nope.json")], "nope.json"),

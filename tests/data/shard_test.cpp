@@ -103,7 +103,8 @@ class TokenizeCorpus : public ::testing::Test {
   // The fortunes subset into `out`, in shards of 100 kB with 5% held out.
   static TokenizeCorpusOptions subset_options(const std::string& out) {
     TokenizeCorpusOptions o;
-    o.inputs = testing::fortune_subset();
+    o.inputs.clear();
+    for (const std::string& file : testing::fortune_subset()) o.inputs.push_back({file});
     o.out_dir = out;
     o.val_fraction = 0.05;
     o.shard_bytes = 100000;
@@ -117,7 +118,7 @@ TEST_F(TokenizeCorpus, ShardsHoldEveryDocumentOnceWithAStableValSplit) {
   testing::TempDir dir;
   TokenizeCorpusOptions o = subset_options(dir.file("out"));
   std::vector<std::string> docs;
-  read_corpus(o.inputs, {}, [&](std::string&& d) { docs.push_back(std::move(d)); });
+  read_corpus(testing::fortune_subset(), {}, [&](std::string&& d) { docs.push_back(std::move(d)); });
   const TokenizeCorpusReport r = tokenize_corpus(*tokenizer_, o);
   EXPECT_EQ(r.train_docs + r.val_docs, static_cast<int64_t>(docs.size()));
   EXPECT_GT(r.shards_written, 2);
@@ -158,13 +159,65 @@ TEST_F(TokenizeCorpus, ShardsHoldEveryDocumentOnceWithAStableValSplit) {
 TEST_F(TokenizeCorpus, NoValidationFractionListsNoValShards) {
   testing::TempDir dir;
   TokenizeCorpusOptions o;
-  o.inputs = {testing::fortune_subset().front()};
+  o.inputs = {{testing::fortune_subset().front()}};
   o.out_dir = dir.file("out");
   o.val_fraction = 0;
   const TokenizeCorpusReport r = tokenize_corpus(*tokenizer_, o);
   EXPECT_EQ(r.val_docs, 0);
   EXPECT_TRUE(list_shards(o.out_dir, "val").empty());
   EXPECT_FALSE(list_shards(o.out_dir, "train").empty());
+}
+
+// Mixture weights: each document of a weight-2 input is written twice, in place; a
+// weight-0.25 input keeps about a quarter of its documents, those whose text hash falls
+// under 0.25, so the same ones in every run; the settings record the weights.
+TEST_F(TokenizeCorpus, MixtureWeightsRepeatAndSampleDocumentsByTheirText) {
+  testing::TempDir dir;
+  std::string a, b;
+  for (int i = 0; i < 100; ++i) a += "alpha document " + std::to_string(i) + "\n";
+  for (int i = 0; i < 400; ++i) b += "beta document " + std::to_string(i) + "\n";
+  testing::write_file(dir.file("a.txt"), a);
+  testing::write_file(dir.file("b.txt"), b);
+  TokenizeCorpusOptions o;
+  o.inputs = {{dir.file("a.txt"), 2}, {dir.file("b.txt"), 0.25}};
+  o.out_dir = dir.file("out");
+  o.val_fraction = 0;
+  o.shard_bytes = 2000;
+  const TokenizeCorpusReport r = tokenize_corpus(*tokenizer_, o);
+
+  std::vector<std::string> want;
+  for (int i = 0; i < 100; ++i) want.insert(want.end(), 2, "alpha document " + std::to_string(i));
+  for (int i = 0; i < 400; ++i) {
+    const std::string doc = "beta document " + std::to_string(i);
+    if (mixture_copies(doc, 0.25) == 1) want.push_back(doc);
+  }
+  EXPECT_NEAR(static_cast<double>(want.size() - 200), 100, 30) << "a quarter of b's 400 documents";
+  std::vector<std::string> got;
+  for (const std::string& path : list_shards(o.out_dir, "train")) {
+    const Shard shard = Shard::open(path);
+    for (int64_t d = 0; d < shard.num_docs(); ++d) got.push_back(tokenizer_->decode(shard.document(d)));
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(r.train_docs, static_cast<int64_t>(want.size()));
+  const nlohmann::json settings = nlohmann::json::parse(testing::read_file(dir.file("out/settings.json")));
+  EXPECT_EQ(settings["input_weights"], nlohmann::json::array({2.0, 0.25}));
+  o.inputs[1].weight = 0.5;
+  testing::expect_error([&] { tokenize_corpus(*tokenizer_, o); }, {"different settings"});
+}
+
+TEST(Mixture, InputWeightsParseAfterTheLastColon) {
+  testing::TempDir dir;
+  testing::write_file(dir.file("odd:name"), "x\n");
+  EXPECT_EQ(parse_corpus_input(dir.file("a.txt")).weight, 1);
+  const CorpusInput weighted = parse_corpus_input(dir.file("a.txt") + ":0.5");
+  EXPECT_EQ(weighted.path, dir.file("a.txt"));
+  EXPECT_EQ(weighted.weight, 0.5);
+  EXPECT_EQ(parse_corpus_input(dir.file("odd:name")).path, dir.file("odd:name")) << "an existing path is taken whole";
+  EXPECT_EQ(parse_corpus_input("host:dir/x").path, "host:dir/x") << "no number after the colon: a path";
+  testing::expect_error([&] { parse_corpus_input("a.txt:0"); }, {"a.txt:0", "(0, 1000]"});
+  testing::expect_error([&] { parse_corpus_input("a.txt:inf"); }, {"a.txt:inf", "(0, 1000]"});
+  testing::expect_error([&] { parse_corpus_input(":2"); }, {"no path"});
+  EXPECT_EQ(mixture_copies("any text", 3), 3);
 }
 
 // amber tokenize stores the training split's token counts (the unigram baseline's) beside
@@ -262,7 +315,7 @@ TEST(TokenizeCorpusErrors, DocumentTheRegexCannotSplitIsReportedWithFileAndIndex
   testing::write_file(dir.file("first.txt"), "ab\nba\n");
   testing::write_file(dir.file("second.txt"), "ab\naaaa\n" + std::string(40, 'a') + "b\nba\n");
   TokenizeCorpusOptions o;
-  o.inputs = {dir.file("first.txt"), dir.file("second.txt")};
+  o.inputs = {{dir.file("first.txt")}, {dir.file("second.txt")}};
   o.out_dir = dir.file("out");
   o.val_fraction = 0;
   testing::expect_error([&] { tokenize_corpus(tok, o); }, {"document 2", dir.file("second.txt"), "match limit"});

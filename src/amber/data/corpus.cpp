@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "amber/core/error.h"
+#include "amber/data/text_stream.h"
 #include "amber/data/utf8.h"
 
 namespace amber::data {
@@ -24,11 +24,19 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// The name says JSONL (a compression suffix aside; the bytes say whether it is compressed).
+bool named_jsonl(std::string_view path) {
+  for (std::string_view compressed : {".gz", ".zst", ".zstd"}) {
+    if (ends_with(path, compressed)) path.remove_suffix(compressed.size());
+  }
+  return ends_with(path, ".jsonl") || ends_with(path, ".json");
+}
+
 CorpusFormat detect_format(const std::string& path) {
-  if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return CorpusFormat::jsonl;
-  std::ifstream in(path, std::ios::binary);
+  if (named_jsonl(path)) return CorpusFormat::jsonl;
+  TextStream in(path);
   std::string line;
-  for (int i = 0; i < 10000 && std::getline(in, line); ++i) {
+  for (int i = 0; i < 10000 && in.getline(line); ++i) {
     if (line == "%") return CorpusFormat::fortune;
   }
   return CorpusFormat::lines;
@@ -82,23 +90,25 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
 CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptions& options,
                         const std::function<void(std::string&&)>& on_document) {
   CorpusStats stats;
+  int64_t file_bytes = 0, file_repaired = 0;  // document bytes as read, and how many were invalid
   auto emit = [&](std::string& doc) {
     if (doc.empty()) return;
-    stats.repaired_bytes += static_cast<int64_t>(utf8_repair(doc));
+    file_bytes += static_cast<int64_t>(doc.size());
+    file_repaired += static_cast<int64_t>(utf8_repair(doc));
     stats.documents += 1;
     stats.bytes += static_cast<int64_t>(doc.size());
     on_document(std::move(doc));
     doc.clear();
   };
   for (const std::string& path : files) {
-    std::ifstream in(path, std::ios::binary);
-    AMBER_CHECK(in.good(), "cannot open corpus file ", path);
+    TextStream in(path);
     stats.files += 1;
     const CorpusFormat format = options.format == CorpusFormat::automatic ? detect_format(path) : options.format;
     std::string line;
     std::string doc;
     int64_t line_no = 0;
-    while (std::getline(in, line)) {
+    file_bytes = file_repaired = 0;
+    while (in.getline(line)) {
       ++line_no;
       switch (format) {
         case CorpusFormat::lines:
@@ -126,7 +136,7 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
           nlohmann::json j;
           try {
             j = nlohmann::json::parse(line);
-          } catch (const nlohmann::json::parse_error& e) {
+          } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number past a double
             fail(path, ":", line_no, ": not valid JSON (", e.what(), ")");
           }
           AMBER_CHECK(j.is_object() && j.contains(options.jsonl_field), path, ":", line_no, ": no field \"",
@@ -141,9 +151,14 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
           break;
       }
     }
-    AMBER_CHECK(!in.bad(), "reading corpus file ", path, " failed");
     strip_trailing(doc, "\n");
     emit(doc);
+    stats.repaired_bytes += file_repaired;
+    const double invalid = file_bytes > 0 ? static_cast<double>(file_repaired) / static_cast<double>(file_bytes) : 0;
+    AMBER_CHECK(invalid <= options.max_invalid_utf8, "corpus file ", path, ": ", file_repaired, " of its ", file_bytes,
+                " document bytes (a fraction of ", invalid, ") are not valid UTF-8, more than --max-invalid-utf8 ",
+                options.max_invalid_utf8, " allows; it is in another encoding (convert it, e.g. iconv -f LATIN1 -t ",
+                "UTF-8) or not text. Raise --max-invalid-utf8 to replace them with U+FFFD instead");
   }
   return stats;
 }

@@ -1,5 +1,6 @@
 // Corpus readers: turn files into documents. Plain text (one document per line, or
-// blank-line separated paragraphs), JSONL with a chosen field, and fortune files.
+// blank-line separated paragraphs), JSONL with a chosen field, and fortune files, each
+// plain or gzip/zstd-compressed (recognised by magic bytes; text_stream.h).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@ namespace amber::data {
 inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
 enum class CorpusFormat {
-  automatic,   // *.jsonl / *.json -> jsonl; a file with a line "%" -> fortune; else lines
+  automatic,   // *.jsonl / *.json (+ .gz/.zst) -> jsonl; a file with a line "%" -> fortune; else lines
   lines,       // one document per non-empty line
   paragraphs,  // documents separated by blank lines
   jsonl,       // one JSON object per line; the document is one string field
@@ -27,6 +28,9 @@ std::string_view corpus_format_name(CorpusFormat format);
 struct CorpusOptions {
   CorpusFormat format = CorpusFormat::automatic;
   std::string jsonl_field = "text";
+  // A file in which a larger share of the document bytes is invalid UTF-8 is refused: it
+  // is in another encoding or not text, and repairing it would train on U+FFFD.
+  double max_invalid_utf8 = 0.01;
 };
 
 struct CorpusStats {
@@ -42,7 +46,9 @@ struct CorpusStats {
 std::vector<std::string> corpus_files(const std::vector<std::string>& inputs);
 
 // Calls on_document(text) for every non-empty document, in file order. Documents are
-// valid UTF-8 (invalid bytes are replaced and counted). Errors name file and line.
+// valid UTF-8 (invalid bytes are replaced and counted; a file with more than
+// options.max_invalid_utf8 of them fails once read). Binary files are refused before
+// any document. Errors name file and line.
 CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptions& options,
                         const std::function<void(std::string&&)>& on_document);
 

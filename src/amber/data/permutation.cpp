@@ -14,6 +14,16 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+double text_fraction(std::string_view text, uint64_t key) {
+  return static_cast<double>(splitmix64(fnv1a64(text) ^ splitmix64(key)) >> 11) * 0x1.0p-53;
+}
+
 Permutation::Permutation(uint64_t n, uint64_t key) : n_(n) {
   AMBER_CHECK(n > 0 && n < (1ull << 62), "permutation size ", n, " must be in [1, 2^62)");
   half_bits_ = 1;

@@ -3,6 +3,7 @@
 // settings.json written first refuses a restart with different settings.
 #include "amber/data/tokenize_corpus.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -22,12 +23,6 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 namespace {
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  return h;
-}
 
 // indent -1: one line (the token counts, one number per id).
 void write_json_atomically(const std::string& path, const ojson& j, int indent = 2) {
@@ -62,12 +57,11 @@ std::string hex64(uint64_t v) { return concat(std::hex, v); }
 }  // namespace
 
 std::string tokenizer_fingerprint(const Tokenizer& tokenizer) {
-  return hex64(fnv1a(tokenizer_to_json(tokenizer).dump()));
+  return hex64(fnv1a64(tokenizer_to_json(tokenizer).dump()));
 }
 
 bool is_validation_document(std::string_view text, double val_fraction, uint64_t val_seed) {
-  const uint64_t h = splitmix64(fnv1a(text) ^ splitmix64(val_seed));
-  return static_cast<double>(h >> 11) * 0x1.0p-53 < val_fraction;
+  return text_fraction(text, val_seed) < val_fraction;
 }
 
 TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeCorpusOptions& options,
@@ -76,7 +70,15 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   AMBER_CHECK(options.val_fraction >= 0 && options.val_fraction < 1, "tokenize: --val-fraction must be in [0, 1), got ",
               options.val_fraction);
   AMBER_CHECK(options.shard_bytes > 0, "tokenize: shard size must be positive");
-  const std::vector<std::string> files = corpus_files(options.inputs);
+  std::vector<std::string> files;
+  std::vector<double> weights;  // per file, its input's
+  for (const CorpusInput& input : options.inputs) {
+    for (std::string& file : corpus_files({input.path})) {
+      files.push_back(std::move(file));
+      weights.push_back(input.weight);
+    }
+  }
+  const bool weighted = std::any_of(weights.begin(), weights.end(), [](double w) { return w != 1; });
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   AMBER_CHECK(!ec, "cannot create output folder ", options.out_dir, ": ", ec.message());
@@ -91,6 +93,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
     AMBER_CHECK(!ec, "cannot read the size of corpus file ", f, ": ", ec.message());
   }
   settings["input_sizes"] = sizes;
+  if (weighted) settings["input_weights"] = weights;  // absent when unweighted, as older amber wrote it
   settings["format"] = corpus_format_name(options.corpus.format);
   settings["jsonl_field"] = options.corpus.jsonl_field;
   settings["val_fraction"] = options.val_fraction;
@@ -196,14 +199,23 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   val.split = "val";
   CorpusStats stats;
   for (size_t f = 0; f < files.size(); ++f) {  // one file at a time, so each document knows its file
-    int64_t index = 0;
+    int64_t index = 0, written = 0;
     const CorpusStats s = read_corpus({files[f]}, options.corpus, [&](std::string&& doc) {
       Group& g = is_validation_document(doc, options.val_fraction, options.val_seed) ? val : train;
-      g.bytes += static_cast<int64_t>(doc.size());
-      g.docs.push_back(std::move(doc));
-      g.origins.emplace_back(f, index++);
-      if (g.bytes >= options.shard_bytes) flush(g);
+      const int copies = mixture_copies(doc, weights[f]);
+      for (int c = 0; c < copies; ++c) {
+        g.bytes += static_cast<int64_t>(doc.size());
+        g.docs.push_back(c + 1 < copies ? doc : std::move(doc));
+        g.origins.emplace_back(f, index);
+        if (g.bytes >= options.shard_bytes) flush(g);
+      }
+      written += copies;
+      index += 1;
     });
+    if (weights[f] != 1 && on_progress) {
+      on_progress(concat(files[f], " (weight ", weights[f], "): ", s.documents, " documents read, ", written,
+                         " written"));
+    }
     stats.files += s.files;
     stats.documents += s.documents;
     stats.bytes += s.bytes;
@@ -213,6 +225,8 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   flush(val);
   report.text_bytes = stats.bytes;
   AMBER_CHECK(stats.documents > 0, "tokenize: the corpus holds no documents; check --input and --format");
+  AMBER_CHECK(report.train_docs + report.val_docs > 0, "tokenize: the mixture weights kept none of the corpus's ",
+              stats.documents, " documents; raise the --input weights");
 
   auto list = [](const std::vector<ShardEntry>& shards) {
     ojson a = ojson::array();

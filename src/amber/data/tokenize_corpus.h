@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "amber/data/corpus.h"
+#include "amber/data/mixture.h"
 #include "amber/data/tokenizer.h"
 
 namespace amber::data {
 
 struct TokenizeCorpusOptions {
-  std::vector<std::string> inputs{kDefaultCorpus};
+  std::vector<CorpusInput> inputs{{kDefaultCorpus}};  // a folder's weight holds for each of its files
   CorpusOptions corpus;
   std::string out_dir;
   double val_fraction = 0.01;  // share of documents held out for validation

@@ -1,0 +1,17 @@
+// Fuzz target: the corpus reader, from the file's first bytes (plain, gzip, zstd or a
+// refused binary format) through decompression to documents, as JSONL when the input's
+// size is odd and by the automatic rules (lines or fortunes) otherwise.
+#include "amber/data/corpus.h"
+#include "fuzz/fuzz_input.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string path = amber::fuzz::input_file(data, size, "corpus.txt");
+  amber::data::CorpusOptions options;
+  options.format = size % 2 ? amber::data::CorpusFormat::jsonl : amber::data::CorpusFormat::automatic;
+  options.max_invalid_utf8 = size % 4 < 2 ? 1.0 : 0.01;
+  try {
+    amber::data::read_corpus({path}, options, [](std::string&& doc) {});
+  } catch (const amber::Error&) {
+  }
+  return 0;
+}
