@@ -24,6 +24,16 @@ class Checks:
             self.failures.append(what)
             print("FAILED:", what)
 
+    def expect_failure(self, args, status, *fragments):
+        """amber with args exits with `status` and an `amber: error: ` message holding
+        every fragment."""
+        r = self.run(args)
+        what = " ".join(repr(a) for a in args)
+        self.expect(r.returncode == status, f"{what}: exit {r.returncode} (want {status}); stderr: {r.stderr[-300:]!r}")
+        self.expect(r.stderr.startswith("amber: error: "), f"{what}: stderr {r.stderr[-300:]!r}")
+        for f in fragments:
+            self.expect(f in r.stderr, f"{what}: {f!r} not in {r.stderr[-300:]!r}")
+
     def finish(self):
         """Prints the tally; the exit status for sys.exit."""
         print(f"{self.count - len(self.failures)} passed, {len(self.failures)} failed")

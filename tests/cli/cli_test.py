@@ -30,12 +30,7 @@ def main():
     run, expect = checks.run, checks.expect
 
     def expect_usage_error(args, *fragments):
-        r = run(args)
-        what = " ".join(repr(a) for a in args)
-        expect(r.returncode == 2, f"{what}: exit {r.returncode} (want 2); stderr: {r.stderr[-300:]!r}")
-        expect(r.stderr.startswith("amber: error: "), f"{what}: stderr {r.stderr[-300:]!r}")
-        for f in fragments:
-            expect(f in r.stderr, f"{what}: {f!r} not in {r.stderr[-300:]!r}")
+        checks.expect_failure(args, 2, *fragments)
 
     expect_usage_error(["trian", "run.toml"], "'trian' is not a command of amber", "did you mean 'train'?")
     expect_usage_error(["tokenizer", "tarin"], "'tarin' is not a command of amber tokenizer", "did you mean 'train'?")

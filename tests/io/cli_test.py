@@ -26,12 +26,7 @@ def main():
     run, expect = checks.run, checks.expect
 
     def expect_error(args, *fragments):
-        r = run(args)
-        what = " ".join(repr(a) for a in args)
-        expect(r.returncode == 1, f"{what}: exit {r.returncode} (want 1); stderr: {r.stderr[-300:]}")
-        expect(r.stderr.startswith("amber: error: "), f"{what}: stderr {r.stderr[-300:]!r}")
-        for f in fragments:
-            expect(f in r.stderr, f"{what}: {f!r} not in {r.stderr[-300:]!r}")
+        checks.expect_failure(args, 1, *fragments)
 
     with tempfile.TemporaryDirectory(prefix=f"amber_io_cli_{os.getpid()}_") as tmp:
         config = os.path.join(tmp, "model.toml")
