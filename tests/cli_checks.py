@@ -3,6 +3,17 @@
 import argparse
 import subprocess
 
+# The smallest [model] table the binary accepts, for checks that only need a valid config.
+TINY_MODEL = """
+[model]
+vocab_size = 256
+dim = 32
+depth = 1
+heads = 2
+kv_heads = 1
+mlp_hidden = 64
+"""
+
 
 class Checks:
     def __init__(self):

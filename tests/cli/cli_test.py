@@ -9,17 +9,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_checks import Checks  # noqa: E402
+from cli_checks import TINY_MODEL, Checks  # noqa: E402
 
-MODEL = """
-[model]
-vocab_size = 256
-dim = 32
-depth = 1
-heads = 2
-kv_heads = 1
-mlp_hidden = 64
-
+MODEL = TINY_MODEL + """
 [train]
 steps = 77
 """
