@@ -48,6 +48,19 @@ T score_slope(RouterScore score, T s) {
   return s > T(0) ? -std::expm1(-s * s) / (T(2) * s) : T(0);
 }
 
+// d(loss)/d(scores) of one token, ds [E], turned in place into d(loss)/d(logits):
+// through the softmax's Jacobian, or each element-wise score's slope.
+template <class T>
+void scores_to_logits(RouterScore score, const T* s, int64_t experts, T* ds) {
+  if (score == RouterScore::softmax) {
+    T inner = 0;  // sum over experts of ds_e s_e
+    for (int64_t e = 0; e < experts; ++e) inner += ds[e] * s[e];
+    for (int64_t e = 0; e < experts; ++e) ds[e] = s[e] * (ds[e] - inner);
+  } else {
+    for (int64_t e = 0; e < experts; ++e) ds[e] *= score_slope(score, s[e]);
+  }
+}
+
 }  // namespace
 
 void moe_route_forward(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Tensor& scores,
@@ -106,13 +119,7 @@ void moe_route_backward(const RouterSpec& spec, const Tensor& dweights, const Te
       const T c = static_cast<T>(spec.scaling);
       for (int64_t j = 0; j < k; ++j)
         out[et[j]] = spec.normalize ? c * (gt[j] / sum - dot / (sum * sum)) : c * gt[j];
-      if (spec.score == RouterScore::softmax) {
-        T inner = 0;  // sum over experts of ds_e s_e
-        for (int64_t e = 0; e < num; ++e) inner += out[e] * st[e];
-        for (int64_t e = 0; e < num; ++e) out[e] = st[e] * (out[e] - inner);
-      } else {
-        for (int64_t e = 0; e < num; ++e) out[e] *= score_slope(spec.score, st[e]);
-      }
+      scores_to_logits(spec.score, st, num, out);
     }
   });
 }
@@ -144,13 +151,7 @@ void moe_router_loss(const RouterSpec& spec, const RouterLossSpec& loss, const T
         for (int64_t e = 0; e < num; ++e) score_sum += st[e];
         for (int64_t e = 0; e < num; ++e) gp += g[e] * st[e] / score_sum;
         for (int64_t e = 0; e < num; ++e) ds[e] = (g[e] - gp) / score_sum;
-        if (spec.score == RouterScore::softmax) {
-          T inner = 0;
-          for (int64_t e = 0; e < num; ++e) inner += ds[e] * st[e];
-          for (int64_t e = 0; e < num; ++e) ds[e] = st[e] * (ds[e] - inner);
-        } else {
-          for (int64_t e = 0; e < num; ++e) ds[e] *= score_slope(spec.score, st[e]);
-        }
+        scores_to_logits(spec.score, st, num, ds.data());
         // z-loss: d(lse^2)/d(logit_e) = 2 lse softmax_e.
         const T top = *std::max_element(lt, lt + num);
         T exp_sum = 0;
