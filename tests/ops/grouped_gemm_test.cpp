@@ -160,6 +160,36 @@ TEST(GroupedGemm, Fp8OracleIsTheProductOfDequantizedOperands) {
   EXPECT_LT(testing::relative_error(y, Tensor::from_vector(reference_forward(x.to(DType::f64), w.to(DType::f64), counts), {8, 130})), 0.05);
 }
 
+// The MXFP4 forms on the CPU are the products of the dequantized weights; malformed
+// codes are refused by name.
+TEST(GroupedGemm, Mxfp4OracleIsTheProductOfDequantizedWeights) {
+  const std::vector<int> counts = {3, 0, 2};
+  const Tensor offsets = offsets_of(counts);
+  const Tensor x = random_tensor({5, 64}, DType::f64, 31), w = random_tensor({3, 4, 64}, DType::f64, 32);
+  Tensor codes = Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8);
+  Tensor scales = Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0);
+  quantize_mxfp4(w.to(DType::f32), codes, scales);
+  Tensor wd = Tensor::empty(w.shape(), DType::f64);
+  dequantize_mxfp4(codes, scales, wd);
+  Tensor want = Tensor::zeros({5, 4}, DType::f64), got = Tensor::zeros({5, 4}, DType::f64);
+  grouped_gemm_forward(x, wd, offsets, want);
+  grouped_gemm_forward_mxfp4(x, codes, scales, offsets, got);
+  EXPECT_EQ(got.to_doubles(), want.to_doubles());
+  Tensor want_gu = Tensor::zeros({5, 4}, DType::f64), want_h = Tensor::zeros({5, 2}, DType::f64);
+  Tensor gu = Tensor::zeros({5, 4}, DType::f64), h = Tensor::zeros({5, 2}, DType::f64);
+  grouped_gemm_swiglu_forward(x, wd, offsets, want_gu, want_h);
+  grouped_gemm_swiglu_forward_mxfp4(x, codes, scales, offsets, gu, h);
+  EXPECT_EQ(h.to_doubles(), want_h.to_doubles());
+  EXPECT_EQ(gu.to_doubles(), want_gu.to_doubles());
+  const Tensor short_codes = Tensor::empty({3, 4, 16}, DType::u8);
+  try {
+    grouped_gemm_forward_mxfp4(x, short_codes, scales, offsets, got);
+    ADD_FAILURE() << "codes of the wrong shape were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("codes [3, 4, 16]"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GroupedGemm, VariantsTakeOnlyTheTileWidthsTheKernelsHave) {
   try {
     set_grouped_gemm_variant({.store_partition = true, .split_scales = true, .tile_n = 64});
@@ -258,6 +288,52 @@ TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
   }
 }
 
+// MXFP4-weight products against the float64 product of the bf16 activations and the
+// dequantized weights: what is left is the fp32 accumulation and the bf16 output's
+// rounding. Ragged experts (empty, one row, past 32 rows: several items), K of one scale
+// block, gpt-oss's 2880 (half a 128-wide span at the end) and weights whose block
+// scales pass 2^1 (the kernel's second scale factor).
+TEST(GroupedGemmGpu, Mxfp4ProductsMatchTheDequantizedFloat64Oracle) {
+  REQUIRE_HOPPER();
+  const std::vector<std::pair<Case, float>> cases = {
+      {{{0, 1, 130, 0, 257, 64, 1, 3}, 2880, 128, 5}, 0.05f},
+      {{{5, 0, 70, 17}, 32, 192, 0}, 0.05f},
+      {{{33, 2, 0, 40}, 160, 64, 3}, 40.0f},
+  };
+  uint64_t seed = 400;
+  for (const auto& [c, weight_std] : cases) {
+    const int used = total(c.counts), rows = used + c.extra_rows, experts = static_cast<int>(c.counts.size());
+    const std::string tag = "K " + std::to_string(c.k) + " N " + std::to_string(c.n);
+    const Tensor offsets = offsets_of(c.counts), offsets_gpu = gpu(offsets);
+    const Tensor x = random_tensor({rows, c.k}, DType::bf16, seed++);
+    const Tensor w = random_tensor({experts, c.n, c.k}, DType::f32, seed++, weight_std);
+    const Tensor scale = random_tensor({rows}, DType::f32, seed++);
+    Tensor codes = Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8);
+    Tensor scales = Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0);
+    quantize_mxfp4(w, codes, scales);
+    const Tensor x64 = x.to(DType::f64), codes_gpu = gpu(codes), scales_gpu = gpu(scales);
+
+    Tensor ref = Tensor::zeros({rows, c.n}, DType::f64);
+    grouped_gemm_forward_mxfp4(x64, codes, scales, offsets, ref);
+    Tensor y = nan_gpu({rows, c.n}, DType::bf16);
+    grouped_gemm_forward_mxfp4(gpu(x), codes_gpu, scales_gpu, offsets_gpu, y);
+    expect_matches("mxfp4 forward " + tag, y, ref, used, 5e-3);
+
+    Tensor ref_scaled = Tensor::zeros({rows, c.n}, DType::f64);
+    grouped_gemm_forward_mxfp4(x64, codes, scales, offsets, ref_scaled, scale);
+    Tensor ys = nan_gpu({rows, c.n}, DType::bf16);
+    grouped_gemm_forward_mxfp4(gpu(x), codes_gpu, scales_gpu, offsets_gpu, ys, gpu(scale));
+    expect_matches("mxfp4 forward, row scales " + tag, ys, ref_scaled, used, 5e-3);
+
+    Tensor ref_gu = Tensor::zeros({rows, c.n}, DType::f64), ref_h = Tensor::zeros({rows, c.n / 2}, DType::f64);
+    grouped_gemm_swiglu_forward_mxfp4(x64, codes, scales, offsets, ref_gu, ref_h);
+    Tensor gu = nan_gpu({rows, c.n}, DType::bf16), h = nan_gpu({rows, c.n / 2}, DType::bf16);
+    grouped_gemm_swiglu_forward_mxfp4(gpu(x), codes_gpu, scales_gpu, offsets_gpu, gu, h);
+    expect_matches("mxfp4 swiglu gate_up " + tag, gu, ref_gu, used, 5e-3);
+    expect_matches("mxfp4 swiglu h " + tag, h, ref_h, used, 5e-3);
+  }
+}
+
 // FP8 products against the float64 product of the dequantized operands: what is left is
 // the fp32 accumulation (promoted every 128 k) and the bf16 output's rounding.
 TEST(GroupedGemmGpu, Fp8ProductsMatchTheDequantizedFloat64Oracle) {
@@ -336,13 +412,18 @@ TEST(GroupedGemmGpu, CapturedGraphReplaysAnyRoutingBitForBit) {
   Tensor offsets = Tensor::zeros({experts + 1}, DType::i32, Device::cuda());
   const Fp8Operands q = quantized(x.to(Device::cpu()), w.to(Device::cpu()));
   const Tensor qx = gpu(q.x), qxs = gpu(q.x_scales), qw = gpu(q.w), qws = gpu(q.w_scales);
+  Tensor mx = Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8);
+  Tensor mx_scales = Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0);
+  quantize_mxfp4(w.to(Device::cpu()).to(DType::f32), mx, mx_scales);
+  mx = gpu(mx), mx_scales = gpu(mx_scales);
   struct Outputs {
-    Tensor y, h, gate_up, dx, dw, y8;
+    Tensor y, h, gate_up, dx, dw, y8, y4, h4;
   };
   const auto make = [&] {
     return Outputs{Tensor::zeros({rows, n}, DType::bf16, Device::cuda()), Tensor::zeros({rows, n / 2}, DType::bf16, Device::cuda()),
                    Tensor::zeros({rows, n}, DType::bf16, Device::cuda()), Tensor::zeros({rows, k}, DType::bf16, Device::cuda()),
-                   Tensor::zeros({experts, n, k}, DType::f32, Device::cuda()), Tensor::zeros({rows, n}, DType::bf16, Device::cuda())};
+                   Tensor::zeros({experts, n, k}, DType::f32, Device::cuda()), Tensor::zeros({rows, n}, DType::bf16, Device::cuda()),
+                   Tensor::zeros({rows, n}, DType::bf16, Device::cuda()), Tensor::zeros({rows, n / 2}, DType::bf16, Device::cuda())};
   };
   const auto run = [&](Outputs& o) {
     grouped_gemm_forward(x, w, offsets, o.y, scale);
@@ -350,6 +431,9 @@ TEST(GroupedGemmGpu, CapturedGraphReplaysAnyRoutingBitForBit) {
     grouped_gemm_backward_input(dy, w, offsets, o.dx);
     grouped_gemm_backward_weight(dy, x, offsets, o.dw, false);
     grouped_gemm_forward_fp8(qx, qxs, qw, qws, offsets, o.y8);
+    grouped_gemm_forward_mxfp4(x, mx, mx_scales, offsets, o.y4, scale);
+    Tensor no_gate_up;
+    grouped_gemm_swiglu_forward_mxfp4(x, mx, mx_scales, offsets, no_gate_up, o.h4);
   };
   Outputs captured = make();
   cuda::begin_capture();
@@ -364,7 +448,8 @@ TEST(GroupedGemmGpu, CapturedGraphReplaysAnyRoutingBitForBit) {
     cuda::synchronize();
     for (const auto& [a, b] : {std::pair{captured.y, eager.y}, std::pair{captured.h, eager.h},
                                std::pair{captured.gate_up, eager.gate_up}, std::pair{captured.dx, eager.dx},
-                               std::pair{captured.dw, eager.dw}, std::pair{captured.y8, eager.y8}})
+                               std::pair{captured.dw, eager.dw}, std::pair{captured.y8, eager.y8},
+                               std::pair{captured.y4, eager.y4}, std::pair{captured.h4, eager.h4}})
       ASSERT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles());
   }
   cuda::destroy_graph(graph);

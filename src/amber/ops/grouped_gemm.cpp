@@ -62,6 +62,29 @@ Dequantized dequantized(const Tensor& x, const Tensor& x_scales, const Tensor& w
   return d;
 }
 
+// The MXFP4 operands' checks (ops/quant.h's layouts).
+void check_mxfp4_operands(const char* op, const Tensor& x, const Tensor& codes, const Tensor& scales,
+                          const Tensor& offsets) {
+  AMBER_CHECK(x.ndim() == 2 && codes.ndim() == 3 && is_floating(x.dtype()) && x.size(1) % kMxfp4Block == 0, op,
+              ": input ", x.shape(), " must be floating [rows, K] with K a multiple of ", kMxfp4Block);
+  const Shape w{codes.size(0), codes.size(1), x.size(1)};
+  AMBER_CHECK(codes.shape() == mxfp4_values_shape(w) && codes.dtype() == DType::u8, op, ": codes ", codes.shape(), " ",
+              dtype_name(codes.dtype()), " must be u8 ", mxfp4_values_shape(w), " for input ", x.shape());
+  AMBER_CHECK(scales.shape() == mxfp4_scales_shape(w) && scales.dtype() == DType::e8m0, op, ": scales ",
+              scales.shape(), " ", dtype_name(scales.dtype()), " must be e8m0 ", mxfp4_scales_shape(w));
+  AMBER_CHECK(offsets.dtype() == DType::i32 && offsets.shape() == Shape({codes.size(0) + 1}), op, ": offsets ",
+              offsets.shape(), " must be i32 [", codes.size(0) + 1, "]");
+  for (const Tensor* t : {&x, &codes, &scales, &offsets}) require_contiguous(*t, op);
+}
+
+// The CPU's MXFP4 weights dequantized for an output of dtype `out`: f64 for the oracle,
+// else f32.
+Tensor dequantized_mxfp4(const Tensor& codes, const Tensor& scales, int64_t k, DType out) {
+  Tensor w = Tensor::empty({codes.size(0), codes.size(1), k}, out == DType::f64 ? DType::f64 : DType::f32);
+  dequantize_mxfp4(codes, scales, w);
+  return w;
+}
+
 }  // namespace
 
 void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor& y,
@@ -175,6 +198,47 @@ void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, co
   call_repeatable(op, [&] {
     AMBER_ON_DEVICE(ops::common_device(op, {&x, &x_scales, &w, &w_scales, &offsets, &h, &gate_up}), op,
                     cuda::grouped_gemm_swiglu_forward_fp8(x, x_scales, w, w_scales, offsets, gate_up, h), on_cpu());
+  });
+}
+
+void grouped_gemm_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales, const Tensor& offsets,
+                                Tensor& y, const Tensor& row_scale) {
+  const char* op = "grouped_gemm_forward_mxfp4";
+  check_mxfp4_operands(op, x, codes, scales, offsets);
+  AMBER_CHECK(y.shape() == Shape({x.size(0), codes.size(1)}) && is_floating(y.dtype()), op, ": output ", y.shape(),
+              " must be floating [", x.size(0), ", ", codes.size(1), "]");
+  require_contiguous(y, op);
+  if (row_scale.defined())
+    AMBER_CHECK(row_scale.dtype() == DType::f32 && row_scale.shape() == Shape({x.size(0)}), op, ": row scales ",
+                row_scale.shape(), " ", dtype_name(row_scale.dtype()), " must be f32 [", x.size(0), "]");
+  const auto on_cpu = [&] {
+    const Tensor w = dequantized_mxfp4(codes, scales, x.size(1), y.dtype());
+    cpu::grouped_gemm_forward(x.to(w.dtype()), w, offsets, y, row_scale);
+  };
+  call_repeatable(op, [&] {
+    AMBER_ON_DEVICE(ops::common_device(op, {&x, &codes, &scales, &offsets, &y, &row_scale}), op,
+                    cuda::grouped_gemm_forward_mxfp4(x, codes, scales, offsets, y, row_scale), on_cpu());
+  });
+}
+
+void grouped_gemm_swiglu_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales,
+                                       const Tensor& offsets, Tensor& gate_up, Tensor& h) {
+  const char* op = "grouped_gemm_swiglu_forward_mxfp4";
+  check_mxfp4_operands(op, x, codes, scales, offsets);
+  const int64_t n = codes.size(1);
+  AMBER_CHECK(n % 2 == 0 && h.shape() == Shape({x.size(0), n / 2}) && is_floating(h.dtype()), op, ": h ", h.shape(),
+              " must be floating [", x.size(0), ", ", n / 2, "]");
+  AMBER_CHECK(!gate_up.defined() || (gate_up.shape() == Shape({x.size(0), n}) && gate_up.dtype() == h.dtype()), op,
+              ": gate_up ", gate_up.shape(), " must be [", x.size(0), ", ", n, "] of h's dtype");
+  require_contiguous(h, op);
+  if (gate_up.defined()) require_contiguous(gate_up, op);
+  const auto on_cpu = [&] {
+    const Tensor w = dequantized_mxfp4(codes, scales, x.size(1), h.dtype());
+    cpu::grouped_gemm_swiglu_forward(x.to(w.dtype()), w, offsets, gate_up, h);
+  };
+  call_repeatable(op, [&] {
+    AMBER_ON_DEVICE(ops::common_device(op, {&x, &codes, &scales, &offsets, &h, &gate_up}), op,
+                    cuda::grouped_gemm_swiglu_forward_mxfp4(x, codes, scales, offsets, gate_up, h), on_cpu());
   });
 }
 

@@ -47,6 +47,17 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
 void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
                                      const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h);
 
+// MXFP4 weights (the gpt-oss storage; ops/quant.h's quantize_mxfp4: codes u8 [E, N,
+// K/2], scales e8m0 [E, N, K/32]) beside activations x [M, K]: the products of x and
+// the dequantized weights, fp32-accumulated, in y's dtype (bf16 x and y on the GPU; on
+// the CPU any float, f64 the float64 oracle). The GPU dequantizes in registers, for the
+// small expert batches where the weights' bytes set the time (an expert's rows past 64
+// read its weights again), and needs K a multiple of 32 and N of 64.
+void grouped_gemm_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales, const Tensor& offsets,
+                                Tensor& y, const Tensor& row_scale = Tensor());
+void grouped_gemm_swiglu_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales,
+                                       const Tensor& offsets, Tensor& gate_up, Tensor& h);
+
 // Whether `device` runs these products: the CPU always, a GPU when it is a Hopper card
 // (sm_90) and this build has sm_90a code.
 bool grouped_gemm_available(Device device);

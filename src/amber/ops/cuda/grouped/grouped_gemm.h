@@ -17,6 +17,11 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
 void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
                                      const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h);
 
+void grouped_gemm_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales, const Tensor& offsets,
+                                Tensor& y, const Tensor& row_scale);
+void grouped_gemm_swiglu_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales,
+                                       const Tensor& offsets, Tensor& gate_up, Tensor& h);
+
 // A Hopper card (sm_90) in a build with sm_90a code.
 bool grouped_gemm_available(int device);
 
