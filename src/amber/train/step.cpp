@@ -201,7 +201,10 @@ struct TrainStep::Slots {
 };
 
 TrainStep::TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions options)
-    : model_(model), optimizer_(optimizer), options_(options), stats_(model) {}
+    : model_(model), optimizer_(optimizer), options_(options), stats_(model) {
+  if (options_.communicator && options_.communicator->world_size() > 1)
+    buckets_.emplace(model_.store(), dist::kDefaultBucketElements);
+}
 
 TrainStep::~TrainStep() = default;
 
@@ -215,6 +218,12 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   const Tensor scale = stats_.loss_scale();
   for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
   model_.settle_grads();
+  if (buckets_) {
+    // Every rank then measures the same norm and makes the same update.
+    buckets_->all_reduce(*options_.communicator);
+    Tensor objective = stats_.objective();
+    options_.communicator->all_reduce_sum(objective);
+  }
   global_grad_norm(model_, stats_);
   if (options_.grad_clip > 0) clip_gradients(stats_, options_.grad_clip);
   if (!optimizer_) return;
@@ -224,9 +233,13 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   model_.after_optimizer_step(stats_.apply());
 }
 
-void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier) {
+void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier,
+                    std::optional<int64_t> step_trained_tokens) {
+  AMBER_CHECK(step_trained_tokens || !buckets_, "a data-parallel step needs the trained tokens of the whole step, ",
+              "over every rank (data::Loader::step_trained_tokens)");
   int64_t trained_tokens = 0;
   for (const data::Batch& b : micro_batches) trained_tokens += b.trained_tokens;
+  if (step_trained_tokens) trained_tokens = *step_trained_tokens;
   replayed_ = false;
   if (trained_tokens == 0) {
     stats_.keep();

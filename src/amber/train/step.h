@@ -9,10 +9,12 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "amber/data/batch.h"
+#include "amber/dist/data_parallel.h"
 #include "amber/model/language_model.h"
 #include "amber/ops/step_slots.h"
 #include "amber/train/optimizer.h"
@@ -91,6 +93,9 @@ struct StepOptions {
   // On a GPU, the tokens a micro-batch's device buffers hold (the loader's budget), so
   // every run of a config captures its step at the same shapes; 0: the first batch's.
   int64_t micro_batch_tokens = 0;
+  // Data parallel: the ranks whose gradients and loss sums each step adds up after its
+  // backward (dist/data_parallel.h); nullptr or a world of one: this process alone.
+  dist::Communicator* communicator = nullptr;
 };
 
 class TrainStep {
@@ -105,7 +110,11 @@ class TrainStep {
   // divided once by the step's total trained tokens (never a mean of means), the norm,
   // clipping, then the update where loss and norm are finite, with every learning rate
   // times lr_multiplier. A step without trained tokens issues nothing.
-  void run(std::span<const data::Batch> micro_batches, double lr_multiplier);
+  // step_trained_tokens: the whole step's trained tokens over every rank's micro-batches
+  // (data::Loader::step_trained_tokens), which data parallel must give; a single process
+  // may leave it to the sum over its micro-batches.
+  void run(std::span<const data::Batch> micro_batches, double lr_multiplier,
+           std::optional<int64_t> step_trained_tokens = std::nullopt);
   // The last step's statistics (waits for it).
   AccumulatedStep read() const { return stats_.read(); }
   // The statistics of the step before the last run; empty after the first run. Waits
@@ -124,6 +133,7 @@ class TrainStep {
   Optimizer* optimizer_;
   StepOptions options_;
   StepStats stats_;
+  std::optional<dist::GradientBuckets> buckets_;  // with more than one rank
   std::unique_ptr<Slots> slots_;
   bool replayed_ = false;
 };

@@ -10,6 +10,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
+#include "amber/dist/communicator.h"
 #include "amber/model/flops.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/checkpointer.h"
@@ -35,6 +36,10 @@ Device run_device(const RunConfig& c) {
   return device;
 }
 
+std::unique_ptr<dist::Communicator> run_communicator(const RunConfig& c, Device device) {
+  return dist::connect_communicator(dist::detect_launch_env(), device, {.timeout_s = c.train.comm_timeout_s});
+}
+
 // A step issued to the device whose statistics the host has not logged yet.
 struct Issued {
   std::vector<int32_t> lengths;  // of its documents, over its micro-batches
@@ -51,8 +56,9 @@ struct Trainer::State {
 
   const RunConfig config;
   const TrainOptions options;
-  const RunRole role{};  // a single process: rank 0 of 1
   const Device device;
+  const std::unique_ptr<dist::Communicator> comm;  // the run's processes (a world of one alone)
+  const RunRole role;
   const MfuPeak mfu_peak;
   std::optional<RunLock> lock;  // this run owns out_dir from its start until run() returns
   MetricsSink sink;
@@ -77,16 +83,19 @@ struct Trainer::State {
   void evaluate();
   void preview_samples();
   void save_checkpoint();
+  int agreed_stop_signal(const StopSignals& signals);
 };
 
 Trainer::State::State(RunConfig run_config, TrainOptions train_options)
     : config(std::move(run_config)),
       options(std::move(train_options)),
       device(run_device(config)),
+      comm(run_communicator(config, device)),
+      role{comm->rank(), comm->world_size()},
       mfu_peak(amber::mfu_peak(config.train, device)),
       lock(role.locks_out_dir() ? std::optional<RunLock>(std::in_place, config.train.out_dir) : std::nullopt),
       sink(config, role, options.progress, mfu_peak.tflops),
-      data(config, sink.console()),
+      data(config, sink.console(), {role.rank, role.world_size, config.train.grad_accum}),
       evaluator(config, data) {
   const RunConfig& c = config;
   model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
@@ -95,7 +104,8 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
   train_step = std::make_unique<TrainStep>(*model, optimizer.get(),
                                            StepOptions{.grad_clip = c.train.grad_clip,
                                                        .cuda_graph = c.train.cuda_graph,
-                                                       .micro_batch_tokens = c.train.micro_batch_tokens});
+                                                       .micro_batch_tokens = c.train.micro_batch_tokens,
+                                                       .communicator = comm.get()});
   schedule = make_schedule(c.schedule, c.train.steps);
   checkpointer.emplace(c, options.resume, options.resume_from, role);
   // Beside the checkpoints, so a resumed run reads the choices it made before.
@@ -148,7 +158,7 @@ Issued Trainer::State::issue(Clock::time_point start) {
     const std::vector<int32_t> l = b.seq.lengths();
     step.lengths.insert(step.lengths.end(), l.begin(), l.end());
   }
-  train_step->run(micro, step.multiplier);
+  train_step->run(micro, step.multiplier, data.loader->step_trained_tokens());
   step.issued = Clock::now();
   step.replayed = train_step->replayed();
   ++issued_steps;
@@ -196,19 +206,32 @@ Issued Trainer::State::finish_while_next_runs(const Issued& running, CardTelemet
 }
 
 void Trainer::State::evaluate() {
-  if (!evaluator.has_eval_set()) return;
+  if (!role.evaluates() || !evaluator.has_eval_set()) return;
   const EvalResult e = evaluator.evaluate(*model);
   last_val_loss = e.loss;
   sink.log_eval(progress.step, e.loss, e.unigram, e.tokens);
 }
 
 void Trainer::State::preview_samples() {
+  if (!role.evaluates()) return;
   sink.log_samples(progress.step, config.train.sample_prompts, evaluator.samples(*model, progress.step));
 }
 
 void Trainer::State::save_checkpoint() {
   if (const std::optional<std::string> path = checkpointer->save(progress, *model, *optimizer, *data.loader))
     sink.line() << "checkpoint: " << *path << "\n";
+}
+
+// The signal that stops the run, the same on every rank: mpirun passes a SIGTERM on to
+// every rank, but not at the same instant, and a rank that stopped alone would leave
+// the others waiting in the next step's collectives. The first rank's signal wins.
+int Trainer::State::agreed_stop_signal(const StopSignals& signals) {
+  Tensor received = Tensor::zeros({role.world_size}, DType::i64);
+  received.data<int64_t>()[role.rank] = signals.received();
+  comm->all_reduce_sum(received);
+  for (int64_t i = 0; i < role.world_size; ++i)
+    if (const int64_t signal = received.data<int64_t>()[i]) return static_cast<int>(signal);
+  return 0;
 }
 
 // Losses, norm, clipping and the decision to update stay on the device. The host
@@ -230,7 +253,7 @@ double Trainer::run() {
   while (s.progress.step < t.steps) {
     if (!running) running = s.issue(Clock::now());
     // A signal during the last step lets the run finish as it would have.
-    if (const int signal = stop_signals.received(); signal && s.progress.step + 1 < t.steps) {
+    if (const int signal = s.agreed_stop_signal(stop_signals); signal && s.progress.step + 1 < t.steps) {
       // The step in flight is the last the loader gave out, so the checkpoint after it
       // resumes exactly where this run stops.
       s.finish_waited(*running, cards);
