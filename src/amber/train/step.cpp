@@ -223,6 +223,8 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
     buckets_->all_reduce(*options_.communicator);
     Tensor objective = stats_.objective();
     options_.communicator->all_reduce_sum(objective);
+    // The balance biases move by the whole step's expert loads, alike on every rank.
+    for (Tensor load : model_.routing_loads()) options_.communicator->all_reduce_sum(load);
   }
   global_grad_norm(model_, stats_);
   if (options_.grad_clip > 0) clip_gradients(stats_, options_.grad_clip);
