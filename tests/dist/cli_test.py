@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end checks of data-parallel `amber train` under mpirun: 2 processes give the
-losses and final weights of 1 process with twice the micro-batches; ZeRO-1 gives the
-weights of plain data parallel; a checkpoint saved at 2 processes resumes at 1 and at 3
+losses and final weights of 1 process with twice the micro-batches (a dense and an MoE
+model); ZeRO-1 writes the checkpoint files of plain data parallel, bit for bit; a
+checkpoint saved at 2 processes (plain or ZeRO-1) resumes at 1 and at 3
 and continues the loss curve of one uninterrupted process; killing one rank, or
 stopping it, ends the others within 60 s with an error naming a rank. Exits 77
 (skipped) where mpirun is absent.
@@ -232,6 +233,27 @@ def main():
                 expect(close(resumed.get(step, 0), reference[step], 1e-6),
                        f"resumed at {ranks or 1} processes: step {step} loss {resumed.get(step)}, one process "
                        f"{reference[step]}")
+        # ZeRO-1 at 2 ranks writes the very checkpoint files of plain data parallel (AdamW
+        # and Muon, whose matrices are orthogonalised on their owners); its checkpoint
+        # resumes at 3 sharded ranks and at 1 unsharded process on one process's loss curve.
+        for optimizer in ("adamw", "muon"):
+            opt = ["--set", f"optimizer.name={optimizer}"]
+            ddp = train(f"ddp_{optimizer}", 2, 3, *opt)
+            zero = train(f"zero_{optimizer}", 2, 3, *opt, "--set", "train.zero=1")
+            for step in (2, 4):
+                for f in ("model.safetensors", "optimizer.safetensors"):
+                    same = [open(os.path.join(d, "checkpoints", f"step-{step:08d}", f), "rb").read()
+                            for d in (ddp, zero)]
+                    expect(same[0] == same[1], f"{optimizer}: ZeRO-1's step {step} {f} differs from data parallel's")
+            reference = losses(train(f"one_{optimizer}", 0, 6, *opt))
+            saved = os.path.join(zero, "checkpoints", "step-00000002")
+            for ranks, accum, extra in ((3, 2, ["--set", "train.zero=1"]), (0, 6, [])):
+                resumed = losses(train(f"zero_resumed_{optimizer}{ranks}", ranks, accum, *opt, *extra,
+                                       "--resume-from", saved))
+                for step in (3, 4):
+                    expect(close(resumed.get(step, 0), reference[step], 1e-6),
+                           f"{optimizer}: ZeRO-1 checkpoint resumed at {ranks or 1} processes: step {step} loss "
+                           f"{resumed.get(step)}, one process {reference[step]}")
         # A rank killed: Open MPI's mpirun ends the others and names it. A rank that hangs
         # (stopped): the others' collectives time out (train.comm_timeout_s) and end the run.
         long_run = [mpirun, "-np", "2", checks.amber, "train", config, "--quiet", "--set", "train.steps=100000",

@@ -15,6 +15,7 @@
 
 #include "amber/data/batch.h"
 #include "amber/dist/data_parallel.h"
+#include "amber/dist/zero_shard.h"
 #include "amber/model/language_model.h"
 #include "amber/ops/step_slots.h"
 #include "amber/train/optimizer.h"
@@ -81,6 +82,11 @@ class StepStats {
 // stats' grad norm = sqrt of the sum of squared gradient entries of every parameter,
 // in double: each parameter's sum goes to its own slot, then one in-order sum.
 void global_grad_norm(const LanguageModel& model, StepStats& stats);
+// The same over a ZeRO-1 shard: each rank squares the parameters it owns (their summed
+// gradients), the ranks add their slots (every slot but the owner's is zero, so the sum
+// is exact), and the in-order sum gives every rank the norm of the whole gradient.
+void sharded_grad_norm(const LanguageModel& model, StepStats& stats, const dist::StoreShard& shard,
+                       dist::Communicator& comm);
 
 // Sets stats' gradient scale to max_norm / norm when the measured norm exceeds max_norm
 // (on the device, from stats' grad norm), so the update reads every gradient scaled by
@@ -96,6 +102,9 @@ struct StepOptions {
   // Data parallel: the ranks whose gradients and loss sums each step adds up after its
   // backward (dist/data_parallel.h); nullptr or a world of one: this process alone.
   dist::Communicator* communicator = nullptr;
+  // ZeRO-1 (with a communicator): each rank's gradients are summed into the ranges this
+  // shard owns only (a reduce-scatter), which the sharded optimizer reads.
+  const dist::StoreShard* shard = nullptr;
 };
 
 class TrainStep {

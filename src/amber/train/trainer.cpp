@@ -21,6 +21,7 @@
 #include "amber/train/run_lock.h"
 #include "amber/train/run_role.h"
 #include "amber/train/stop_signals.h"
+#include "amber/train/zero_optimizer.h"
 
 namespace amber {
 namespace fs = std::filesystem;
@@ -64,6 +65,7 @@ struct Trainer::State {
   MetricsSink sink;
   RunData data;
   std::unique_ptr<LanguageModel> model;
+  std::optional<dist::StoreShard> shard;  // train.zero = 1: the parameters this rank updates
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<TrainStep> train_step;  // the step's device work and its statistics
   Schedule schedule;
@@ -100,12 +102,18 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
   const RunConfig& c = config;
   model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
   model->init_weights(c.train.seed);
-  optimizer = build_optimizer(c.optimizer, model->store());
+  if (c.train.zero == 1) {
+    shard.emplace(model->store(), role.rank, role.world_size);
+    optimizer = build_sharded_optimizer(c.optimizer, model->store(), *shard, *comm);
+  } else {
+    optimizer = build_optimizer(c.optimizer, model->store());
+  }
   train_step = std::make_unique<TrainStep>(*model, optimizer.get(),
                                            StepOptions{.grad_clip = c.train.grad_clip,
                                                        .cuda_graph = c.train.cuda_graph,
                                                        .micro_batch_tokens = c.train.micro_batch_tokens,
-                                                       .communicator = comm.get()});
+                                                       .communicator = comm.get(),
+                                                       .shard = shard ? &*shard : nullptr});
   schedule = make_schedule(c.schedule, c.train.steps);
   checkpointer.emplace(c, options.resume, options.resume_from, role);
   // Beside the checkpoints, so a resumed run reads the choices it made before.
