@@ -207,6 +207,21 @@ def main():
         # Rank 1 writes nothing into out_dir: one metrics file, one writer's lines.
         expect(len(open(os.path.join(two, "metrics.jsonl")).readlines()) ==
                len(open(os.path.join(one, "metrics.jsonl")).readlines()), "2 processes logged other records")
+        # amber launch: through mpirun, the very run mpirun gives; with torchrun-style
+        # variables, CPU ranks cannot connect, which the ranks and the launcher say.
+        launched = os.path.join(tmp, "launched")
+        r = subprocess.run([checks.amber, "launch", "-n", "2", "--", "train", config, "--quiet", "--set",
+                            f"train.out_dir={launched}", "--set", "train.grad_accum=2", "--set", "train.steps=4"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        expect(r.returncode == 0, f"amber launch: exit {r.returncode}: {r.stderr[-1000:]}")
+        expect(final_weights(launched) == final_weights(two), "amber launch -n 2 ended on other weights than mpirun")
+        r = subprocess.run([checks.amber, "launch", "-n", "2", "--via", "env", "--", "train", config, "--quiet"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        expect(r.returncode == 1 and "amber launch: rank" in r.stderr and "exited with status 1" in r.stderr and
+               "torchrun-style variables" in r.stderr and "mpirun -np 2" in r.stderr,
+               f"amber launch --via env of CPU ranks: exit {r.returncode}, {r.stderr[-1000:]!r}")
+        checks.expect_failure(["launch", "-n", "2"], 1, "nothing to run", "amber launch -n 2 -- train run.toml")
+        checks.expect_failure(["launch", "-n", "0", "--", "train", config], 2, "--processes", "0")
         # An MoE model whose balance bias moves by the step's expert loads: the ranks sum them.
         moe = ["--set", "model.moe_experts=4", "--set", "model.moe_top_k=2", "--set", "model.moe_hidden=32",
                "--set", "model.moe_bias_update_rate=0.01", "--set", "model.moe_balance_loss_weight=0.01"]

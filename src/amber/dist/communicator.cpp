@@ -50,7 +50,7 @@ std::unique_ptr<Communicator> connect_communicator(const LaunchEnv& env, Device 
               ", but amber has no GPU communicator yet; train on train.device = \"cpu\" or run one process");
   AMBER_CHECK(env.launcher != LaunchEnv::Launcher::torchrun, "rank ", env.rank, " of ", env.world_size,
               " was started with torchrun-style variables (RANK, WORLD_SIZE), which CPU processes cannot connect "
-              "through; start them with mpirun -np ", env.world_size, " (or amber launch, which uses mpirun)");
+              "through; start them with mpirun -np ", env.world_size, " or amber launch --via mpirun");
   AMBER_CHECK(mpi_available(), "this process was started as rank ", env.rank, " of ", env.world_size, " by ",
               env.launcher_name(),
               ", but this amber was built without MPI; install Open MPI (scripts/setup installs openmpi-bin "
