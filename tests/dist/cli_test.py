@@ -119,14 +119,20 @@ def weight_gap(a, b):
 
 
 def rank_pid(launcher, rank):
-    """The pid of the process that mpirun `launcher` started as `rank`."""
-    for child in subprocess.run(["ps", "--ppid", str(launcher.pid), "-o", "pid="], capture_output=True,
-                                text=True).stdout.split():
+    """The pid of the process that mpirun `launcher` started as `rank` (read from /proc:
+    its parent and its OMPI_COMM_WORLD_RANK)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            with open(f"/proc/{child}/environ", "rb") as f:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            if parent != launcher.pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
                 if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
-                    return int(child)
-        except OSError:
+                    return int(entry)
+        except (OSError, ValueError, IndexError):
             pass
     return None
 
@@ -272,12 +278,12 @@ def main():
         # A rank killed: Open MPI's mpirun ends the others and names it. A rank that hangs
         # (stopped): the others' collectives time out (train.comm_timeout_s) and end the run.
         long_run = [mpirun, "-np", "2", checks.amber, "train", config, "--quiet", "--set", "train.steps=100000",
-                    "--set", "train.checkpoint_every=0", "--set", "train.comm_timeout_s=5"]
+                    "--set", "train.checkpoint_every=0", "--set", "train.comm_timeout_s=10"]
         killed, stopped = os.path.join(tmp, "killed"), os.path.join(tmp, "stopped")
         check_failure(checks, env, long_run + ["--set", f"train.out_dir={killed}"], killed, "kill",
                       "process rank 1", "exited on signal 9")
         check_failure(checks, env, long_run + ["--set", f"train.out_dir={stopped}"], stopped, "stop",
-                      "amber: error: rank 0 of 2 waited more than 5 s", "a rank has died or hangs")
+                      "amber: error: rank 0 of 2 waited more than 10 s", "a rank has died or hangs")
     return checks.finish()
 
 

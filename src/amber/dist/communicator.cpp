@@ -4,6 +4,7 @@
 #include "amber/core/error.h"
 #include "amber/dist/collective_checks.h"
 #include "amber/dist/mpi/mpi_communicator.h"
+#include "amber/dist/nccl/nccl_communicator.h"
 
 namespace amber::dist {
 namespace {
@@ -43,11 +44,12 @@ std::unique_ptr<Communicator> single_process_communicator() { return std::make_u
 std::unique_ptr<Communicator> connect_communicator(const LaunchEnv& env, Device device,
                                                    const CommunicatorOptions& options) {
   if (!env.distributed()) return single_process_communicator();
-  // The NCCL backend (CUDA tensors, its own stream, a TCP rendezvous for its unique id
-  // under torchrun-style variables) plugs in here for a GPU device.
-  AMBER_CHECK(device.is_cpu(), "this process was started as rank ", env.rank, " of ", env.world_size, " by ",
-              env.launcher_name(), " on ", device,
-              ", but amber has no GPU communicator yet; train on train.device = \"cpu\" or run one process");
+  if (device.is_cuda()) {
+    AMBER_CHECK(nccl_available(), "this process was started as rank ", env.rank, " of ", env.world_size, " by ",
+                env.launcher_name(), " on ", device, ", but this amber was built without NCCL; build it where the "
+                "CUDA toolkit's NCCL is installed, or train on train.device = \"cpu\"");
+    return nccl_communicator(env, device.index, options.timeout_s);
+  }
   AMBER_CHECK(env.launcher != LaunchEnv::Launcher::torchrun, "rank ", env.rank, " of ", env.world_size,
               " was started with torchrun-style variables (RANK, WORLD_SIZE), which CPU processes cannot connect "
               "through; start them with mpirun -np ", env.world_size, " or amber launch --via mpirun");

@@ -30,15 +30,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Device run_device(const RunConfig& c) {
+// Each rank of a GPU run takes the card of its local rank, unless the config names one.
+Device run_device(const RunConfig& c, const dist::LaunchEnv& launch) {
   const Device device = device_from_name(c.train.device);
   AMBER_CHECK(device.is_cpu() || cuda_available(), "train.device = '", c.train.device,
               "' but no CUDA device is visible to this amber; use train.device = \"cpu\"");
+  if (device.is_cuda() && launch.distributed() && c.train.device.find(':') == std::string::npos)
+    return Device::cuda(launch.local_rank);
   return device;
-}
-
-std::unique_ptr<dist::Communicator> run_communicator(const RunConfig& c, Device device) {
-  return dist::connect_communicator(dist::detect_launch_env(), device, {.timeout_s = c.train.comm_timeout_s});
 }
 
 // A step issued to the device whose statistics the host has not logged yet.
@@ -57,6 +56,7 @@ struct Trainer::State {
 
   const RunConfig config;
   const TrainOptions options;
+  const dist::LaunchEnv launch;  // this process's place, as its launcher set it
   const Device device;
   const std::unique_ptr<dist::Communicator> comm;  // the run's processes (a world of one alone)
   const RunRole role;
@@ -91,8 +91,9 @@ struct Trainer::State {
 Trainer::State::State(RunConfig run_config, TrainOptions train_options)
     : config(std::move(run_config)),
       options(std::move(train_options)),
-      device(run_device(config)),
-      comm(run_communicator(config, device)),
+      launch(dist::detect_launch_env()),
+      device(run_device(config, launch)),
+      comm(dist::connect_communicator(launch, device, {.timeout_s = config.train.comm_timeout_s})),
       role{comm->rank(), comm->world_size()},
       mfu_peak(amber::mfu_peak(config.train, device)),
       lock(role.locks_out_dir() ? std::optional<RunLock>(std::in_place, config.train.out_dir) : std::nullopt),
@@ -145,8 +146,9 @@ void Trainer::State::print_summary() {
       << optimizer->describe() << "data: " << data.loader->num_chunks()
       << " training sequences (documents cut at data.max_seq_len; "
       << format_count(static_cast<double>(data.loader->tokens_per_epoch())) << " tokens per epoch), "
-      << data.eval_batches.size() << " validation batches; " << t.grad_accum << " x " << t.micro_batch_tokens
-      << " tokens per step\n"
+      << data.eval_batches.size() << " validation batches; "
+      << (role.world_size > 1 ? concat(role.world_size, " processes (", comm->backend(), ") x ") : "")
+      << t.grad_accum << " x " << t.micro_batch_tokens << " tokens per step\n"
       << mfu_peak.note << "\n";
   if (data.eval_batches.empty())
     out << "data: " << c.data.dir << " has no validation split, so nothing is evaluated (amber tokenize "
