@@ -284,6 +284,17 @@ def main():
                       "process rank 1", "exited on signal 9")
         check_failure(checks, env, long_run + ["--set", f"train.out_dir={stopped}"], stopped, "stop",
                       "amber: error: rank 0 of 2 waited more than 10 s", "a rank has died or hangs")
+        # A rank that stops on an error of its own (its data folder is missing) ends the run
+        # at once with its message, rather than leaving the others in a collective.
+        script = (f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then set -- --set data.dir={tmp}/nowhere; fi; '
+                  f'exec {checks.amber} train {config} --quiet --set train.steps=100000 '
+                  f'--set train.out_dir={tmp}/errored "$@"')
+        start = time.time()
+        r = subprocess.run([mpirun, "-np", "2", "sh", "-c", script], capture_output=True, text=True, env=env,
+                           timeout=120)
+        elapsed = time.time() - start
+        expect(r.returncode != 0 and elapsed < 60 and "amber: error: " in r.stderr and "nowhere" in r.stderr,
+               f"a rank's own error: exit {r.returncode} after {elapsed:.1f} s: {r.stderr[-1500:]!r}")
     return checks.finish()
 
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -52,8 +53,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_free(&local);
   }
+  // MPI_Finalize waits for every rank, so a rank leaving on an error would wait there
+  // for ranks that wait for it in a collective. Without it, the rank exits with its
+  // error and status 1, and mpirun then ends the others.
   ~MpiCommunicator() override {
-    if (owns_mpi_) MPI_Finalize();
+    if (owns_mpi_ && std::uncaught_exceptions() == 0) MPI_Finalize();
   }
 
   int rank() const override { return rank_; }

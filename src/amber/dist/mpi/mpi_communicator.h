@@ -13,7 +13,8 @@ namespace amber::dist {
 bool mpi_available();
 
 // Initialises MPI (unless the program already has) and returns the communicator of
-// MPI_COMM_WORLD; MPI is finalised with it when it initialised MPI. A collective still
+// MPI_COMM_WORLD; MPI is finalised with it when it initialised MPI, unless it is
+// destroyed by an exception's unwinding (then mpirun ends the run). A collective still
 // incomplete after timeout_s ends every rank (MPI_Abort) with an error naming this rank
 // and the collective.
 std::unique_ptr<Communicator> mpi_communicator(double timeout_s);
