@@ -276,14 +276,15 @@ def main():
                            f"{optimizer}: ZeRO-1 checkpoint resumed at {ranks or 1} processes: step {step} loss "
                            f"{resumed.get(step)}, one process {reference[step]}")
         # A rank killed: Open MPI's mpirun ends the others and names it. A rank that hangs
-        # (stopped): the others' collectives time out (train.comm_timeout_s) and end the run.
+        # (stopped): rank 0's collective times out (train.comm_timeout_s) and names it.
         long_run = [mpirun, "-np", "2", checks.amber, "train", config, "--quiet", "--set", "train.steps=100000",
                     "--set", "train.checkpoint_every=0", "--set", "train.comm_timeout_s=10"]
         killed, stopped = os.path.join(tmp, "killed"), os.path.join(tmp, "stopped")
         check_failure(checks, env, long_run + ["--set", f"train.out_dir={killed}"], killed, "kill",
                       "process rank 1", "exited on signal 9")
         check_failure(checks, env, long_run + ["--set", f"train.out_dir={stopped}"], stopped, "stop",
-                      "amber: error: rank 0 of 2 waited more than 10 s", "a rank has died or hangs")
+                      "amber: error: rank 0 of 2 waited more than 10 s", "rank 1 (last reached collective",
+                      "never reached it: that rank hangs or died")
         # A rank that stops on an error of its own (its data folder is missing) ends the run
         # at once with its message, rather than leaving the others in a collective.
         script = (f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then set -- --set data.dir={tmp}/nowhere; fi; '

@@ -1,7 +1,9 @@
 // Each collective is MPI's non-blocking form, polled until it completes or its deadline
 // passes: a blocking MPI call waits forever for a rank that hangs, and Open MPI's
 // mpirun ends a job only when a rank exits. Polling sleeps between tests, so ranks that
-// share cores (mpirun --oversubscribe) leave them to the ranks still computing.
+// share cores (mpirun --oversubscribe) leave them to the ranks still computing. Rank 0
+// knows which collective every rank reached (MpiArrivals) and reports first: the other
+// ranks' deadline is half as long again, so the error names the rank that hangs.
 #include "amber/dist/mpi/mpi_communicator.h"
 
 #include <mpi.h>
@@ -15,6 +17,7 @@
 
 #include "amber/core/error.h"
 #include "amber/dist/collective_checks.h"
+#include "amber/dist/mpi/mpi_arrivals.h"
 
 namespace amber::dist {
 namespace {
@@ -52,12 +55,15 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_free(&local);
+    arrivals_ = std::make_unique<MpiArrivals>(rank_, world_);
   }
   // MPI_Finalize waits for every rank, so a rank leaving on an error would wait there
   // for ranks that wait for it in a collective. Without it, the rank exits with its
   // error and status 1, and mpirun then ends the others.
   ~MpiCommunicator() override {
-    if (owns_mpi_ && std::uncaught_exceptions() == 0) MPI_Finalize();
+    if (!owns_mpi_ || std::uncaught_exceptions() > 0) return;
+    arrivals_->close(timeout_);
+    MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
@@ -149,22 +155,33 @@ class MpiCommunicator final : public Communicator {
 
   // Polls the request; a first stretch of tight polls keeps short collectives fast,
   // then each test is followed by a sleep.
-  void wait(const char* collective, MPI_Request& request) const {
+  void wait(const char* collective, MPI_Request& request) {
     using Clock = std::chrono::steady_clock;
-    const Clock::time_point start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout_);
+    const int64_t number = ++collectives_;
+    arrivals_->enter(number);
+    arrivals_->poll();  // at every collective, so that rank 0's arrivals never pile up
+    const double limit = rank_ == 0 ? timeout_ : 1.5 * timeout_;
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     for (int polls = 0;; ++polls) {
       int done = 0;
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (done) return;
+      arrivals_->poll();
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
       if (Clock::now() > deadline) break;
     }
+    std::string culprit;
+    if (rank_ != 0) {
+      culprit = "rank 0, which names the ranks that did not arrive, has not reported: rank 0 hangs or died";
+    } else if (const std::string missing = arrivals_->missing(number); !missing.empty()) {
+      culprit = concat(missing, " never reached it: that rank hangs or died");
+    } else {
+      culprit = "every rank reached it, but MPI did not complete it: the transport between the ranks is stuck";
+    }
     std::fprintf(stderr,
-                 "amber: error: rank %d of %d waited more than %g s in %s for the other ranks: a rank has died or "
-                 "hangs (the launcher's output names a rank that died); ending every rank. The latest checkpoint "
-                 "resumes the run (--resume); train.comm_timeout_s sets this limit\n",
-                 rank_, world_, timeout_, collective);
+                 "amber: error: rank %d of %d waited more than %g s in %s (collective %lld): %s; ending every "
+                 "rank. The latest checkpoint resumes the run (--resume); train.comm_timeout_s sets this limit\n",
+                 rank_, world_, limit, collective, static_cast<long long>(number), culprit.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -172,6 +189,8 @@ class MpiCommunicator final : public Communicator {
   double timeout_;
   int rank_ = 0, world_ = 1, local_rank_ = 0;
   bool owns_mpi_ = false;
+  int64_t collectives_ = 0;  // issued so far, alike on every rank
+  std::unique_ptr<MpiArrivals> arrivals_;
 };
 
 }  // namespace
