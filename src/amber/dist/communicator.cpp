@@ -43,7 +43,9 @@ std::unique_ptr<Communicator> single_process_communicator() { return std::make_u
 
 std::unique_ptr<Communicator> connect_communicator(const LaunchEnv& env, Device device,
                                                    const CommunicatorOptions& options) {
-  if (!env.distributed()) return single_process_communicator();
+  // A launcher's world of one still gets its backend, so that its cost can be measured
+  // against a single process's.
+  if (env.launcher == LaunchEnv::Launcher::none) return single_process_communicator();
   if (device.is_cuda()) {
     AMBER_CHECK(nccl_available(), "this process was started as rank ", env.rank, " of ", env.world_size, " by ",
                 env.launcher_name(), " on ", device, ", but this amber was built without NCCL; build it where the "

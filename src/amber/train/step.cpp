@@ -213,8 +213,7 @@ struct TrainStep::Slots {
 TrainStep::TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions options)
     : model_(model), optimizer_(optimizer), options_(options), stats_(model) {
   AMBER_CHECK(!options_.shard || options_.communicator, "a ZeRO-1 step needs the communicator of its shard");
-  if (options_.communicator && options_.communicator->world_size() > 1 && !options_.shard)
-    buckets_.emplace(model_.store(), dist::kDefaultBucketElements);
+  if (options_.communicator && !options_.shard) buckets_.emplace(model_.store(), dist::kDefaultBucketElements);
 }
 
 TrainStep::~TrainStep() = default;
@@ -252,7 +251,7 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
 
 void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier,
                     std::optional<int64_t> step_trained_tokens) {
-  AMBER_CHECK(step_trained_tokens || !buckets_, "a data-parallel step needs the trained tokens of the whole step, ",
+  AMBER_CHECK(step_trained_tokens || !options_.communicator, "a data-parallel step needs the trained tokens of the whole step, ",
               "over every rank (data::Loader::step_trained_tokens)");
   int64_t trained_tokens = 0;
   for (const data::Batch& b : micro_batches) trained_tokens += b.trained_tokens;

@@ -142,7 +142,7 @@ class TrainStep {
   Optimizer* optimizer_;
   StepOptions options_;
   StepStats stats_;
-  std::optional<dist::GradientBuckets> buckets_;  // with more than one rank
+  std::optional<dist::GradientBuckets> buckets_;  // data parallel without ZeRO
   std::unique_ptr<Slots> slots_;
   bool replayed_ = false;
 };

@@ -10,6 +10,7 @@ namespace amber::dist {
 MpiArrivals::MpiArrivals(int rank, int world_size) : rank_(rank), world_(world_size) {
   if (rank_ != 0) return;
   seen_.assign(static_cast<size_t>(world_), 0);
+  heard_.assign(static_cast<size_t>(world_), Clock::now());
   incoming_.assign(static_cast<size_t>(world_), 0);
   receives_.assign(static_cast<size_t>(world_), MPI_REQUEST_NULL);
   for (int r = 1; r < world_; ++r)
@@ -22,6 +23,15 @@ void MpiArrivals::enter(int64_t number) {
     seen_[0] = number;
     return;
   }
+  send(number);
+}
+
+void MpiArrivals::still_in(int64_t number) {
+  if (rank_ != 0 && Clock::now() - sent_ > std::chrono::seconds(1)) send(number);
+}
+
+void MpiArrivals::send(int64_t number) {
+  sent_ = Clock::now();
   auto value = std::make_unique<int64_t>(number);
   MPI_Request request;
   MPI_Isend(value.get(), 1, MPI_INT64_T, 0, kTag, MPI_COMM_WORLD, &request);
@@ -45,17 +55,21 @@ void MpiArrivals::poll() {
       MPI_Test(&receives_[i], &done, MPI_STATUS_IGNORE);
       if (!done) break;
       seen_[i] = incoming_[i];
+      heard_[i] = Clock::now();
       MPI_Irecv(&incoming_[i], 1, MPI_INT64_T, r, kTag, MPI_COMM_WORLD, &receives_[i]);
     }
   }
 }
 
-std::string MpiArrivals::missing(int64_t number) const {
+std::string MpiArrivals::missing(int64_t number, double silent_s) const {
   std::string out;
-  for (int r = 0; r < static_cast<int>(seen_.size()); ++r) {
+  for (int r = 1; r < static_cast<int>(seen_.size()); ++r) {
     const int64_t last = seen_[static_cast<size_t>(r)];
-    if (last >= number) continue;
-    out += concat(out.empty() ? "" : ", ", "rank ", r, " (last reached collective ", last, ")");
+    const double silent = std::chrono::duration<double>(Clock::now() - heard_[static_cast<size_t>(r)]).count();
+    if (last < number)
+      out += concat(out.empty() ? "" : ", ", "rank ", r, " (last reached collective ", last, ")");
+    else if (silent > silent_s)
+      out += concat(out.empty() ? "" : ", ", "rank ", r, " (silent for ", static_cast<int>(silent), " s inside it)");
   }
   return out;
 }

@@ -167,14 +167,15 @@ class MpiCommunicator final : public Communicator {
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (done) return;
       arrivals_->poll();
+      arrivals_->still_in(number);
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
       if (Clock::now() > deadline) break;
     }
     std::string culprit;
     if (rank_ != 0) {
       culprit = "rank 0, which names the ranks that did not arrive, has not reported: rank 0 hangs or died";
-    } else if (const std::string missing = arrivals_->missing(number); !missing.empty()) {
-      culprit = concat(missing, " never reached it: that rank hangs or died");
+    } else if (const std::string missing = arrivals_->missing(number, 3.0); !missing.empty()) {
+      culprit = concat(missing, ": that rank hangs or died");
     } else {
       culprit = "every rank reached it, but MPI did not complete it: the transport between the ranks is stuck";
     }
