@@ -79,9 +79,11 @@ TEST(SingleProcessCommunicator, CollectivesLeaveOneRanksData) {
   EXPECT_THROW(comm->all_gather(t, out, wrong), Error);
 }
 
-TEST(SingleProcessCommunicator, ConnectingWithoutALauncherGivesAWorldOfOne) {
-  const auto comm = connect_communicator(LaunchEnv{}, Device::cpu(), {});
-  EXPECT_EQ(comm->backend(), "single");
+TEST(SingleProcessCommunicator, ConnectingWithoutALauncherOrAsSlurmsOnlyTaskGivesAWorldOfOne) {
+  EXPECT_EQ(connect_communicator(LaunchEnv{}, Device::cpu(), {})->backend(), "single");
+  // Every Slurm batch script has SLURM_PROCID and SLURM_NTASKS set.
+  const LaunchEnv batch = detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  EXPECT_EQ(connect_communicator(batch, Device::cpu(), {})->backend(), "single");
 }
 
 }  // namespace

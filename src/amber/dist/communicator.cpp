@@ -44,8 +44,10 @@ std::unique_ptr<Communicator> single_process_communicator() { return std::make_u
 std::unique_ptr<Communicator> connect_communicator(const LaunchEnv& env, Device device,
                                                    const CommunicatorOptions& options) {
   // A launcher's world of one still gets its backend, so that its cost can be measured
-  // against a single process's.
-  if (env.launcher == LaunchEnv::Launcher::none) return single_process_communicator();
+  // against a single process's; but Slurm sets its variables in every batch script, so
+  // its single task runs alone.
+  const bool alone = env.launcher == LaunchEnv::Launcher::slurm && !env.distributed();
+  if (env.launcher == LaunchEnv::Launcher::none || alone) return single_process_communicator();
   if (device.is_cuda()) {
     AMBER_CHECK(nccl_available(), "this process was started as rank ", env.rank, " of ", env.world_size, " by ",
                 env.launcher_name(), " on ", device, ", but this amber was built without NCCL; build it where the "

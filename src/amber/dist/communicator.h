@@ -51,9 +51,10 @@ struct CommunicatorOptions {
   double timeout_s = 600;
 };
 
-// The communicator of this process: a world of one without a launcher, else the
-// backend for `device` (MPI for the CPU, NCCL for a GPU), also for a launcher's world of
-// one (`amber launch -n 1`), whose cost against a single process that measures. An error says what is missing when this amber was built without that backend.
+// The communicator of this process: a world of one without a launcher (or as Slurm's
+// only task), else the backend for `device` (MPI for the CPU, NCCL for a GPU), also for
+// mpirun's or torchrun's world of one (`amber launch -n 1`), whose cost against a
+// single process that measures. An error says what is missing when this amber was built without that backend.
 std::unique_ptr<Communicator> connect_communicator(const LaunchEnv& env, Device device,
                                                    const CommunicatorOptions& options);
 
