@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   amber::cli::add_sample_command(app);
   amber::cli::add_bench_command(app);
   amber::cli::add_plot_command(app);
+  amber::cli::add_launch_command(app);
   amber::cli::use_amber_error_format(app);
   if (const std::string unknown = amber::cli::unknown_name(app, argc, argv); !unknown.empty()) {
     std::cerr << "amber: error: " << unknown << "\n";

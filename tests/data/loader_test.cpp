@@ -1,9 +1,10 @@
 // Loader tests on synthetic shards whose tokens are a running counter, so every token
 // names its document position: coverage per epoch, targets inside documents only,
-// seeding, and resume from a saved state.
+// seeding, resume from a saved state, and the split of each step across processes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 
 #include "amber/data/loader.h"
@@ -189,6 +190,68 @@ TEST(Loader, RestoredStateContinuesWithTheNextBatch) {
     first.restore(nlohmann::json::parse(saved));
     EXPECT_EQ(take(first, 3), std::vector<std::vector<int32_t>>(all.begin() + k, all.begin() + k + 3));
   }
+}
+
+// Six micro-batches a step, split as 1 x 6, 2 x 3, 3 x 2 and 6 x 1: every rank takes its
+// consecutive share of what one process takes, every rank ends a step in the state one
+// process ends it in (so a checkpoint resumes under any split), and every rank knows
+// the whole step's trained tokens. Prefetch on and off, across an epoch's end.
+TEST(Loader, ShareSplitsEachStepAsOneProcessTakesIt) {
+  Dataset data;
+  constexpr int kPerStep = 6, kSteps = 5;
+  LoaderConfig c = data.config(5);
+  c.share.per_rank = kPerStep;
+  Loader one(c);
+  std::vector<std::vector<int32_t>> all;
+  std::vector<int64_t> step_tokens;
+  std::vector<nlohmann::json> step_states;
+  for (int s = 0; s < kSteps; ++s) {
+    int64_t tokens = 0;
+    for (int k = 0; k < kPerStep; ++k) {
+      const Batch b = one.next();
+      tokens += b.trained_tokens;
+      std::vector<int32_t> row = ints(b.tokens);
+      row.insert(row.end(), b.seq.cu_seqlens_host.begin(), b.seq.cu_seqlens_host.end());
+      all.push_back(std::move(row));
+    }
+    EXPECT_EQ(one.step_trained_tokens(), tokens) << "step " << s;
+    step_tokens.push_back(tokens);
+    step_states.push_back(one.state_json());
+  }
+  EXPECT_GE(one.state().epoch, 1) << "the steps should cross an epoch's end";
+  for (int ranks : {2, 3, 6}) {
+    for (int prefetch : {0, 2}) {
+      std::vector<std::unique_ptr<Loader>> loaders;
+      for (int r = 0; r < ranks; ++r) {
+        LoaderConfig rc = data.config(5);
+        rc.prefetch = prefetch;
+        rc.share = {r, ranks, kPerStep / ranks};
+        loaders.push_back(std::make_unique<Loader>(rc));
+      }
+      for (int s = 0; s < kSteps; ++s) {
+        for (int r = 0; r < ranks; ++r) {
+          for (int k = 0; k < kPerStep / ranks; ++k) {
+            const Batch b = loaders[static_cast<size_t>(r)]->next();
+            std::vector<int32_t> row = ints(b.tokens);
+            row.insert(row.end(), b.seq.cu_seqlens_host.begin(), b.seq.cu_seqlens_host.end());
+            EXPECT_EQ(row, all[static_cast<size_t>(s * kPerStep + r * (kPerStep / ranks) + k)])
+                << ranks << " ranks, rank " << r << ", step " << s << ", micro-batch " << k;
+            EXPECT_EQ(loaders[static_cast<size_t>(r)]->step_trained_tokens(), step_tokens[static_cast<size_t>(s)]);
+          }
+          EXPECT_EQ(loaders[static_cast<size_t>(r)]->state_json(), step_states[static_cast<size_t>(s)])
+              << ranks << " ranks, rank " << r << ", after step " << s;
+        }
+      }
+    }
+  }
+  // A state saved under one split continues under another.
+  LoaderConfig rc = data.config(5);
+  rc.share = {1, 3, 2};
+  Loader resumed(rc);
+  resumed.restore(step_states[1]);
+  resumed.next();
+  std::vector<int32_t> row = ints(resumed.next().tokens);
+  EXPECT_EQ(row, std::vector<int32_t>(all[2 * kPerStep + 3].begin(), all[2 * kPerStep + 3].begin() + row.size()));
 }
 
 TEST(Loader, StateFromOtherSettingsIsRejected) {

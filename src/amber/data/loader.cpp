@@ -18,6 +18,10 @@ Loader::Loader(LoaderConfig config) : config_(std::move(config)) {
   AMBER_CHECK(config_.token_budget < (int64_t{1} << 31), "loader: token budget ", config_.token_budget,
               " exceeds the int32 range of cu_seqlens");
   AMBER_CHECK(config_.prefetch >= 0, "loader: prefetch must be >= 0");
+  const LoaderShare& share = config_.share;
+  AMBER_CHECK(share.ranks >= 1 && share.per_rank >= 1 && share.rank >= 0 && share.rank < share.ranks,
+              "loader: share of rank ", share.rank, " of ", share.ranks, " with ", share.per_rank,
+              " micro-batches each is not a valid split");
   const int extra = (config_.bos_id >= 0) + (config_.eos_id >= 0);
   chunk_start_.push_back(0);
   shard_first_doc_.push_back(0);
@@ -37,7 +41,7 @@ Loader::Loader(LoaderConfig config) : config_(std::move(config)) {
     shard_first_doc_.push_back(shard_first_doc_.back() + static_cast<uint64_t>(s.num_docs()));
   }
   AMBER_CHECK(num_chunks() > 0, "loader: the shards hold no tokens");
-  consumed_ = produced_ = LoaderState{config_.seed, 0, 0};
+  consumed_ = produced_ = Position{{config_.seed, 0, 0}, 0, 0, {}};
   start_prefetch();
 }
 
@@ -48,12 +52,11 @@ int64_t Loader::chunk_length(uint64_t doc, uint64_t chunk) const {
   return static_cast<int64_t>(std::min<uint64_t>(config_.max_seq_len, doc_length_[doc] - start));
 }
 
-Loader::Produced Loader::produce(const LoaderState& from) const {
+template <class Take>
+LoaderState Loader::pack(const LoaderState& from, Take&& take) const {
   const uint64_t n = static_cast<uint64_t>(num_chunks());
   const Permutation perm(n, splitmix64(from.seed) ^ splitmix64(static_cast<uint64_t>(from.epoch) + 1));
-  const bool bos = config_.bos_id >= 0;
-  std::vector<int32_t> tokens, targets, lengths;
-  tokens.reserve(static_cast<size_t>(config_.token_budget));
+  int64_t tokens = 0;
   uint64_t cursor = static_cast<uint64_t>(from.cursor);
   while (cursor < n) {
     const uint64_t chunk_id = perm(cursor);
@@ -61,9 +64,20 @@ Loader::Produced Loader::produce(const LoaderState& from) const {
         std::upper_bound(chunk_start_.begin(), chunk_start_.end(), chunk_id) - chunk_start_.begin() - 1);
     const uint64_t chunk = chunk_id - chunk_start_[doc];
     const int64_t len = chunk_length(doc, chunk);
-    if (static_cast<int64_t>(tokens.size()) + len > config_.token_budget) break;
+    if (tokens + len > config_.token_budget) break;
     ++cursor;
+    tokens += len;
+    take(doc, chunk, len);
+  }
+  return cursor == n ? LoaderState{from.seed, from.epoch + 1, 0}
+                     : LoaderState{from.seed, from.epoch, static_cast<int64_t>(cursor)};
+}
 
+Batch Loader::read(const LoaderState& from, LoaderState& after) const {
+  const bool bos = config_.bos_id >= 0;
+  std::vector<int32_t> tokens, targets, lengths;
+  tokens.reserve(static_cast<size_t>(config_.token_budget));
+  after = pack(from, [&](uint64_t doc, uint64_t chunk, int64_t len) {
     // Position p of the document's sequence [bos?] doc tokens [eos?].
     const size_t shard = static_cast<size_t>(
         std::upper_bound(shard_first_doc_.begin(), shard_first_doc_.end(), doc) - shard_first_doc_.begin() - 1);
@@ -82,15 +96,37 @@ Loader::Produced Loader::produce(const LoaderState& from) const {
     for (int64_t i = 0; i + 1 < len; ++i) targets.push_back(tokens[at + i + 1]);
     targets.push_back(kNoTarget);
     lengths.push_back(static_cast<int32_t>(len));
+  });
+  Batch batch;
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  batch.trained_tokens = total - static_cast<int64_t>(lengths.size());
+  batch.tokens = Tensor::from_vector(tokens, {total});
+  batch.targets = Tensor::from_vector(targets, {total});
+  batch.seq = SeqInfo::from_lengths(lengths);
+  return batch;
+}
+
+// A step's first micro-batch walks the whole step by lengths alone: where this
+// process's share starts, where the step ends and how many tokens it trains.
+Loader::Produced Loader::produce(const Position& from) const {
+  const LoaderShare& share = config_.share;
+  Position at = from;
+  if (at.slot == 0) {
+    LoaderState s = from.state;
+    at.step_tokens = 0;
+    for (int k = 0; k < share.ranks * share.per_rank; ++k) {
+      if (k == share.rank * share.per_rank) at.state = s;
+      s = pack(s, [&](uint64_t, uint64_t, int64_t len) { at.step_tokens += len - 1; });
+    }
+    at.step_end = s;
   }
   Produced p;
-  p.after = cursor == n ? LoaderState{from.seed, from.epoch + 1, 0}
-                        : LoaderState{from.seed, from.epoch, static_cast<int64_t>(cursor)};
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  p.batch.trained_tokens = total - static_cast<int64_t>(lengths.size());
-  p.batch.tokens = Tensor::from_vector(tokens, {total});
-  p.batch.targets = Tensor::from_vector(targets, {total});
-  p.batch.seq = SeqInfo::from_lengths(lengths);
+  p.batch = read(at.state, at.state);
+  if (++at.slot == share.per_rank) {
+    at.state = at.step_end;
+    at.slot = 0;
+  }
+  p.after = at;
   return p;
 }
 
@@ -104,7 +140,7 @@ void Loader::start_prefetch() {
         cv_.wait(lock);
         continue;
       }
-      const LoaderState from = produced_;
+      const Position from = produced_;
       lock.unlock();
       // Produce outside the lock: reading shards and building tensors is the slow part.
       std::optional<Produced> p;
@@ -155,7 +191,12 @@ Batch Loader::next() {
 
 LoaderState Loader::state() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return consumed_;
+  return consumed_.state;
+}
+
+int64_t Loader::step_trained_tokens() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return consumed_.step_tokens;
 }
 
 nlohmann::json Loader::state_json() const {
@@ -192,7 +233,7 @@ void Loader::restore(const nlohmann::json& j) {
   stop_prefetch();
   queue_.clear();
   error_ = nullptr;
-  consumed_ = produced_ = s;
+  consumed_ = produced_ = Position{s, 0, 0, {}};
   start_prefetch();
 }
 

@@ -51,6 +51,13 @@ class Backbone {
       if (std::string name = b->routing_layer(); !name.empty()) names.push_back(std::move(name));
     return names;
   }
+  // The MoE layers' expert loads in layer order (Mlp::routing_load).
+  std::vector<Tensor> routing_loads() const {
+    std::vector<Tensor> loads;
+    for (const auto& b : blocks_)
+      if (Tensor load = b->routing_load(); load.defined()) loads.push_back(std::move(load));
+    return loads;
+  }
   void set_routing_stats(const Tensor& values) {
     int64_t next = 0;
     for (auto& b : blocks_)

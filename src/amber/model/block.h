@@ -66,6 +66,7 @@ class Block {
   void after_optimizer_step(const Tensor& apply) { mlp_->after_optimizer_step(apply); }
   std::string routing_layer() const { return mlp_->routing_layer(); }
   void set_routing_stats(const Tensor& values) { mlp_->set_routing_stats(values); }
+  Tensor routing_load() const { return mlp_->routing_load(); }
   void set_router_objective(const RouterObjective& objective) { mlp_->set_router_objective(objective); }
 
  private:

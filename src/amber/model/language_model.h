@@ -55,6 +55,9 @@ class LanguageModel {
   // model); and those values, read back, as each layer's RoutingStats in layer order.
   const Tensor& routing_values() const { return routing_values_; }
   std::vector<RoutingStats> routing_stats(const std::vector<double>& values) const;
+  // The MoE layers' per-expert row counts of the step so far, which after_optimizer_step
+  // turns into the balance bias's move and the routing statistics.
+  std::vector<Tensor> routing_loads() const { return backbone_.routing_loads(); }
 
   // One micro-batch: forward, then accumulate d(loss_scale * (loss.sum + router
   // loss))/d(params). `loss_sums` is f64 [4] on this device: the head's sums

@@ -69,6 +69,9 @@ class Mlp {
   // with its other statistics. Empty for a dense MLP.
   virtual std::string routing_layer() const { return {}; }
   virtual void set_routing_stats(const Tensor& values) {}
+  // MoE layers: the rows each expert received in the step so far (f64 [experts] on the
+  // device), which data parallel sums across ranks before after_optimizer_step reads it.
+  virtual Tensor routing_load() const { return {}; }
 };
 
 const Registry<Mlp, const MlpSpec&>& mlp_registry();

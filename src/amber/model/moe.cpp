@@ -120,6 +120,7 @@ class MoeMlp final : public Mlp {
   }
 
   std::string routing_layer() const override { return name_; }
+  Tensor routing_load() const override { return load_; }
   void set_routing_stats(const Tensor& values) override { stats_ = values; }
 
   Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {

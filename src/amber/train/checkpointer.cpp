@@ -8,6 +8,24 @@
 namespace amber {
 namespace fs = std::filesystem;
 
+namespace {
+
+// The optimizer's whole state (Optimizer::open_whole_state) for as long as it lives.
+class WholeState {
+ public:
+  WholeState(Optimizer& optimizer, bool gather) : optimizer_(optimizer) { optimizer_.open_whole_state(gather); }
+  ~WholeState() { optimizer_.close_whole_state(loaded_); }
+  WholeState(const WholeState&) = delete;
+  WholeState& operator=(const WholeState&) = delete;
+  void loaded() { loaded_ = true; }
+
+ private:
+  Optimizer& optimizer_;
+  bool loaded_ = false;
+};
+
+}  // namespace
+
 Checkpointer::Checkpointer(const RunConfig& config, bool resume, const std::string& resume_from, RunRole role)
     : config_(config), role_(role) {
   const std::string& out_dir = config.train.out_dir;
@@ -45,7 +63,9 @@ RunProgress Checkpointer::restore(LanguageModel& model, Optimizer& optimizer, da
   std::string errors;
   for (const std::string& dir : candidates_) {
     try {
+      WholeState whole(optimizer, false);
       const nlohmann::json state = load_checkpoint(dir, model, &optimizer);
+      whole.loaded();
       AMBER_CHECK(state.contains("loader"), dir, "/trainer_state.json: key \"loader\" is missing; the checkpoint ",
                   "is damaged or not amber's");
       try {
@@ -73,6 +93,8 @@ RunProgress Checkpointer::restore(LanguageModel& model, Optimizer& optimizer, da
 
 std::optional<std::string> Checkpointer::save(const RunProgress& progress, const LanguageModel& model,
                                               Optimizer& optimizer, const data::Loader& loader) const {
+  // Every rank takes part in gathering a sharded optimizer's state; one writes it.
+  const WholeState whole(optimizer, true);
   if (!role_.writes_checkpoints()) return std::nullopt;
   const nlohmann::json state = {{"tokens_seen", progress.tokens_seen},
                                 {"skipped_steps", progress.skipped_steps},

@@ -40,7 +40,8 @@ class Checkpointer {
   // The checkpoint restore() loaded.
   const std::string& resume_dir() const { return resume_dir_; }
   // Writes the checkpoint of `progress.step`; returns its path, or nothing on a process
-  // that does not write checkpoints.
+  // that does not write checkpoints. Every rank calls it: a sharded optimizer's state is
+  // gathered from all of them.
   std::optional<std::string> save(const RunProgress& progress, const LanguageModel& model, Optimizer& optimizer,
                                   const data::Loader& loader) const;
 

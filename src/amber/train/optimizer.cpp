@@ -58,18 +58,18 @@ struct MuonGroup {
 
 class GroupedOptimizer final : public Optimizer {
  public:
-  GroupedOptimizer(const OptimizerConfig& c, const ParamStore& store)
+  GroupedOptimizer(const OptimizerConfig& c, const ParamStore& store, const dist::StoreShard* shard)
       : config_(c), variant_(newton_schulz_from_name(c.ns_variant)) {
     AMBER_CHECK(c.name == "adamw" || c.name == "muon", "unknown optimizer '", c.name,
                 "'; valid: adamw, muon");
     AMBER_CHECK(c.update_scale == "spectral" || c.update_scale == "rms", "optimizer.update_scale '",
                 c.update_scale, "' is not one of: spectral, rms");
     AMBER_CHECK(c.lr > 0 && c.muon_lr > 0 && c.embed_lr >= 0, "learning rates must be positive");
-    const bool muon = c.name == "muon";
     AMBER_CHECK(store.allocated() && !store.params().empty(), "the optimizer needs at least one parameter");
     schedule_ = Tensor::empty({kScheduleSize}, DType::f64, store.placement().device);
     set_steps(0);
-    for (const ParamStore::Buffer& b : store.buffers()) add_buffer(b, muon);
+    describe_groups(store);
+    for (size_t i = 0; i < store.buffers().size(); ++i) add_buffer(store.buffers()[i], static_cast<int>(i), shard);
     // Slots in the store's parameter order, which checkpoints name their state in.
     std::map<const Param*, size_t> order;
     for (const auto& p : store.params()) order.emplace(p.get(), order.size());
@@ -111,54 +111,58 @@ class GroupedOptimizer final : public Optimizer {
   std::vector<StateTensor> state() override {
     std::vector<StateTensor> out;
     for (AdamWSlot& s : adamw_) {
-      out.push_back({s.param->name + ".exp_avg", &s.m});
-      out.push_back({s.param->name + ".exp_avg_sq", &s.v});
+      const std::vector<std::string> names = optimizer_state_names(config_, *s.param);
+      out.push_back({names[0], &s.m});
+      out.push_back({names[1], &s.v});
     }
-    for (MuonSlot& s : muon_) out.push_back({s.param->name + ".momentum", &s.momentum});
+    for (MuonSlot& s : muon_) out.push_back({optimizer_state_names(config_, *s.param)[0], &s.momentum});
     return out;
   }
 
-  std::string describe() const override {
+  std::string describe() const override { return description_; }
+
+  std::vector<std::pair<std::string, double>> learning_rates() const override { return rates_; }
+
+ private:
+  // The groups' description and learning rates, from every parameter of the store (a
+  // shard's optimizer describes the whole model's).
+  void describe_groups(const ParamStore& store) {
     // Groups keyed by (method, lr, decay), in first-seen order.
     std::map<std::tuple<std::string, double, double>, std::pair<int64_t, int>> groups;
-    for (const AdamWSlot& s : adamw_) {
-      auto& g = groups[{"adamw", s.lr, s.weight_decay}];
-      g.first += s.param->value.numel();
+    const auto add_rate = [this](const std::string& group, double lr) {
+      if (std::find_if(rates_.begin(), rates_.end(), [&](const auto& r) { return r.first == group; }) == rates_.end())
+        rates_.emplace_back(group, lr);
+    };
+    const auto muon = [&](const auto& p) { return optimizer_uses_muon(config_, *p); };
+    if (std::any_of(store.params().begin(), store.params().end(), muon)) add_rate("muon", config_.muon_lr);
+    for (const auto& p : store.params()) {
+      const bool m = optimizer_uses_muon(config_, *p);
+      const double lr = m ? config_.muon_lr : learning_rate(*p, config_);
+      const double decay = m ? config_.weight_decay * config_.lr / config_.muon_lr : weight_decay(*p, config_);
+      auto& g = groups[{m ? "muon" : "adamw", lr, decay}];
+      g.first += p->value.numel();
       ++g.second;
-    }
-    for (const MuonSlot& s : muon_) {
-      auto& g = groups[{"muon", config_.muon_lr, config_.weight_decay * config_.lr / config_.muon_lr}];
-      g.first += s.param->value.numel();
-      ++g.second;
+      // Only the embedding's rate may differ from lr (learning_rate above).
+      if (!m) add_rate(lr == config_.lr ? "adamw" : "embedding", lr);
     }
     std::ostringstream out;
     for (const auto& [key, value] : groups)
       out << "  " << std::get<0>(key) << ": " << value.second << " tensors, " << value.first / 1e6
           << "M params, lr " << std::get<1>(key) << ", weight decay " << std::get<2>(key) << "\n";
-    return out.str();
+    description_ = out.str();
   }
 
-  std::vector<std::pair<std::string, double>> learning_rates() const override {
-    std::vector<std::pair<std::string, double>> rates;
-    const auto add = [&rates](const std::string& group, double lr) {
-      if (std::find_if(rates.begin(), rates.end(), [&](const auto& r) { return r.first == group; }) == rates.end())
-        rates.emplace_back(group, lr);
-    };
-    if (!muon_.empty()) add("muon", config_.muon_lr);
-    // Only the embedding's rate may differ from lr (learning_rate above).
-    for (const AdamWSlot& s : adamw_) add(s.lr == config_.lr ? "adamw" : "embedding", s.lr);
-    return rates;
-  }
-
- private:
   // A buffer's Muon matrices get slots of their own; its other parameters get AdamW
-  // state (one flat m and v for the buffer) and are updated as runs of neighbours with
-  // equal hyperparameters.
-  void add_buffer(const ParamStore::Buffer& b, bool muon) {
+  // state (one flat m and v for the buffer, or for the shard's range of it) and are
+  // updated as runs of neighbours with equal hyperparameters.
+  void add_buffer(const ParamStore::Buffer& b, int index, const dist::StoreShard* shard) {
+    const int64_t base = shard ? shard->begin(index) : 0;
+    const int64_t size = shard ? shard->end(index) - base : b.value.numel();
     Tensor m, v;
     AdamWRange* run = nullptr;  // the run the previous parameter joined, if it can grow
     for (Param* p : b.params) {
-      if (muon && p->muon) {
+      if (shard && !shard->owns(*p)) continue;
+      if (optimizer_uses_muon(config_, *p)) {
         // A 3-D parameter (an MoE layer's experts) is a stack of matrices, each
         // orthogonalised on its own.
         const double out = static_cast<double>(p->value.size(-2)), in = static_cast<double>(p->value.size(-1));
@@ -169,26 +173,28 @@ class GroupedOptimizer final : public Optimizer {
         continue;
       }
       if (!m.defined()) {
-        m = Tensor::zeros(b.value.shape(), b.value.dtype(), b.value.device());
-        v = Tensor::zeros(b.value.shape(), b.value.dtype(), b.value.device());
+        m = Tensor::zeros({size}, b.value.dtype(), b.value.device());
+        v = Tensor::zeros({size}, b.value.dtype(), b.value.device());
       }
       const int64_t begin = p->offset, end = p->offset + p->value.numel();
       const double lr = learning_rate(*p, config_), decay = weight_decay(*p, config_);
-      adamw_.push_back({p, lr, decay, m.slice(0, begin, end).view(p->value.shape()),
-                        v.slice(0, begin, end).view(p->value.shape())});
+      adamw_.push_back({p, lr, decay, m.slice(0, begin - base, end - base).view(p->value.shape()),
+                        v.slice(0, begin - base, end - base).view(p->value.shape())});
       if (run && run->hyper.lr == lr && run->hyper.weight_decay == decay) {
-        *run = flat_range(b, m, v, run->begin, end, run->hyper);
+        *run = flat_range(b, m, v, base, run->begin, end, run->hyper);
         continue;
       }
-      ranges_.push_back(flat_range(b, m, v, begin, end, {lr, config_.beta1, config_.beta2, config_.eps, decay}));
+      ranges_.push_back(
+          flat_range(b, m, v, base, begin, end, {lr, config_.beta1, config_.beta2, config_.eps, decay}));
       run = &ranges_.back();
     }
   }
 
-  static AdamWRange flat_range(const ParamStore::Buffer& b, const Tensor& m, const Tensor& v, int64_t begin,
-                               int64_t end, const AdamWHyper& hyper) {
-    return {begin, b.value.slice(0, begin, end), b.grad.slice(0, begin, end), m.slice(0, begin, end),
-            v.slice(0, begin, end), b.work.slice(0, begin, end), hyper};
+  // [begin, end) of the buffer, whose state starts at `base`.
+  static AdamWRange flat_range(const ParamStore::Buffer& b, const Tensor& m, const Tensor& v, int64_t base,
+                               int64_t begin, int64_t end, const AdamWHyper& hyper) {
+    return {begin, b.value.slice(0, begin, end), b.grad.slice(0, begin, end), m.slice(0, begin - base, end - base),
+            v.slice(0, begin - base, end - base), b.work.slice(0, begin, end), hyper};
   }
 
   // Gives every Muon matrix its place in the batch of its shape and working dtype; a
@@ -224,6 +230,8 @@ class GroupedOptimizer final : public Optimizer {
   std::deque<AdamWRange> ranges_;  // a deque: add_buffer extends the last range in place
   std::vector<MuonSlot> muon_;
   std::vector<MuonGroup> muon_groups_;
+  std::string description_;
+  std::vector<std::pair<std::string, double>> rates_;
   Tensor schedule_;  // f64 [kScheduleSize] on the parameters' device (ops/optim.h)
 };
 
@@ -233,8 +241,16 @@ Tensor always_apply(double lr_multiplier, Device device) {
   return Tensor::from_vector(std::vector<double>{1.0, lr_multiplier, 1.0}, {3}).to(device);
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config, const ParamStore& store) {
-  return std::make_unique<GroupedOptimizer>(config, store);
+bool optimizer_uses_muon(const OptimizerConfig& config, const Param& p) { return config.name == "muon" && p.muon; }
+
+std::vector<std::string> optimizer_state_names(const OptimizerConfig& config, const Param& p) {
+  if (optimizer_uses_muon(config, p)) return {p.name + ".momentum"};
+  return {p.name + ".exp_avg", p.name + ".exp_avg_sq"};
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config, const ParamStore& store,
+                                           const dist::StoreShard* shard) {
+  return std::make_unique<GroupedOptimizer>(config, store, shard);
 }
 
 }  // namespace amber

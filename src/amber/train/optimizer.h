@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "amber/dist/zero_shard.h"
 #include "amber/model/param_store.h"
 
 namespace amber {
@@ -73,12 +74,29 @@ class Optimizer {
   // Updates applied so far (read from the device), for checkpoints.
   virtual int64_t steps() const = 0;
   virtual void set_steps(int64_t steps) = 0;
+  // Checkpoints hold the whole state under whole-model names at any world size. An
+  // optimizer sharded across ranks (ZeRO-1) has only its shard in state() until
+  // open_whole_state, called on every rank, makes state() the whole state: gathered
+  // from the ranks that own it (gather), or allocated for a load to fill.
+  // close_whole_state keeps this rank's shard of it where it was loaded, and frees it.
+  virtual void open_whole_state(bool gather) {}
+  virtual void close_whole_state(bool loaded) {}
 };
+
+// Whether `config` updates p by Muon (else by AdamW), and the names of p's optimizer
+// state tensors (checkpoint entries), each of p's shape. state() lists every AdamW
+// parameter's state in store order, then every Muon parameter's.
+bool optimizer_uses_muon(const OptimizerConfig& config, const Param& p);
+std::vector<std::string> optimizer_state_names(const OptimizerConfig& config, const Param& p);
 
 // A gate for Optimizer::step on `device` that always applies, with the given multiplier,
 // to the gradients as they are (gradient scale 1).
 Tensor always_apply(double lr_multiplier, Device device);
 
-std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config, const ParamStore& store);
+// shard: ZeRO-1, state for (and updates of) the parameters this rank owns only, over
+// the store's ranges that shard gives this rank; the other ranks' updates reach this
+// one by an all-gather (train/zero_optimizer.h). nullptr: every parameter.
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerConfig& config, const ParamStore& store,
+                                           const dist::StoreShard* shard = nullptr);
 
 }  // namespace amber

@@ -33,6 +33,10 @@ void RunConfig::validate() const {
   AMBER_CHECK(train.grad_clip >= 0 && std::isfinite(train.grad_clip), "train.grad_clip must be a finite number >= 0 ",
               "(0 = off), got ", train.grad_clip);
   AMBER_CHECK(train.log_every > 0, "train.log_every must be positive");
+  AMBER_CHECK(train.zero == 0 || train.zero == 1, "train.zero must be 0 (every process keeps the whole optimizer ",
+              "state) or 1 (ZeRO-1: each keeps its shard), got ", train.zero);
+  AMBER_CHECK(train.comm_timeout_s > 0 && std::isfinite(train.comm_timeout_s),
+              "train.comm_timeout_s must be a positive number of seconds, got ", train.comm_timeout_s);
   AMBER_CHECK(train.eval_every >= 0 && train.checkpoint_every >= 0 && train.sample_every >= 0,
               "train.eval_every, checkpoint_every and sample_every must be >= 0 (0 = off / at the end)");
   AMBER_CHECK(train.keep_checkpoints > 0, "train.keep_checkpoints must be positive");

@@ -15,7 +15,7 @@ namespace amber {
 struct TrainConfig {
   int64_t steps = 1000;
   int64_t micro_batch_tokens = 8192;  // token budget of one micro-batch
-  int grad_accum = 1;                 // micro-batches per optimizer step
+  int grad_accum = 1;                 // micro-batches per optimizer step and process
   uint64_t seed = 1234;               // weights and data order
   std::string device = "auto";         // auto (a GPU when present) | cpu | cuda | cuda:N
   std::string compute_dtype = "f32";  // f32 | bf16 | f16: activations and working copies
@@ -33,6 +33,8 @@ struct TrainConfig {
   std::string out_dir = "runs/run";
   double peak_tflops = 0;  // for MFU/HFU; 0 = unknown (not printed)
   bool tensorboard = true;  // every record also as TensorBoard events in out_dir/tensorboard/
+  int zero = 0;  // data parallel: 1 shards the optimizer state across the processes (ZeRO-1)
+  double comm_timeout_s = 600;  // data parallel: a collective waiting longer ends the run
 
   template <class Fn>
   void fields(Fn&& v) {
@@ -56,6 +58,8 @@ struct TrainConfig {
     v("out_dir", out_dir);
     v("peak_tflops", peak_tflops);
     v("tensorboard", tensorboard);
+    v("zero", zero);
+    v("comm_timeout_s", comm_timeout_s);
   }
 };
 

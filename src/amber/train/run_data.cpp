@@ -29,7 +29,7 @@ std::vector<double> unigram_log_probs(const data::TokenCounts& counts, int64_t v
   return p;
 }
 
-RunData::RunData(const RunConfig& c, std::ostream& console) {
+RunData::RunData(const RunConfig& c, std::ostream& console, data::LoaderShare share) {
   AMBER_CHECK(!c.data.dir.empty(), "data.dir is not set: point it at the output folder of `amber tokenize`");
   if (!c.data.tokenizer.empty()) tokenizer = data::load_tokenizer_json(c.data.tokenizer);
   const data::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
@@ -64,6 +64,7 @@ RunData::RunData(const RunConfig& c, std::ostream& console) {
   lc.seed = c.train.seed;
   lc.bos_id = bos.value_or(-1);
   lc.eos_id = eos.value_or(-1);
+  lc.share = share;
   loader = std::make_unique<data::Loader>(lc);
 
   if (!val_shards.empty()) {
@@ -71,6 +72,7 @@ RunData::RunData(const RunConfig& c, std::ostream& console) {
     vc.shards = val_shards;
     vc.seed = 0;
     vc.prefetch = 0;
+    vc.share = {};
     data::Loader val(vc);
     int64_t tokens = 0;
     while (static_cast<int>(eval_batches.size()) < c.train.eval_batches && tokens < val.tokens_per_epoch()) {

@@ -19,8 +19,9 @@
 namespace amber {
 
 struct RunData {
-  // `console` hears what the run should know about its data (a baseline counted now).
-  RunData(const RunConfig& config, std::ostream& console);
+  // `console` hears what the run should know about its data (a baseline counted now);
+  // `share` is this process's part of every step (its rank among the run's processes).
+  RunData(const RunConfig& config, std::ostream& console, data::LoaderShare share = {});
 
   std::optional<data::Tokenizer> tokenizer;
   std::optional<int32_t> bos, eos;

@@ -16,6 +16,9 @@ struct RunRole {
   bool writes_checkpoints() const { return rank == 0; }
   // The process that writes into out_dir owns it for the run (RunLock).
   bool locks_out_dir() const { return rank == 0; }
+  // One process evaluates and samples: every rank holds the same weights after a step,
+  // so the others would only repeat its numbers.
+  bool evaluates() const { return rank == 0; }
 };
 
 }  // namespace amber

@@ -98,6 +98,16 @@ void global_grad_norm(const LanguageModel& model, StepStats& stats) {
   norm_from_squares(squares, norm);
 }
 
+void sharded_grad_norm(const LanguageModel& model, StepStats& stats, const dist::StoreShard& shard,
+                       dist::Communicator& comm) {
+  Tensor squares = stats.squares(), norm = stats.grad_norm();
+  std::vector<Tensor> grads;
+  for (const auto& p : model.params()) grads.push_back(shard.owns(*p) ? p->grad : p->grad.slice(0, 0, 0));
+  squared_norms_into(grads, squares);
+  comm.all_reduce_sum(squares);
+  norm_from_squares(squares, norm);
+}
+
 void clip_gradients(const StepStats& stats, double max_norm) {
   Tensor scale = stats.grad_scale();
   clip_scale(scale, stats.grad_norm(), max_norm);
@@ -201,7 +211,10 @@ struct TrainStep::Slots {
 };
 
 TrainStep::TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions options)
-    : model_(model), optimizer_(optimizer), options_(options), stats_(model) {}
+    : model_(model), optimizer_(optimizer), options_(options), stats_(model) {
+  AMBER_CHECK(!options_.shard || options_.communicator, "a ZeRO-1 step needs the communicator of its shard");
+  if (options_.communicator && !options_.shard) buckets_.emplace(model_.store(), dist::kDefaultBucketElements);
+}
 
 TrainStep::~TrainStep() = default;
 
@@ -215,7 +228,19 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   const Tensor scale = stats_.loss_scale();
   for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
   model_.settle_grads();
-  global_grad_norm(model_, stats_);
+  if (options_.communicator) {
+    // Every rank then measures the same norm and makes the same update (of its shard).
+    if (options_.shard) options_.shard->reduce_scatter_gradients(*options_.communicator);
+    if (buckets_) buckets_->all_reduce(*options_.communicator);
+    Tensor objective = stats_.objective();
+    options_.communicator->all_reduce_sum(objective);
+    // The balance biases move by the whole step's expert loads, alike on every rank.
+    for (Tensor load : model_.routing_loads()) options_.communicator->all_reduce_sum(load);
+  }
+  if (options_.shard)
+    sharded_grad_norm(model_, stats_, *options_.shard, *options_.communicator);
+  else
+    global_grad_norm(model_, stats_);
   if (options_.grad_clip > 0) clip_gradients(stats_, options_.grad_clip);
   if (!optimizer_) return;
   Tensor apply = stats_.apply();
@@ -224,9 +249,13 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   model_.after_optimizer_step(stats_.apply());
 }
 
-void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier) {
+void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier,
+                    std::optional<int64_t> step_trained_tokens) {
+  AMBER_CHECK(step_trained_tokens || !options_.communicator, "a data-parallel step needs the trained tokens of the whole step, ",
+              "over every rank (data::Loader::step_trained_tokens)");
   int64_t trained_tokens = 0;
   for (const data::Batch& b : micro_batches) trained_tokens += b.trained_tokens;
+  if (step_trained_tokens) trained_tokens = *step_trained_tokens;
   replayed_ = false;
   if (trained_tokens == 0) {
     stats_.keep();

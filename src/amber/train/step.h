@@ -9,10 +9,13 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "amber/data/batch.h"
+#include "amber/dist/data_parallel.h"
+#include "amber/dist/zero_shard.h"
 #include "amber/model/language_model.h"
 #include "amber/ops/step_slots.h"
 #include "amber/train/optimizer.h"
@@ -79,6 +82,11 @@ class StepStats {
 // stats' grad norm = sqrt of the sum of squared gradient entries of every parameter,
 // in double: each parameter's sum goes to its own slot, then one in-order sum.
 void global_grad_norm(const LanguageModel& model, StepStats& stats);
+// The same over a ZeRO-1 shard: each rank squares the parameters it owns (their summed
+// gradients), the ranks add their slots (every slot but the owner's is zero, so the sum
+// is exact), and the in-order sum gives every rank the norm of the whole gradient.
+void sharded_grad_norm(const LanguageModel& model, StepStats& stats, const dist::StoreShard& shard,
+                       dist::Communicator& comm);
 
 // Sets stats' gradient scale to max_norm / norm when the measured norm exceeds max_norm
 // (on the device, from stats' grad norm), so the update reads every gradient scaled by
@@ -91,6 +99,12 @@ struct StepOptions {
   // On a GPU, the tokens a micro-batch's device buffers hold (the loader's budget), so
   // every run of a config captures its step at the same shapes; 0: the first batch's.
   int64_t micro_batch_tokens = 0;
+  // Data parallel: the ranks whose gradients and loss sums each step adds up after its
+  // backward (dist/data_parallel.h); nullptr or a world of one: this process alone.
+  dist::Communicator* communicator = nullptr;
+  // ZeRO-1 (with a communicator): each rank's gradients are summed into the ranges this
+  // shard owns only (a reduce-scatter), which the sharded optimizer reads.
+  const dist::StoreShard* shard = nullptr;
 };
 
 class TrainStep {
@@ -105,7 +119,11 @@ class TrainStep {
   // divided once by the step's total trained tokens (never a mean of means), the norm,
   // clipping, then the update where loss and norm are finite, with every learning rate
   // times lr_multiplier. A step without trained tokens issues nothing.
-  void run(std::span<const data::Batch> micro_batches, double lr_multiplier);
+  // step_trained_tokens: the whole step's trained tokens over every rank's micro-batches
+  // (data::Loader::step_trained_tokens), which data parallel must give; a single process
+  // may leave it to the sum over its micro-batches.
+  void run(std::span<const data::Batch> micro_batches, double lr_multiplier,
+           std::optional<int64_t> step_trained_tokens = std::nullopt);
   // The last step's statistics (waits for it).
   AccumulatedStep read() const { return stats_.read(); }
   // The statistics of the step before the last run; empty after the first run. Waits
@@ -124,6 +142,7 @@ class TrainStep {
   Optimizer* optimizer_;
   StepOptions options_;
   StepStats stats_;
+  std::optional<dist::GradientBuckets> buckets_;  // data parallel without ZeRO
   std::unique_ptr<Slots> slots_;
   bool replayed_ = false;
 };

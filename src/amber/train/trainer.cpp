@@ -10,6 +10,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
+#include "amber/dist/communicator.h"
 #include "amber/model/flops.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/checkpointer.h"
@@ -20,6 +21,7 @@
 #include "amber/train/run_lock.h"
 #include "amber/train/run_role.h"
 #include "amber/train/stop_signals.h"
+#include "amber/train/zero_optimizer.h"
 
 namespace amber {
 namespace fs = std::filesystem;
@@ -28,10 +30,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Device run_device(const RunConfig& c) {
+// Each rank of a GPU run takes the card of its local rank, unless the config names one.
+Device run_device(const RunConfig& c, const dist::LaunchEnv& launch) {
   const Device device = device_from_name(c.train.device);
   AMBER_CHECK(device.is_cpu() || cuda_available(), "train.device = '", c.train.device,
               "' but no CUDA device is visible to this amber; use train.device = \"cpu\"");
+  if (device.is_cuda() && launch.distributed() && c.train.device.find(':') == std::string::npos)
+    return Device::cuda(launch.local_rank);
   return device;
 }
 
@@ -51,13 +56,16 @@ struct Trainer::State {
 
   const RunConfig config;
   const TrainOptions options;
-  const RunRole role{};  // a single process: rank 0 of 1
+  const dist::LaunchEnv launch;  // this process's place, as its launcher set it
   const Device device;
+  const std::unique_ptr<dist::Communicator> comm;  // the run's processes (a world of one alone)
+  const RunRole role;
   const MfuPeak mfu_peak;
   std::optional<RunLock> lock;  // this run owns out_dir from its start until run() returns
   MetricsSink sink;
   RunData data;
   std::unique_ptr<LanguageModel> model;
+  std::optional<dist::StoreShard> shard;  // train.zero = 1: the parameters this rank updates
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<TrainStep> train_step;  // the step's device work and its statistics
   Schedule schedule;
@@ -77,25 +85,36 @@ struct Trainer::State {
   void evaluate();
   void preview_samples();
   void save_checkpoint();
+  int agreed_stop_signal(const StopSignals& signals);
 };
 
 Trainer::State::State(RunConfig run_config, TrainOptions train_options)
     : config(std::move(run_config)),
       options(std::move(train_options)),
-      device(run_device(config)),
+      launch(dist::detect_launch_env()),
+      device(run_device(config, launch)),
+      comm(dist::connect_communicator(launch, device, {.timeout_s = config.train.comm_timeout_s})),
+      role{comm->rank(), comm->world_size()},
       mfu_peak(amber::mfu_peak(config.train, device)),
       lock(role.locks_out_dir() ? std::optional<RunLock>(std::in_place, config.train.out_dir) : std::nullopt),
       sink(config, role, options.progress, mfu_peak.tflops),
-      data(config, sink.console()),
+      data(config, sink.console(), {role.rank, role.world_size, config.train.grad_accum}),
       evaluator(config, data) {
   const RunConfig& c = config;
   model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
   model->init_weights(c.train.seed);
-  optimizer = build_optimizer(c.optimizer, model->store());
+  if (c.train.zero == 1) {
+    shard.emplace(model->store(), role.rank, role.world_size);
+    optimizer = build_sharded_optimizer(c.optimizer, model->store(), *shard, *comm);
+  } else {
+    optimizer = build_optimizer(c.optimizer, model->store());
+  }
   train_step = std::make_unique<TrainStep>(*model, optimizer.get(),
                                            StepOptions{.grad_clip = c.train.grad_clip,
                                                        .cuda_graph = c.train.cuda_graph,
-                                                       .micro_batch_tokens = c.train.micro_batch_tokens});
+                                                       .micro_batch_tokens = c.train.micro_batch_tokens,
+                                                       .communicator = comm.get(),
+                                                       .shard = shard ? &*shard : nullptr});
   schedule = make_schedule(c.schedule, c.train.steps);
   checkpointer.emplace(c, options.resume, options.resume_from, role);
   // Beside the checkpoints, so a resumed run reads the choices it made before.
@@ -127,8 +146,9 @@ void Trainer::State::print_summary() {
       << optimizer->describe() << "data: " << data.loader->num_chunks()
       << " training sequences (documents cut at data.max_seq_len; "
       << format_count(static_cast<double>(data.loader->tokens_per_epoch())) << " tokens per epoch), "
-      << data.eval_batches.size() << " validation batches; " << t.grad_accum << " x " << t.micro_batch_tokens
-      << " tokens per step\n"
+      << data.eval_batches.size() << " validation batches; "
+      << (role.world_size > 1 ? concat(role.world_size, " processes (", comm->backend(), ") x ") : "")
+      << t.grad_accum << " x " << t.micro_batch_tokens << " tokens per step\n"
       << mfu_peak.note << "\n";
   if (data.eval_batches.empty())
     out << "data: " << c.data.dir << " has no validation split, so nothing is evaluated (amber tokenize "
@@ -148,7 +168,7 @@ Issued Trainer::State::issue(Clock::time_point start) {
     const std::vector<int32_t> l = b.seq.lengths();
     step.lengths.insert(step.lengths.end(), l.begin(), l.end());
   }
-  train_step->run(micro, step.multiplier);
+  train_step->run(micro, step.multiplier, data.loader->step_trained_tokens());
   step.issued = Clock::now();
   step.replayed = train_step->replayed();
   ++issued_steps;
@@ -196,19 +216,32 @@ Issued Trainer::State::finish_while_next_runs(const Issued& running, CardTelemet
 }
 
 void Trainer::State::evaluate() {
-  if (!evaluator.has_eval_set()) return;
+  if (!role.evaluates() || !evaluator.has_eval_set()) return;
   const EvalResult e = evaluator.evaluate(*model);
   last_val_loss = e.loss;
   sink.log_eval(progress.step, e.loss, e.unigram, e.tokens);
 }
 
 void Trainer::State::preview_samples() {
+  if (!role.evaluates()) return;
   sink.log_samples(progress.step, config.train.sample_prompts, evaluator.samples(*model, progress.step));
 }
 
 void Trainer::State::save_checkpoint() {
   if (const std::optional<std::string> path = checkpointer->save(progress, *model, *optimizer, *data.loader))
     sink.line() << "checkpoint: " << *path << "\n";
+}
+
+// The signal that stops the run, the same on every rank: mpirun passes a SIGTERM on to
+// every rank, but not at the same instant, and a rank that stopped alone would leave
+// the others waiting in the next step's collectives. The first rank's signal wins.
+int Trainer::State::agreed_stop_signal(const StopSignals& signals) {
+  Tensor received = Tensor::zeros({role.world_size}, DType::i64);
+  received.data<int64_t>()[role.rank] = signals.received();
+  comm->all_reduce_sum(received);
+  for (int64_t i = 0; i < role.world_size; ++i)
+    if (const int64_t signal = received.data<int64_t>()[i]) return static_cast<int>(signal);
+  return 0;
 }
 
 // Losses, norm, clipping and the decision to update stay on the device. The host
@@ -230,7 +263,7 @@ double Trainer::run() {
   while (s.progress.step < t.steps) {
     if (!running) running = s.issue(Clock::now());
     // A signal during the last step lets the run finish as it would have.
-    if (const int signal = stop_signals.received(); signal && s.progress.step + 1 < t.steps) {
+    if (const int signal = s.agreed_stop_signal(stop_signals); signal && s.progress.step + 1 < t.steps) {
       // The step in flight is the last the loader gave out, so the checkpoint after it
       // resumes exactly where this run stops.
       s.finish_waited(*running, cards);
