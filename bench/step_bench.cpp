@@ -5,6 +5,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/random.h"
+#include "amber/dist/communicator.h"
 #include "amber/model/flops.h"
 #include "amber/model/language_model.h"
 #include "amber/ops/gemm.h"
@@ -87,13 +88,19 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   r.lengths = batch.seq.lengths();
   // The loss stays on the device until the timed steps are done: reading it per step
   // would add a host synchronisation the trainer does not have per micro-batch.
-  TrainStep step(model, optimizer.get(), {.grad_clip = o.grad_clip, .cuda_graph = o.cuda_graph});
+  const std::unique_ptr<dist::Communicator> comm =
+      o.communicator ? dist::connect_communicator(dist::detect_launch_env(), device, {}) : nullptr;
+  AMBER_CHECK(!comm || comm->world_size() == 1, "bench step --communicator: the step is timed at a world of one, but ",
+              "the launcher started ", comm ? comm->world_size() : 0, " ranks");
+  TrainStep step(model, optimizer.get(),
+                 {.grad_clip = o.grad_clip, .cuda_graph = o.cuda_graph, .communicator = comm.get()});
+  r.backend = comm ? comm->backend() : "none";
   // A graph's ops are timed by event nodes recorded at its capture, in a warm-up step.
   const bool profile_graph = o.profile && o.cuda_graph && device.is_cuda();
   if (profile_graph) profile::start();
   int64_t steps_run = 0;
   const auto run_step = [&] {
-    step.run(micro, 1.0);
+    step.run(micro, 1.0, batch.trained_tokens);
     if (++steps_run == 1) r.twice_calls = profile::doubled_calls();
   };
   // The counted steps (GEMM tuning, the graph's capture), then steps of steady load.

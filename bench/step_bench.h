@@ -32,6 +32,9 @@ struct StepBenchOptions {
   uint64_t seed = 1;
   bool profile = false;    // GPU milliseconds per op and step (with a graph: mean of the timed replays)
   bool cuda_graph = true;  // replay the step from a captured CUDA graph (GPU)
+  // Connect the launcher's communicator (as `amber train` does) and step through it: at
+  // a world of one (RANK=0 WORLD_SIZE=1 ...) what the data-parallel path costs.
+  bool communicator = false;
   // An op whose entry point runs twice in every call (bench/op_repeat.h), or "".
   std::string twice;
 };
@@ -45,6 +48,7 @@ struct StepBenchResult {
   std::vector<int32_t> lengths;
   std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
   bool replayed = false;  // the timed steps replayed a captured CUDA graph
+  std::string backend;    // the communicator's ("none" without --communicator)
   int64_t twice_calls = 0;  // calls of options.twice that ran twice in the first step
   int warmup_steps = 0;   // untimed steps run (warmup, or more to fill warmup_seconds)
   cuda::CardState card;   // the GPU's SM clock and power over the timed steps

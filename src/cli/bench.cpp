@@ -51,6 +51,7 @@ void run(BenchArgs& a) {
             << " tokens in " << r.lengths.size() << " documents (" << a.doc_lengths << ") | " << a.options.device
             << " " << a.options.compute_dtype << " | optimizer " << a.options.optimizer.name;
   if (a.options.grad_clip > 0) std::cout << ", gradient norm clipped at " << a.options.grad_clip;
+  if (a.options.communicator) std::cout << " | communicator " << r.backend;
   std::cout << (r.replayed ? " | CUDA graph" : " | eager") << " | " << a.options.steps << " steps timed after "
             << r.warmup_steps;
   if (!a.options.twice.empty())
@@ -254,6 +255,10 @@ void add_bench_command(CLI::App& app) {
                    "One of: " + profile::repeatable_op_list());
   step->add_flag("!--no-graph", a->options.cuda_graph,
                  "Issue every step's kernels from the host instead of replaying a captured CUDA graph");
+  step->add_flag("--communicator", a->options.communicator,
+                 "Step through the communicator the launcher's environment gives, as `amber train` does; at a "
+                 "world of one (e.g. RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500) it "
+                 "measures what the data-parallel path costs against a run without it");
   step->add_flag("--heuristic-gemm", a->heuristic_gemm,
                  "GPU: run cuBLASLt's first heuristic algorithm for every product, instead of timing its first 16 "
                  "for each new product shape and keeping the fastest (as training does by default)");
