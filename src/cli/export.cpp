@@ -46,7 +46,7 @@ void add_export_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("export", "Write a checkpoint in another framework's format (docs/interop.md)");
   cmd->require_subcommand(1);
   auto a = std::make_shared<ExportArgs>();
-  auto* hf = cmd->add_subcommand("hf", "A Hugging Face folder (Llama or Qwen3 layout) that transformers loads");
+  auto* hf = cmd->add_subcommand("hf", "A Hugging Face folder (Llama, Qwen3 or Gemma3 layout) that transformers loads");
   hf->add_option("--checkpoint", a->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
       ->required();
   hf->add_option("--out", a->out, "Folder to write (must not exist or be empty)")->required();

@@ -179,12 +179,77 @@ TEST(HfExport, QkNormWithoutGainsExportsOnesAndImportRefusesTrainedGains) {
                                                           "model.qk_norm_affine = true"});
 }
 
+ModelConfig gemma3_style() {
+  ModelConfig c = testing::tiny_model();
+  c.depth = 3;
+  c.post_norm = true;
+  c.embedding_scale = true;
+  c.mlp = "geglu";
+  c.sliding_window = 16;
+  c.global_layer_every = 2;
+  c.scale_residual_by_depth = true;
+  c.tie_embeddings = true;
+  return c;
+}
+
+TEST(HfExport, Gemma3StylesGainsAreOneLessAndTheResidualScaleSitsInThePostNorms) {
+  const ModelConfig c = gemma3_style();
+  const nlohmann::ordered_json j = hf_config_json(c, {}, "float32");
+  EXPECT_EQ(j["architectures"][0], "Gemma3ForCausalLM");
+  EXPECT_EQ(j["model_type"], "gemma3_text");
+  EXPECT_EQ(j["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_EQ(j["query_pre_attn_scalar"], 8);
+  EXPECT_EQ(j["sliding_window"], 16);
+  // Layer 2 is global as the last layer, layer 1 as every second.
+  EXPECT_EQ(j["layer_types"], nlohmann::ordered_json({"sliding_attention", "full_attention", "full_attention"}));
+  const auto model = random_model(c, 6);
+  std::map<std::string, Tensor> hf;
+  for (const NamedTensor& t : hf_tensors(*model, DType::f32)) hf.emplace(t.name, t.tensor);
+  const double rs = 1.0 / std::sqrt(3.0);
+  const auto expect_mapped = [&](const std::string& theirs, const std::string& ours, double scale) {
+    const std::vector<double> a = model->param(ours).value.to_doubles(), b = hf.at(theirs).to_doubles();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i], static_cast<float>(a[i] * scale - 1.0)) << theirs;
+  };
+  expect_mapped("model.layers.1.input_layernorm.weight", "layers.1.attn_norm.weight", 1.0);
+  expect_mapped("model.layers.1.pre_feedforward_layernorm.weight", "layers.1.mlp_norm.weight", 1.0);
+  expect_mapped("model.layers.1.post_attention_layernorm.weight", "layers.1.post_attn_norm.weight", rs);
+  expect_mapped("model.layers.1.post_feedforward_layernorm.weight", "layers.1.post_mlp_norm.weight", rs);
+  expect_mapped("model.layers.0.self_attn.q_norm.weight", "layers.0.attn.q_norm.weight", 1.0);
+  expect_mapped("model.norm.weight", "norm.weight", 1.0);
+  EXPECT_EQ(hf.at("model.layers.0.self_attn.o_proj.weight").to_doubles(),
+            model->param("layers.0.attn.o_proj.weight").value.to_doubles());
+  ModelConfig gainless = c;
+  gainless.qk_norm_affine = false;
+  for (const NamedTensor& t : hf_tensors(LanguageModel(gainless), DType::f32)) {
+    if (t.name == "model.layers.0.self_attn.q_norm.weight") {
+      EXPECT_EQ(t.tensor.to_doubles(), std::vector<double>(8, 0.0)) << "Gemma3's (1 + 0) is a gain of one";
+    }
+  }
+  expect_error([&] { check_hf_config("anywhere", c); }, {"--init-from imports Llama and Qwen3", "Gemma3-style"});
+}
+
 TEST(HfExport, WhatNoStockClassComputesIsRefusedNamingTheOption) {
   const std::vector<std::pair<std::function<void(ModelConfig&)>, std::string>> cases = {
       {[](ModelConfig& c) { c.attn_sink = true; }, "model.attn_sink"},
-      {[](ModelConfig& c) { c.post_norm = true; }, "model.post_norm"},
-      {[](ModelConfig& c) { c.embedding_scale = true; }, "model.embedding_scale"},
+      {[](ModelConfig& c) { c.post_norm = true; }, "model.post_norm without model.embedding_scale"},
+      {[](ModelConfig& c) { c.embedding_scale = true; }, "model.embedding_scale without model.post_norm"},
       {[](ModelConfig& c) { c.sliding_window = 16; }, "model.sliding_window"},
+      {[](ModelConfig& c) {
+         c = gemma3_style();
+         c.qk_norm = false;
+       },
+       "without model.qk_norm"},
+      {[](ModelConfig& c) {
+         c = gemma3_style();
+         c.window_pattern = {8, 16, 0};
+       },
+       "several window widths"},
+      {[](ModelConfig& c) {
+         c = gemma3_style();
+         c.rope_scaling = "linear";
+         c.rope_factor = 2.0;
+       },
+       "model.rope_scaling = 'linear' with sliding windows"},
       {[](ModelConfig& c) { c.rope_partial = 0.5; }, "model.rope_partial"},
       {[](ModelConfig& c) { c.norm = "layernorm"; }, "model.norm = 'layernorm'"},
       {[](ModelConfig& c) { c.mlp = "gelu"; }, "model.mlp = 'gelu'"},

@@ -155,6 +155,9 @@ std::map<std::string, Tensor> read_hf_tensors(const std::string& dir) {
 }
 
 void check_hf_config(const std::string& dir, const ModelConfig& c) {
+  AMBER_CHECK(hf_architecture(c) != HfArchitecture::gemma3,
+              "--init-from imports Llama and Qwen3 checkpoints, but the run's model is Gemma3-style "
+              "(model.post_norm, model.embedding_scale); docs/interop.md");
   const fs::path path = fs::path(dir) / "config.json";
   const nlohmann::json have = read_json(path);
   const nlohmann::json want = nlohmann::json::parse(hf_config_json(c, {}, "float32").dump());

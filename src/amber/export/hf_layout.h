@@ -1,5 +1,6 @@
 // Hugging Face layouts: which stock transformers class holds an amber model config
-// (Qwen3ForCausalLM when it has QK-norm, LlamaForCausalLM when not), the config.json
+// (Gemma3ForCausalLM with norms after the branches and scaled embeddings, else
+// Qwen3ForCausalLM when it has QK-norm, LlamaForCausalLM when not), the config.json
 // that describes it, and the one name map between amber's whole-model parameter names
 // and the class's, used by export and import alike. What no stock class computes is
 // refused with a message naming the model option, never exported to a model that
@@ -17,11 +18,11 @@
 
 namespace amber {
 
-enum class HfArchitecture { llama, qwen3 };
+enum class HfArchitecture { llama, qwen3, gemma3 };
 
 // Throws an Error naming the first option no stock class holds.
 HfArchitecture hf_architecture(const ModelConfig& c);
-const char* hf_model_type(HfArchitecture arch);  // "llama", "qwen3"
+const char* hf_model_type(HfArchitecture arch);  // "llama", "qwen3", "gemma3_text"
 
 // The special tokens a run trains with, by id (nullopt where the run has none).
 struct HfSpecialTokens {
@@ -34,14 +35,16 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, const HfSpecialToken
 
 // One stored tensor of the Hugging Face layout and where its values come from: rows
 // [row_begin, row_end) of amber's parameter `amber_name`, times `scale` (the depth
-// residual scale folded into the projections that write the residual stream). An empty
-// amber_name stands for a tensor of ones amber does not train (QK-norm without gains).
+// residual scale folded into what writes the residual stream), plus `offset` (Gemma3
+// stores a norm's gain minus one). An empty amber_name stands for a gain amber does not
+// train (QK-norm without gains): `length` copies of `offset`.
 struct HfTensorSource {
   std::string hf_name;
   std::string amber_name;
   int64_t row_begin = 0, row_end = 0;  // both 0: every row
   double scale = 1.0;
-  int64_t ones = 0;  // the length of the tensor of ones, when amber_name is empty
+  double offset = 0.0;
+  int64_t length = 0;
 };
 
 // Every tensor of the stock class's checkpoint for `c` (hf_architecture(c) must

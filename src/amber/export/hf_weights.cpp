@@ -7,13 +7,13 @@
 namespace amber {
 namespace {
 
-// rows [begin, end) of `t` (every row when both are 0), times `scale`, as f32.
-Tensor rows_scaled(const Tensor& t, int64_t begin, int64_t end, double scale) {
+// rows [begin, end) of `t` (every row when both are 0), times `scale` plus `offset`, as f32.
+Tensor rows_mapped(const Tensor& t, int64_t begin, int64_t end, double scale, double offset) {
   Tensor rows = (begin == 0 && end == 0 ? t : t.slice(0, begin, end)).to(Device::cpu()).to(DType::f32).contiguous();
-  if (scale == 1.0) return rows;
+  if (scale == 1.0 && offset == 0.0) return rows;
   Tensor out = rows.clone();
   float* p = out.data<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) p[i] = static_cast<float>(static_cast<double>(p[i]) * scale);
+  for (int64_t i = 0; i < out.numel(); ++i) p[i] = static_cast<float>(static_cast<double>(p[i]) * scale + offset);
   return out;
 }
 
@@ -31,8 +31,9 @@ std::vector<NamedTensor> hf_tensors(const LanguageModel& model, DType dtype) {
               dtype_name(dtype));
   std::vector<NamedTensor> out;
   for (const HfTensorSource& s : hf_tensor_map(model.config())) {
-    const Tensor t = s.amber_name.empty() ? Tensor::full({s.ones}, 1.0, DType::f32)
-                                          : rows_scaled(model.param(s.amber_name).value, s.row_begin, s.row_end, s.scale);
+    const Tensor t = s.amber_name.empty()
+                         ? Tensor::full({s.length}, s.offset, DType::f32)
+                         : rows_mapped(model.param(s.amber_name).value, s.row_begin, s.row_end, s.scale, s.offset);
     out.push_back({s.hf_name, dtype == DType::f32 ? t : t.to(dtype)});
   }
   return out;
@@ -52,9 +53,9 @@ void load_hf_tensors(const std::map<std::string, Tensor>& tensors, LanguageModel
                 s.hf_name, "' has dtype ", dtype_name(t.dtype()), "; amber imports f32, bf16 or f16 weights");
     if (s.amber_name.empty()) {
       const std::vector<double> v = t.to_doubles();
-      bool ones = t.shape() == Shape{s.ones};
-      for (double x : v) ones = ones && x == 1.0;
-      AMBER_CHECK(ones, origin, ": tensor '", s.hf_name,
+      bool untrained = t.shape() == Shape{s.length};
+      for (double x : v) untrained = untrained && x == s.offset;
+      AMBER_CHECK(untrained, origin, ": tensor '", s.hf_name,
                   "' holds trained QK-norm gains, which the run's model.qk_norm_affine = false drops; set "
                   "model.qk_norm_affine = true");
       continue;
@@ -65,7 +66,7 @@ void load_hf_tensors(const std::map<std::string, Tensor>& tensors, LanguageModel
                 " but the run's model config needs ", target.shape(),
                 "; set the [model] table's dim, heads, kv_heads, head_dim, mlp_hidden and vocab_size to the "
                 "checkpoint's config.json");
-    target.copy_from(rows_scaled(t, 0, 0, 1.0 / s.scale));
+    target.copy_from(rows_mapped(t, 0, 0, 1.0 / s.scale, -s.offset / s.scale));
   }
   for (const auto& [name, tensor] : tensors)
     AMBER_CHECK(used.count(name) || derived_buffer(name) || (c.tie_embeddings && name == "lm_head.weight"), origin,
