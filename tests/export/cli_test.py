@@ -104,7 +104,15 @@ def main():
             tokens = json.load(open(os.path.join(hf, "tokenizer_config.json"), encoding="utf-8"))
             expect(tokens["bos_token"] == "<|bos|>" and tokens["eos_token"] == "<|eos|>", f"roles: {tokens}")
             with open(tok, encoding="utf-8") as a, open(os.path.join(hf, "tokenizer.json"), encoding="utf-8") as b:
-                expect(a.read() == b.read(), "tokenizer.json is the run's")
+                ours, theirs = json.load(a), json.load(b)
+            post = theirs.pop("post_processor", None)
+            ours.pop("post_processor", None)
+            expect(ours == theirs, "tokenizer.json is the run's, but for its post-processor")
+            bos = config_json["bos_token_id"]
+            expect(post is not None and post["type"] == "TemplateProcessing"
+                   and post["single"][0] == {"SpecialToken": {"id": "<|bos|>", "type_id": 0}}
+                   and post["special_tokens"]["<|bos|>"]["ids"] == [bos],
+                   f"the post-processor puts bos (id {bos}) first: {post}")
             generation = json.load(open(os.path.join(hf, "generation_config.json"), encoding="utf-8"))
             expect(generation.get("eos_token_id") == config_json["eos_token_id"] is not None,
                    f"generation_config's eos: {generation}")
@@ -123,7 +131,8 @@ def main():
 
         # Import: the exported folder starts a run of the same model; another model is
         # refused naming the field, and so are a folder without weights and a resume.
-        _, r = train("again", args=["--init-from", hf])
+        # The folder's tokenizer (with its post-processor) reads the run's shards too.
+        _, r = train("again", args=["--init-from", hf, "--set", "data.tokenizer=" + os.path.join(hf, "tokenizer.json")])
         expect(r.returncode == 0 and "weights from " + hf in r.stdout, f"--init-from: {r.stderr[-300:]}")
         _, r = train("wider", "mlp_hidden = 96", ["--init-from", hf])
         expect(r.returncode == 1 and "intermediate_size is 64" in r.stderr and "model.mlp_hidden" in r.stderr,

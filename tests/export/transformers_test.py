@@ -142,10 +142,11 @@ def hf_loss(model, batches):
     return total / count
 
 
-def hf_greedy(model, tokenizer, prompt, bos, new_tokens):
-    """The greedy continuation of bos + prompt, kept to the tokenizer's ids as amber keeps
-    a padded vocabulary's extra ids out of samples."""
-    ids = [bos] + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+def hf_greedy(model, tokenizer, prompt, new_tokens):
+    """The greedy continuation of the prompt as the tokenizer encodes it (bos first, from
+    the exported post-processor), kept to the tokenizer's ids as amber keeps a padded
+    vocabulary's extra ids out of samples."""
+    ids = tokenizer(prompt)["input_ids"]
     extra = list(range(len(tokenizer), model.config.vocab_size))
     out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                          do_sample=False, max_new_tokens=new_tokens, suppress_tokens=extra or None)
@@ -203,9 +204,12 @@ def main():
             bos = tokenizer.convert_tokens_to_ids("<|bos|>")
             expect(tokenizer.bos_token == "<|bos|>" and tokenizer.eos_token == "<|eos|>",
                    f"{name}: tokenizer_config's roles: {tokenizer.bos_token!r} {tokenizer.eos_token!r}")
+            encoded = tokenizer("The")["input_ids"]
+            expect(encoded[0] == bos and encoded[1:] == tokenizer("The", add_special_tokens=False)["input_ids"],
+                   f"{name}: the tokenizer puts bos first, as amber trains: {encoded}")
             for prompt in PROMPTS:
                 status, ours, err = amber_greedy(run, run_dir, prompt, 20)
-                theirs_text = hf_greedy(model, tokenizer, prompt, bos, 20)
+                theirs_text = hf_greedy(model, tokenizer, prompt, 20)
                 expect(status == 0 and len(ours) > len(prompt) and ours == theirs_text,
                        f"{name}: greedy text for {prompt!r}: amber {ours!r}, transformers {theirs_text!r} {err[-200:]}")
 

@@ -72,8 +72,36 @@ void write_weights(const fs::path& dir, const std::vector<NamedTensor>& tensors,
   write_json(dir / "model.safetensors.index.json", index);
 }
 
+// A post-processor that puts bos before every text, as amber's loader does before every
+// document, so that Hugging Face's tokenizer (add_special_tokens, its default) encodes
+// what the model was trained on. A file with a post-processor of its own keeps it.
+void add_bos_post_processor(nlohmann::ordered_json& tokenizer, const std::string& bos, int32_t id) {
+  if (tokenizer.contains("post_processor") && !tokenizer["post_processor"].is_null()) return;
+  const auto special = [&](int type_id) {
+    return nlohmann::ordered_json{{"SpecialToken", {{"id", bos}, {"type_id", type_id}}}};
+  };
+  const auto sequence = [](const char* name, int type_id) {
+    return nlohmann::ordered_json{{"Sequence", {{"id", name}, {"type_id", type_id}}}};
+  };
+  tokenizer["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", {special(0), sequence("A", 0)}},
+      {"pair", {special(0), sequence("A", 0), special(1), sequence("B", 1)}},
+      {"special_tokens", {{bos, {{"id", bos}, {"ids", {id}}, {"tokens", {bos}}}}}}};
+}
+
 void write_tokenizer(const fs::path& dir, const HfTokenizerFiles& t, int max_position) {
-  fs::copy_file(t.tokenizer_json, dir / "tokenizer.json");
+  nlohmann::ordered_json tokenizer;
+  {
+    std::ifstream in(t.tokenizer_json);
+    try {
+      tokenizer = nlohmann::ordered_json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail(t.tokenizer_json, " is not valid JSON (", e.what(), ")");
+    }
+  }
+  if (t.ids.bos) add_bos_post_processor(tokenizer, t.bos, *t.ids.bos);
+  write_json(dir / "tokenizer.json", tokenizer);
   nlohmann::ordered_json config;
   config["tokenizer_class"] = "PreTrainedTokenizerFast";
   config["model_max_length"] = max_position;
