@@ -292,5 +292,34 @@ TEST(HfExport, ImportNamesTheMismatchedTensorOrConfigField) {
   expect_error([&] { read_hf_tensors((tmp.path / "tok").string()); }, {"neither model.safetensors"});
 }
 
+// transformers 5 writes RoPE as one rope_parameters object, earlier versions as
+// rope_theta and rope_scaling; import reads both.
+TEST(HfExport, ImportReadsRopeParametersAsTransformers5WritesThem) {
+  TempDir tmp;
+  ModelConfig c = testing::tiny_model();
+  c.rope_theta = 1e6;
+  c.rope_scaling = "linear";
+  c.rope_factor = 2.0;
+  const fs::path dir = tmp.path / "hf";
+  fs::create_directories(dir);
+  nlohmann::json j = nlohmann::json::parse(hf_config_json(c, {}, "float32").dump());
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e6}};
+  const auto write = [&] { data::testing::write_file((dir / "config.json").string(), j.dump()); };
+  write();
+  check_hf_config(dir.string(), c);
+  j["rope_parameters"]["factor"] = 4.0;
+  write();
+  expect_error([&] { check_hf_config(dir.string(), c); }, {"RoPE factor is 4.0", "gives 2.0", "model.rope_factor"});
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  write();
+  expect_error([&] { check_hf_config(dir.string(), c); }, {"RoPE rope_type is \"default\"", "model.rope_scaling"});
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e6}};
+  j["use_sliding_window"] = true;
+  write();
+  expect_error([&] { check_hf_config(dir.string(), c); }, {"use_sliding_window is true"});
+}
+
 }  // namespace
 }  // namespace amber

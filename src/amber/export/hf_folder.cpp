@@ -182,6 +182,34 @@ std::map<std::string, Tensor> read_hf_tensors(const std::string& dir) {
   return tensors;
 }
 
+namespace {
+
+// A config's RoPE as {"rope_theta", "rope_type", "factor"}: transformers before 5 writes
+// rope_theta and rope_scaling, from 5 on one rope_parameters object that holds both.
+nlohmann::json rope_of(const nlohmann::json& config) {
+  nlohmann::json scaling = config.value("rope_scaling", nlohmann::json());
+  nlohmann::json theta = config.value("rope_theta", nlohmann::json(10000.0));
+  if (config.contains("rope_parameters") && config["rope_parameters"].is_object()) {
+    scaling = config["rope_parameters"];
+    theta = scaling.value("rope_theta", theta);
+  }
+  nlohmann::json rope = {{"rope_theta", theta}, {"rope_type", "default"}, {"factor", 1.0}};
+  if (scaling.is_object()) {
+    rope["rope_type"] = scaling.value("rope_type", scaling.value("type", nlohmann::json("default")));
+    if (rope["rope_type"] != "default") rope["factor"] = scaling.value("factor", nlohmann::json(nullptr));
+  }
+  return rope;
+}
+
+// Equal JSON values, numbers within a relative 1e-9 (a float written by another tool).
+bool matches(const nlohmann::json& value, const nlohmann::json& expected) {
+  if (value.is_number() && expected.is_number())
+    return std::abs(value.get<double>() - expected.get<double>()) <= 1e-9 * std::abs(expected.get<double>());
+  return value == expected;
+}
+
+}  // namespace
+
 void check_hf_config(const std::string& dir, const ModelConfig& c) {
   AMBER_CHECK(hf_architecture(c) != HfArchitecture::gemma3,
               "--init-from imports Llama and Qwen3 checkpoints, but the run's model is Gemma3-style "
@@ -194,10 +222,7 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
   const auto field = [&](const char* key, const char* option, const nlohmann::json& fallback) {
     const nlohmann::json value = have.contains(key) ? have[key] : fallback;
     const nlohmann::json& expected = want.contains(key) ? want[key] : nlohmann::json(false);
-    bool same = value == expected;
-    if (value.is_number() && expected.is_number())
-      same = std::abs(value.get<double>() - expected.get<double>()) <= 1e-9 * std::abs(expected.get<double>());
-    AMBER_CHECK(same, path.string(), ": ", key, " is ", value.dump(), " but the run's model config gives ",
+    AMBER_CHECK(matches(value, expected), path.string(), ": ", key, " is ", value.dump(), " but the run's model config gives ",
                 expected.dump(), "; set ", option, " to match the checkpoint");
   };
   AMBER_CHECK(have.is_object(), path.string(), " is not a JSON object");
@@ -216,8 +241,17 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
             : nlohmann::json(nullptr));
   field("hidden_act", "model.mlp (silu: swiglu, gelu_pytorch_tanh: geglu)", "silu");
   field("rms_norm_eps", "model.norm_eps", nullptr);
-  field("rope_theta", "model.rope_theta (with model.rope_scaling)", 10000.0);
-  field("rope_scaling", "model.rope_scaling and model.rope_factor", nullptr);
+  const nlohmann::json have_rope = rope_of(have), want_rope = rope_of(want);
+  for (const auto& [key, option] : {std::pair{"rope_theta", "model.rope_theta (with model.rope_scaling)"},
+                                    std::pair{"rope_type", "model.rope_scaling"},
+                                    std::pair{"factor", "model.rope_factor"}}) {
+    const nlohmann::json &value = have_rope[key], &expected = want_rope[key];
+    AMBER_CHECK(matches(value, expected), path.string(), ": RoPE ", key, " is ", value.dump(), " but the run's model config gives ",
+                expected.dump(), "; set ", option, " to match the checkpoint");
+  }
+  const nlohmann::json windows = have.value("use_sliding_window", nlohmann::json(false));
+  AMBER_CHECK(windows == false, path.string(), ": use_sliding_window is ", windows.dump(),
+              "; amber imports Qwen3 checkpoints whose layers all attend globally");
   field("attention_bias", "model.attn_bias", false);
   if (want.contains("mlp_bias")) field("mlp_bias", "model.attn_bias (amber's biases cover the MLP too)", false);
   field("tie_word_embeddings", "model.tie_embeddings", false);
