@@ -201,6 +201,14 @@ def main():
             expect(math.isfinite(theirs) and abs(theirs - amber_loss) <= 1e-5,
                    f"{name}: transformers' held-out loss {theirs:.9f} against amber's {amber_loss:.9f}")
             print(f"{name}: held-out loss amber {amber_loss:.9f}, transformers {theirs:.9f}")
+            if name == "tiny":  # about 9 MB of f32 weights: shards of 1 MiB and their index
+                sharded = hf_dir + "-sharded"
+                r = run(["export", "hf", "--checkpoint", run_dir, "--out", sharded, "--shard-mb", "1"])
+                expect(r.returncode == 0 and os.path.exists(os.path.join(sharded, "model.safetensors.index.json")),
+                       f"{name}: sharded export: {r.stderr[-300:]}")
+                from_shards = transformers.AutoModelForCausalLM.from_pretrained(sharded, attn_implementation="eager")
+                expect(hf_loss(from_shards.eval(), batches) == theirs,
+                       f"{name}: transformers loads the sharded folder to the same loss")
             bos = tokenizer.convert_tokens_to_ids("<|bos|>")
             expect(tokenizer.bos_token == "<|bos|>" and tokenizer.eos_token == "<|eos|>",
                    f"{name}: tokenizer_config's roles: {tokenizer.bos_token!r} {tokenizer.eos_token!r}")
