@@ -70,7 +70,7 @@ void run_eval(const EvalArgs& a) {
 
 void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
-  auto* cmd = app.add_subcommand("eval", "Held-out loss of a checkpoint on its run's evaluation set");
+  auto* cmd = app.add_subcommand("eval", "Held-out loss (in f32) of a checkpoint on its run's evaluation set");
   cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
       ->required();
   cmd->add_option("--data-dir", a->data_dir, "Shards folder (default: the run config's data.dir)");
