@@ -181,6 +181,11 @@ def main():
                 expect(list(t.shape) == list(reversed(value.shape)) and np.array_equal(got, want),
                        f"{name}: {t.name} equals {hf_name}{' interleaved' if want is not value else ''}")
             check_llama_cpp(expect, run, name, run_dir, path)
+            r = run(["export", "gguf", "--checkpoint", run_dir, "--out", path + ".bf16", "--dtype", "bf16"])
+            types = {t.name: t.tensor_type.name for t in GGUFReader(path + ".bf16").tensors} if r.returncode == 0 else {}
+            expect(types.get("blk.0.ffn_up.weight") == "BF16" and types.get("blk.0.attn_norm.weight") == "F32"
+                   and field(GGUFReader(path + ".bf16"), "general.file_type") == 32,
+                   f"{name}: --dtype bf16 stores matrices in bf16, vectors in f32: {r.stderr[-200:]} {types}")
 
         r = run(["export", "gguf", "--checkpoint", os.path.join(tmp, "llama"), "--out", os.path.join(tmp, "llama.gguf")])
         expect(r.returncode == 1 and "already exists" in r.stderr, f"an existing --out: {r.stderr[-300:]}")

@@ -201,6 +201,18 @@ def main():
             expect(math.isfinite(theirs) and abs(theirs - amber_loss) <= 1e-5,
                    f"{name}: transformers' held-out loss {theirs:.9f} against amber's {amber_loss:.9f}")
             print(f"{name}: held-out loss amber {amber_loss:.9f}, transformers {theirs:.9f}")
+            if name == "tiny":
+                # bf16 weights: transformers reads them as bf16, and the loss moves by
+                # the rounding only.
+                half = hf_dir + "-bf16"
+                r = run(["export", "hf", "--checkpoint", run_dir, "--out", half, "--dtype", "bf16"])
+                expect(r.returncode == 0, f"{name}: bf16 export: {r.stderr[-300:]}")
+                rounded = transformers.AutoModelForCausalLM.from_pretrained(half, attn_implementation="eager")
+                expect(rounded.model.embed_tokens.weight.dtype == torch.bfloat16,
+                       f"{name}: the bf16 folder loads as bf16: {rounded.model.embed_tokens.weight.dtype}")
+                rounded_loss = hf_loss(rounded.float().eval(), batches)
+                expect(0 < abs(rounded_loss - theirs) < 0.05,
+                       f"{name}: bf16 weights' loss {rounded_loss} near the f32 one {theirs}")
             if name == "tiny":  # about 9 MB of f32 weights: shards of 1 MiB and their index
                 sharded = hf_dir + "-sharded"
                 r = run(["export", "hf", "--checkpoint", run_dir, "--out", sharded, "--shard-mb", "1"])
