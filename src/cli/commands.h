@@ -13,5 +13,7 @@ void add_sample_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_plot_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
+void add_export_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 
 }  // namespace amber::cli

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   amber::cli::add_tokenize_command(app);
   amber::cli::add_train_command(app);
   amber::cli::add_sample_command(app);
+  amber::cli::add_export_command(app);
+  amber::cli::add_eval_command(app);
   amber::cli::add_bench_command(app);
   amber::cli::add_plot_command(app);
   amber::cli::add_launch_command(app);

@@ -1,5 +1,4 @@
 // `amber sample`: loads a checkpoint and continues prompts with the KV-cache sampler.
-#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -9,7 +8,7 @@
 #include "amber/data/tokenizer_json.h"
 #include "amber/gen/generate.h"
 #include "amber/train/checkpoint.h"
-#include "amber/train/run_config.h"
+#include "cli/checkpoint_arg.h"
 #include "cli/commands.h"
 
 namespace amber::cli {
@@ -24,23 +23,10 @@ struct SampleArgs {
 };
 
 void run_sample(const SampleArgs& a) {
-  std::string dir = a.checkpoint;
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "trainer_state.json")) {
-    const std::string latest = latest_checkpoint(dir);
-    AMBER_CHECK(!latest.empty(), dir, " is neither a checkpoint nor a run folder with checkpoints/latest");
-    dir = latest;
-  }
-  const nlohmann::json state = read_trainer_state(dir);
-  AMBER_CHECK(state.contains("config") && state.at("config").is_string(), dir,
-              "/trainer_state.json: key \"config\" is missing or not a string; it was not written by amber train");
-  const RunConfig config = run_config_from_toml(state.at("config").get<std::string>(), dir + "/trainer_state.json");
-  // The checkpoint's own copy first: the run config's path may be relative to where
-  // the run was started.
-  const std::string own = (std::filesystem::path(dir) / "tokenizer.json").string();
-  const std::string tokenizer_path =
-      !a.tokenizer.empty() ? a.tokenizer : std::filesystem::exists(own) ? own : config.data.tokenizer;
-  AMBER_CHECK(!tokenizer_path.empty(), "no tokenizer: pass --tokenizer (the checkpoint holds none and the run config "
-                                       "names none)");
+  const OpenedCheckpoint opened = open_checkpoint(a.checkpoint, a.tokenizer);
+  const std::string &dir = opened.dir, &tokenizer_path = opened.tokenizer_path;
+  const nlohmann::json& state = opened.state;
+  const RunConfig& config = opened.config;
   const data::Tokenizer tokenizer = data::load_tokenizer_json(tokenizer_path);
   AMBER_CHECK(tokenizer.vocab_size() <= config.model.vocab_size, tokenizer_path, " has ", tokenizer.vocab_size(),
               " tokens but the checkpoint's model.vocab_size is ", config.model.vocab_size,

@@ -12,6 +12,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   bool resume = false;
   std::string resume_from;
+  std::string init_from;
   bool quiet = false;
 };
 
@@ -26,10 +27,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", args->resume, "Continue from <train.out_dir>/checkpoints/latest if it exists");
   cmd->add_option("--resume-from", args->resume_from, "Continue from this checkpoint directory")
       ->check(CLI::ExistingDirectory);
+  cmd->add_option("--init-from", args->init_from,
+                  "Start from the weights of this Hugging Face folder (Llama or Qwen3 layout, safetensors; its "
+                  "config.json must match [model])")
+      ->check(CLI::ExistingDirectory);
   cmd->add_flag("--quiet", args->quiet, "No progress line (metrics still go to metrics.jsonl)");
   cmd->callback([args] {
     RunConfig config = load_run_config(args->config, args->overrides);
-    Trainer trainer(std::move(config), {args->resume, args->resume_from, !args->quiet});
+    Trainer trainer(std::move(config), {args->resume, args->resume_from, !args->quiet, args->init_from});
     trainer.run();
     // Stopped by a signal, with a checkpoint: exit as the signal would have (128 + its
     // number), so that a script or scheduler sees the run did not finish.

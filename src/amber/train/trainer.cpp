@@ -11,6 +11,8 @@
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/device.h"
 #include "amber/dist/communicator.h"
+#include "amber/export/hf_folder.h"
+#include "amber/export/hf_weights.h"
 #include "amber/model/flops.h"
 #include "amber/ops/gemm.h"
 #include "amber/train/checkpointer.h"
@@ -124,6 +126,13 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
   if (resumed) {
     progress = checkpointer->restore(*model, *optimizer, *data.loader, sink.console());
     sink.console() << "resumed from " << checkpointer->resume_dir() << " at step " << progress.step << "\n";
+  }
+  if (!options.init_from.empty()) {
+    AMBER_CHECK(!resumed, "--init-from starts a fresh run, but this run resumes from ", checkpointer->resume_dir(),
+                "; drop --init-from (the checkpoint holds the weights) or choose another train.out_dir");
+    check_hf_config(options.init_from, c.model);
+    load_hf_tensors(read_hf_tensors(options.init_from), *model, options.init_from);
+    sink.console() << "weights from " << options.init_from << "\n";
   }
   sink.open(resumed, progress.step);
 }

@@ -17,6 +17,7 @@ struct TrainOptions {
   bool resume = false;      // continue from <out_dir>/checkpoints/latest when present
   std::string resume_from;  // or from this checkpoint directory
   bool progress = true;     // console progress line
+  std::string init_from = "";  // a fresh run's weights from this Hugging Face folder (docs/interop.md)
 };
 
 class Trainer {
