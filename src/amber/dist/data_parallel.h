@@ -4,10 +4,11 @@
 // step. The loss was already scaled by the whole step's trained tokens (the loader
 // gives every rank that count), so the sum is the step's gradient, token for token.
 //
-// On the CPU the buckets are summed after the backward, one after another: MPI's
+// The buckets are summed after the backward, one after another. On the CPU MPI's
 // shared-memory transport takes the cores the backward would use, so there is nothing
-// to overlap it with. A GPU backend launches each bucket on its own stream once the
-// blocks whose gradients it holds have finished their backward.
+// to overlap it with; on a GPU each bucket runs on the communicator's stream but the
+// step waits for it, since the backward does not yet say when a bucket's blocks are
+// done (docs/distributed.md, "What is overlapped").
 #pragma once
 
 #include <cstdint>
