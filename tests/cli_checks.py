@@ -1,7 +1,26 @@
 """What the end-to-end CLI tests (tests/*/cli_test.py) share: the amber binary named by
 --amber, running it, and a tally of named checks that sets the exit status."""
 import argparse
+import os
 import subprocess
+
+# The corpus the CLI tests train on (Debian's `fortunes` package).
+FORTUNE = "/usr/share/games/fortunes/science"
+
+# The [optimizer] and [data] tables of a CPU run on the corpus Checks.corpus makes;
+# format with shards= and tok=.
+RUN_TABLES = """
+[optimizer]
+name = "adamw"
+lr = 3e-3
+
+[data]
+dir = "{shards}"
+tokenizer = "{tok}"
+max_seq_len = 128
+bos = "<|bos|>"
+eos = "<|eos|>"
+"""
 
 # The smallest [model] table the binary accepts, for checks that only need a valid config.
 TINY_MODEL = """
@@ -44,6 +63,16 @@ class Checks:
         self.expect(r.stderr.startswith("amber: error: "), f"{what}: stderr {r.stderr[-300:]!r}")
         for f in fragments:
             self.expect(f in r.stderr, f"{what}: {f!r} not in {r.stderr[-300:]!r}")
+
+    def corpus(self, folder, vocab_size):
+        """Trains a byte-level BPE tokenizer of vocab_size on FORTUNE and tokenizes FORTUNE
+        with a tenth held out, into folder; returns the tokenizer's and the shards' paths."""
+        tok, shards = os.path.join(folder, "tok.json"), os.path.join(folder, "shards")
+        r = self.run(["tokenizer", "train", "--input", FORTUNE, "--vocab-size", str(vocab_size), "--out", tok])
+        self.expect(r.returncode == 0, f"tokenizer train: {r.stderr[-300:]}")
+        r = self.run(["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", shards, "--val-fraction", "0.1"])
+        self.expect(r.returncode == 0, f"tokenize: {r.stderr[-300:]}")
+        return tok, shards
 
     def finish(self):
         """Prints the tally; the exit status for sys.exit."""

@@ -15,9 +15,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_checks import Checks  # noqa: E402
-
-FORTUNE = "/usr/share/games/fortunes/science"
+from cli_checks import Checks, FORTUNE  # noqa: E402
 
 # One CPU step of a tiny model: enough for `amber train` to check its inputs and start.
 TRAIN_CONFIG = """

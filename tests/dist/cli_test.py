@@ -28,9 +28,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_checks import Checks  # noqa: E402
+from cli_checks import Checks, RUN_TABLES  # noqa: E402
 
-FORTUNE = "/usr/share/games/fortunes/science"
 
 CONFIG = """
 [model]
@@ -51,18 +50,7 @@ checkpoint_every = 2
 device = "cpu"
 tensorboard = false
 comm_timeout_s = 30
-
-[optimizer]
-name = "adamw"
-lr = 3e-3
-
-[data]
-dir = "{shards}"
-tokenizer = "{tok}"
-max_seq_len = 128
-bos = "<|bos|>"
-eos = "<|eos|>"
-"""
+""" + RUN_TABLES
 
 # mpirun as root (CI runs as root), more ranks than a 2-core machine has cores, and
 # ranks that yield their core while they wait.
@@ -179,11 +167,8 @@ def main():
     env = dict(os.environ, **MPI_ENV)
     expect = checks.expect
     with tempfile.TemporaryDirectory() as tmp:
-        tok, shards, config = (os.path.join(tmp, n) for n in ("tok.json", "shards", "run.toml"))
-        subprocess.run([checks.amber, "tokenizer", "train", "--input", FORTUNE, "--vocab-size", "500", "--out", tok],
-                       check=True, capture_output=True)
-        subprocess.run([checks.amber, "tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", shards,
-                        "--val-fraction", "0.1"], check=True, capture_output=True)
+        tok, shards = checks.corpus(tmp, 500)
+        config = os.path.join(tmp, "run.toml")
         with open(config, "w") as f:
             f.write(CONFIG.format(shards=shards, tok=tok))
 

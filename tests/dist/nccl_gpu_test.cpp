@@ -3,31 +3,17 @@
 // against the kernels around it on the issuing stream.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <vector>
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/random.h"
 #include "amber/dist/nccl/nccl_communicator.h"
+#include "dist/testing.h"
 
 namespace amber::dist {
 namespace {
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof(address);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), size);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-  close(fd);
-  return ntohs(address.sin_port);
-}
+using testing::free_port;
 
 std::unique_ptr<Communicator> world_of_one() {
   LaunchEnv env;

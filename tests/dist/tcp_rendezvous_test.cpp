@@ -1,31 +1,17 @@
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <future>
 #include <string>
 #include <vector>
 
 #include "amber/core/error.h"
 #include "amber/dist/tcp_rendezvous.h"
+#include "dist/testing.h"
 
 namespace amber::dist {
 namespace {
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof(address);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), size);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-  close(fd);
-  return ntohs(address.sin_port);
-}
+using testing::free_port;
 
 LaunchEnv env(int rank, int world, int port) {
   LaunchEnv e;

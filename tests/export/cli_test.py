@@ -14,9 +14,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_checks import Checks  # noqa: E402
+from cli_checks import Checks, RUN_TABLES  # noqa: E402
 
-FORTUNE = "/usr/share/games/fortunes/science"
 
 RUN = """
 [model]
@@ -36,30 +35,14 @@ eval_batches = 1
 checkpoint_every = 2
 out_dir = "{run}"
 device = "cpu"
-
-[optimizer]
-name = "adamw"
-lr = 3e-3
-
-[data]
-dir = "{shards}"
-tokenizer = "{tok}"
-max_seq_len = 128
-bos = "<|bos|>"
-eos = "<|eos|>"
-"""
+""" + RUN_TABLES
 
 
 def main():
     checks = Checks()
     amber, run, expect, expect_failure = checks.amber, checks.run, checks.expect, checks.expect_failure
     with tempfile.TemporaryDirectory() as tmp:
-        tok = os.path.join(tmp, "tok.json")
-        shards = os.path.join(tmp, "shards")
-        r = run(["tokenizer", "train", "--input", FORTUNE, "--vocab-size", "300", "--out", tok])
-        expect(r.returncode == 0, f"tokenizer train: {r.stderr[-300:]}")
-        r = run(["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", shards, "--val-fraction", "0.1"])
-        expect(r.returncode == 0, f"tokenize: {r.stderr[-300:]}")
+        tok, shards = checks.corpus(tmp, 300)
 
         def train(name, extra="mlp_hidden = 64", args=()):
             config = os.path.join(tmp, name + ".toml")

@@ -24,7 +24,6 @@ except ImportError:
     print("skipped: the gguf package is not installed (scripts/setup installs it from PyPI)")
     sys.exit(77)
 
-FORTUNE = "/usr/share/games/fortunes/science"
 PROMPTS = ["The", "Q: What is", "A scientist"]
 
 RUN = """
@@ -123,12 +122,7 @@ def main():
     checks = Checks()
     run, expect = checks.run, checks.expect
     with tempfile.TemporaryDirectory() as tmp:
-        tok = os.path.join(tmp, "tok.json")
-        shards = os.path.join(tmp, "shards")
-        r = run(["tokenizer", "train", "--input", FORTUNE, "--vocab-size", "400", "--out", tok])
-        expect(r.returncode == 0, f"tokenizer train: {r.stderr[-300:]}")
-        r = run(["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", shards, "--val-fraction", "0.1"])
-        expect(r.returncode == 0, f"tokenize: {r.stderr[-300:]}")
+        tok, shards = checks.corpus(tmp, 400)
         with open(tok, encoding="utf-8") as f:
             tokenizer = json.load(f)
         for name, extra in MODELS.items():

@@ -26,7 +26,6 @@ except ImportError as e:
     print(f"skipped: {e.name} is not installed (scripts/setup installs torch and transformers from PyPI)")
     sys.exit(77)
 
-FORTUNE = "/usr/share/games/fortunes/science"
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = ["The", "Q: What is", "A scientist"]
 
@@ -167,12 +166,7 @@ def main():
     run, expect = checks.run, checks.expect
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
-        tok = os.path.join(tmp, "tok.json")
-        shards = os.path.join(tmp, "shards")
-        r = run(["tokenizer", "train", "--input", FORTUNE, "--vocab-size", "500", "--out", tok])
-        expect(r.returncode == 0, f"tokenizer train: {r.stderr[-300:]}")
-        r = run(["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", shards, "--val-fraction", "0.1"])
-        expect(r.returncode == 0, f"tokenize: {r.stderr[-300:]}")
+        tok, shards = checks.corpus(tmp, 500)
         for name, model_table in MODELS.items():
             run_dir, hf_dir = os.path.join(tmp, name), os.path.join(tmp, name + "-hf")
             config = os.path.join(tmp, name + ".toml")

@@ -20,9 +20,8 @@ import time
 import xml.etree.ElementTree as ElementTree
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_checks import Checks  # noqa: E402
+from cli_checks import Checks, RUN_TABLES  # noqa: E402
 
-FORTUNE = "/usr/share/games/fortunes/science"
 
 CONFIG = """
 [model]
@@ -45,18 +44,7 @@ sample_tokens = 6
 checkpoint_every = 2
 out_dir = "{run}"
 device = "cpu"
-
-[optimizer]
-name = "adamw"
-lr = 3e-3
-
-[data]
-dir = "{shards}"
-tokenizer = "{tok}"
-max_seq_len = 128
-bos = "<|bos|>"
-eos = "<|eos|>"
-"""
+""" + RUN_TABLES
 
 
 def wait_for_first_step(run_dir):
@@ -93,13 +81,8 @@ def main():
     amber, run, expect = checks.amber, checks.run, checks.expect
 
     with tempfile.TemporaryDirectory() as tmp:
-        tok = os.path.join(tmp, "tok.json")
-        shards = os.path.join(tmp, "shards")
         run_dir = os.path.join(tmp, "run")
-        r = run(["tokenizer", "train", "--input", FORTUNE, "--vocab-size", "500", "--out", tok])
-        expect(r.returncode == 0, f"tokenizer train: {r.stderr[-300:]}")
-        r = run(["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", shards, "--val-fraction", "0.1"])
-        expect(r.returncode == 0, f"tokenize: {r.stderr[-300:]}")
+        tok, shards = checks.corpus(tmp, 500)
 
         def config(steps):
             path = os.path.join(tmp, f"run{steps}.toml")
