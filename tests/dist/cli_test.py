@@ -127,8 +127,9 @@ def rank_pid(launcher, rank):
 
 
 def check_failure(checks, env, args, run_dir, action, *fragments):
-    """Starts a long 2-rank run, waits for its first step, does `action` to rank 1 and
-    expects every rank gone within 60 s, with an error holding every fragment."""
+    """Starts a long 2-rank run, waits for its first step, does `action` (kill, stop or
+    term: SIGKILL, SIGSTOP or SIGTERM) to rank 1 and expects every rank gone within 60 s,
+    with an output holding every fragment."""
     launcher = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     deadline = time.time() + 60
@@ -139,7 +140,7 @@ def check_failure(checks, env, args, run_dir, action, *fragments):
     if victim is None:
         launcher.kill()
         return
-    os.kill(victim, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+    os.kill(victim, {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}[action])
     start = time.time()
     try:
         output, _ = launcher.communicate(timeout=60)
@@ -147,7 +148,7 @@ def check_failure(checks, env, args, run_dir, action, *fragments):
         launcher.kill()
         output, _ = launcher.communicate()
     elapsed = time.time() - start
-    if action != "kill":
+    if action == "stop":
         try:
             os.kill(victim, signal.SIGKILL)  # a stopped process outlives its launcher
         except ProcessLookupError:
@@ -269,12 +270,17 @@ def main():
         # (stopped): rank 0's collective times out (train.comm_timeout_s) and names it.
         long_run = [mpirun, "-np", "2", checks.amber, "train", config, "--quiet", "--set", "train.steps=100000",
                     "--set", "train.checkpoint_every=0", "--set", "train.comm_timeout_s=10"]
-        killed, stopped = os.path.join(tmp, "killed"), os.path.join(tmp, "stopped")
+        killed, stopped, termed = (os.path.join(tmp, n) for n in ("killed", "stopped", "termed"))
         check_failure(checks, env, long_run + ["--set", f"train.out_dir={killed}"], killed, "kill",
                       "process rank 1", "exited on signal 9")
         check_failure(checks, env, long_run + ["--set", f"train.out_dir={stopped}"], stopped, "stop",
                       "amber: error: rank 0 of 2 waited more than 10 s", "rank 1 (",
                       ": that rank hangs or died")
+        # SIGTERM to one rank (a scheduler's): its vote travels in the next step, so both
+        # ranks stop after the same step, rank 0 names the signal and writes a checkpoint.
+        check_failure(checks, env, long_run + ["--set", f"train.out_dir={termed}"], termed, "term",
+                      "stopped by signal 15 after step")
+        expect(os.path.exists(os.path.join(termed, "checkpoints", "latest")), "SIGTERM to rank 1 leaves a checkpoint")
         # A rank that stops on an error of its own (its data folder is missing) ends the run
         # at once with its message, rather than leaving the others in a collective.
         script = (f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then set -- --set data.dir={tmp}/nowhere; fi; '

@@ -112,6 +112,22 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   EXPECT_EQ(bad.loss_sum, a.loss_sum);
 }
 
+// A step carries this process's stop signal into its statistics (summed over the ranks
+// under data parallel; here a world of one), alongside the step's previous() copy.
+TEST(Trainer, StepStatsCarryTheStopVote) {
+  LanguageModel model(tiny_model());
+  model.init_weights(4);
+  const std::vector<data::Batch> batch = {data::pack_documents(make_documents(6, 8))};
+  TrainStep step(model, nullptr, {});
+  step.run(batch, 1.0);
+  EXPECT_EQ(step.read().stop_votes, 0);
+  step.run(batch, 1.0, std::nullopt, 15);
+  EXPECT_EQ(step.read().stop_votes, 15);
+  EXPECT_EQ(step.previous().stop_votes, 0);
+  step.run(batch, 1.0);
+  EXPECT_EQ(step.previous().stop_votes, 15);
+}
+
 // The tiny model (weights from seed 4) under AdamW at its defaults, in a step that
 // clips the gradient norm at 1.0.
 struct TinyTrainStep {

@@ -26,6 +26,7 @@ enum : int {
   lr_multiplier,  // the learning-rate schedule's factor
   grad_scale,     // 1 from the host; clip_scale lowers it to the clip factor
   loss_scale,     // d(step objective)/d(token loss): 1 / the step's trained tokens
+  stop_votes,     // the stop signal this rank received (0: none); summed over the ranks in the step
   count
 };
 

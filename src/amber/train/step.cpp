@@ -19,8 +19,15 @@ constexpr int kValues = step_slot::count;
 
 AccumulatedStep accumulated_step(const double* v) {
   using namespace step_slot;
-  return {v[loss_sum],  v[z_loss_sum], static_cast<int64_t>(v[trained_tokens]), v[router_loss_sum],
-          v[grad_norm], v[grad_scale], v[apply] != 0.0, {}};
+  return {v[loss_sum],
+          v[z_loss_sum],
+          static_cast<int64_t>(v[trained_tokens]),
+          v[router_loss_sum],
+          static_cast<int64_t>(v[stop_votes]),
+          v[grad_norm],
+          v[grad_scale],
+          v[apply] != 0.0,
+          {}};
 }
 
 // The step's own GPU work outside any op (the kept statistics, the batch's copies, the
@@ -232,8 +239,9 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
     // Every rank then measures the same norm and makes the same update (of its shard).
     if (options_.shard) options_.shard->reduce_scatter_gradients(*options_.communicator);
     if (buckets_) buckets_->all_reduce(*options_.communicator);
-    Tensor objective = stats_.objective();
+    Tensor objective = stats_.objective(), votes = stats_.stop_votes();
     options_.communicator->all_reduce_sum(objective);
+    options_.communicator->all_reduce_sum(votes);
     // The balance biases move by the whole step's expert loads, alike on every rank.
     for (Tensor load : model_.routing_loads()) options_.communicator->all_reduce_sum(load);
   }
@@ -250,7 +258,7 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
 }
 
 void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multiplier,
-                    std::optional<int64_t> step_trained_tokens) {
+                    std::optional<int64_t> step_trained_tokens, int stop_signal) {
   AMBER_CHECK(step_trained_tokens || !options_.communicator, "a data-parallel step needs the trained tokens of the whole step, ",
               "over every rank (data::Loader::step_trained_tokens)");
   int64_t trained_tokens = 0;
@@ -268,6 +276,7 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   inputs[step_slot::lr_multiplier - step_slot::inputs_begin] = lr_multiplier;
   inputs[step_slot::grad_scale - step_slot::inputs_begin] = 1.0;
   inputs[step_slot::loss_scale - step_slot::inputs_begin] = 1.0 / static_cast<double>(trained_tokens);
+  inputs[step_slot::stop_votes - step_slot::inputs_begin] = stop_signal;
   // Every step first keeps the previous step's statistics (previous()), before its
   // inputs and its zeroing overwrite them.
   if (!model_.device().is_cuda()) {

@@ -28,6 +28,9 @@ struct AccumulatedStep {
   double z_loss_sum = 0;
   int64_t trained_tokens = 0;
   double router_loss_sum = 0;  // the MoE routers' auxiliary losses, summed as loss_sum (not in it)
+  // The stop signals the ranks had received when the step was issued, summed over the
+  // ranks: every rank reads the same value with the same step, so all stop after it.
+  int64_t stop_votes = 0;
   double grad_norm = NAN;  // global gradient norm before clipping; NaN until measured
   double grad_scale = 1;   // what the update multiplied the gradients by (the clip factor)
   bool applied = false;    // whether the update ran (finite loss and norm, an optimizer set)
@@ -54,6 +57,7 @@ class StepStats {
   Tensor grad_scale() const { return slot(step_slot::grad_scale); }
   Tensor inputs() const { return slots(step_slot::inputs_begin, step_slot::inputs_end); }  // from the host
   Tensor loss_scale() const { return slot(step_slot::loss_scale); }
+  Tensor stop_votes() const { return slot(step_slot::stop_votes); }
   Tensor squares() const { return squares_; }  // [params], one squared gradient norm each
   // Zeroes the sums, the norm and the apply flag (not the inputs).
   void zero();
@@ -122,8 +126,10 @@ class TrainStep {
   // step_trained_tokens: the whole step's trained tokens over every rank's micro-batches
   // (data::Loader::step_trained_tokens), which data parallel must give; a single process
   // may leave it to the sum over its micro-batches.
+  // stop_signal: a signal this process has received (0: none), this rank's vote to stop,
+  // which the step sums over the ranks into its statistics (AccumulatedStep::stop_votes).
   void run(std::span<const data::Batch> micro_batches, double lr_multiplier,
-           std::optional<int64_t> step_trained_tokens = std::nullopt);
+           std::optional<int64_t> step_trained_tokens = std::nullopt, int stop_signal = 0);
   // The last step's statistics (waits for it).
   AccumulatedStep read() const { return stats_.read(); }
   // The statistics of the step before the last run; empty after the first run. Waits

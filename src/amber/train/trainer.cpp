@@ -4,6 +4,7 @@
 #include "amber/train/trainer.h"
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -77,6 +78,8 @@ struct Trainer::State {
   int64_t issued_steps = 0;  // steps handed to the device, at least progress.step
   std::vector<data::Batch> micro;
   int stopped_by = 0;  // the signal that ended run() early, or 0
+  const StopSignals* signals = nullptr;  // while run() runs: this process's, its vote in each step
+  int agreed_stop = 0;  // a signal some rank received, from the statistics of a finished step
   double last_val_loss = NAN;
 
   void print_summary();
@@ -87,7 +90,6 @@ struct Trainer::State {
   void evaluate();
   void preview_samples();
   void save_checkpoint();
-  int agreed_stop_signal(const StopSignals& signals);
 };
 
 Trainer::State::State(RunConfig run_config, TrainOptions train_options)
@@ -177,7 +179,7 @@ Issued Trainer::State::issue(Clock::time_point start) {
     const std::vector<int32_t> l = b.seq.lengths();
     step.lengths.insert(step.lengths.end(), l.begin(), l.end());
   }
-  train_step->run(micro, step.multiplier, data.loader->step_trained_tokens());
+  train_step->run(micro, step.multiplier, data.loader->step_trained_tokens(), signals ? signals->received() : 0);
   step.issued = Clock::now();
   step.replayed = train_step->replayed();
   ++issued_steps;
@@ -188,6 +190,12 @@ void Trainer::State::finish(const Issued& step, const AccumulatedStep& acc, Cloc
                             CardTelemetry& cards) {
   if (!acc.applied) ++progress.skipped_steps;
   ++progress.step;
+  // The ranks' votes are summed, so a rank that received no signal itself names the one
+  // that arrived where a single rank voted, else the launcher's usual SIGTERM.
+  if (acc.stop_votes > 0 && !agreed_stop) {
+    const int mine = signals ? signals->received() : 0;
+    agreed_stop = mine ? mine : acc.stop_votes < 64 ? static_cast<int>(acc.stop_votes) : SIGTERM;
+  }
   progress.tokens_seen += acc.trained_tokens;
   std::vector<std::pair<std::string, double>> lr_groups = optimizer->learning_rates();
   for (auto& [group, lr] : lr_groups) lr *= step.multiplier;
@@ -241,18 +249,6 @@ void Trainer::State::save_checkpoint() {
     sink.line() << "checkpoint: " << *path << "\n";
 }
 
-// The signal that stops the run, the same on every rank: mpirun passes a SIGTERM on to
-// every rank, but not at the same instant, and a rank that stopped alone would leave
-// the others waiting in the next step's collectives. The first rank's signal wins.
-int Trainer::State::agreed_stop_signal(const StopSignals& signals) {
-  Tensor received = Tensor::zeros({role.world_size}, DType::i64);
-  received.data<int64_t>()[role.rank] = signals.received();
-  comm->all_reduce_sum(received);
-  for (int64_t i = 0; i < role.world_size; ++i)
-    if (const int64_t signal = received.data<int64_t>()[i]) return static_cast<int>(signal);
-  return 0;
-}
-
 // Losses, norm, clipping and the decision to update stay on the device. The host
 // issues step k + 1 before it reads and logs step k, so that loading batches and
 // logging overlap the device's work. It waits for step k's end instead where it acts
@@ -269,19 +265,22 @@ double Trainer::run() {
   auto due = [](int64_t every, int64_t step) { return every > 0 && step % every == 0; };
   std::optional<Issued> running;
   const StopSignals stop_signals;
+  s.signals = &stop_signals;
   while (s.progress.step < t.steps) {
-    if (!running) running = s.issue(Clock::now());
-    // A signal during the last step lets the run finish as it would have.
-    if (const int signal = s.agreed_stop_signal(stop_signals); signal && s.progress.step + 1 < t.steps) {
+    // A signal reaches every rank's loop with the same step's statistics (each step
+    // carries every rank's vote), so all ranks stop after the same step; one that
+    // arrives during the last step lets the run finish as it would have.
+    if (s.agreed_stop && (running ? s.progress.step + 1 : s.progress.step) < t.steps) {
       // The step in flight is the last the loader gave out, so the checkpoint after it
       // resumes exactly where this run stops.
-      s.finish_waited(*running, cards);
+      if (running) s.finish_waited(*running, cards);
       s.save_checkpoint();
-      s.stopped_by = signal;
-      s.sink.console() << "stopped by signal " << signal << " after step " << s.progress.step
+      s.stopped_by = s.agreed_stop;
+      s.sink.console() << "stopped by signal " << s.agreed_stop << " after step " << s.progress.step
                        << "; continue with --resume\n";
       break;
     }
+    if (!running) running = s.issue(Clock::now());
     const int64_t step = s.progress.step + 1;  // the running step's number
     const bool last = step == t.steps;
     const bool eval = due(t.eval_every, step) || last;
@@ -297,6 +296,7 @@ double Trainer::run() {
     if (samples) s.preview_samples();
     if (checkpoint) s.save_checkpoint();
   }
+  s.signals = nullptr;
   s.lock.reset();  // the run writes nothing more into out_dir
   return s.last_val_loss;
 }
