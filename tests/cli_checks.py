@@ -7,13 +7,8 @@ import subprocess
 # The corpus the CLI tests train on (Debian's `fortunes` package).
 FORTUNE = "/usr/share/games/fortunes/science"
 
-# The [optimizer] and [data] tables of a CPU run on the corpus Checks.corpus makes;
-# format with shards= and tok=.
-RUN_TABLES = """
-[optimizer]
-name = "adamw"
-lr = 3e-3
-
+# The [data] table of a run on the corpus Checks.corpus makes; format with shards= and tok=.
+DATA_TABLE = """
 [data]
 dir = "{shards}"
 tokenizer = "{tok}"
@@ -21,6 +16,13 @@ max_seq_len = 128
 bos = "<|bos|>"
 eos = "<|eos|>"
 """
+
+# The [optimizer] and [data] tables of a CPU run on that corpus.
+RUN_TABLES = """
+[optimizer]
+name = "adamw"
+lr = 3e-3
+""" + DATA_TABLE
 
 # The smallest [model] table the binary accepts, for checks that only need a valid config.
 TINY_MODEL = """

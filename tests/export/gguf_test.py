@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_checks import Checks  # noqa: E402
+from cli_checks import Checks, DATA_TABLE  # noqa: E402
 
 try:
     from gguf import GGUFReader
@@ -48,14 +48,7 @@ device = "cpu"
 [optimizer]
 name = "adamw"
 lr = 1e-2
-
-[data]
-dir = "{shards}"
-tokenizer = "{tok}"
-max_seq_len = 128
-bos = "<|bos|>"
-eos = "<|eos|>"
-"""
+""" + DATA_TABLE
 
 MODELS = {"qwen3": "qk_norm = true", "llama": "qk_norm = false\nattn_bias = true\ninit_std = 0.1"}
 

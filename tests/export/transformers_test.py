@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_checks import Checks  # noqa: E402
+from cli_checks import Checks, DATA_TABLE  # noqa: E402
 
 try:
     import torch
@@ -45,14 +45,7 @@ device = "cpu"
 [optimizer]
 name = "adamw"
 lr = 1e-2
-
-[data]
-dir = "{shards}"
-tokenizer = "{tok}"
-max_seq_len = 128
-bos = "<|bos|>"
-eos = "<|eos|>"
-"""
+""" + DATA_TABLE
 
 # The demo's model (configs/tiny.toml: QK-norm, so Qwen3), and a Llama-style one.
 MODELS = {
