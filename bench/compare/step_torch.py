@@ -104,9 +104,10 @@ class MoeMlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, kv_heads, head_dim, hidden, moe=None):
+    def __init__(self, dim, heads, kv_heads, head_dim, hidden, moe=None, attention=causal_varlen):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.attention = attention
         self.attn_norm = nn.RMSNorm(dim, eps=1e-6)
         self.q_proj = nn.Linear(dim, heads * head_dim, bias=False)
         self.k_proj = nn.Linear(dim, kv_heads * head_dim, bias=False)
@@ -124,17 +125,19 @@ class Block(nn.Module):
         k = self.k_norm(self.k_proj(h).view(t, self.kv_heads, self.head_dim))
         v = self.v_proj(h).view(t, self.kv_heads, self.head_dim)
         q, k = rope(q, cos, sin).to(v.dtype), rope(k, cos, sin).to(v.dtype)
-        o = causal_varlen(q, k, v, cu, max_len)
+        o = self.attention(q, k, v, cu, max_len)
         x = x + self.o_proj(o.reshape(t, -1))
         return x + self.mlp(self.mlp_norm(x))
 
 
 class Model(nn.Module):
-    def __init__(self, a):
+    # attention(q, k, v, cu, max_len): causal attention within each document of the
+    # packed [tokens, heads, head_dim] rows, documents starting at cu[i].
+    def __init__(self, a, attention=causal_varlen):
         super().__init__()
         self.embed_tokens = nn.Embedding(a.vocab, a.dim)
         self.layers = nn.ModuleList(
-            Block(a.dim, a.heads, a.kv_heads, a.head_dim, a.mlp_hidden, a if sparse(a, i) else None)
+            Block(a.dim, a.heads, a.kv_heads, a.head_dim, a.mlp_hidden, a if sparse(a, i) else None, attention)
             for i in range(a.depth))
         self.norm = nn.RMSNorm(a.dim, eps=1e-6)
         self.lm_head = nn.Linear(a.dim, a.vocab, bias=False)

@@ -1,6 +1,13 @@
 // CPU attention over packed documents: a flash-style forward (query tiles walk key
-// tiles with an online softmax, never a T x T matrix) and a deterministic backward
-// that recomputes the probabilities from the saved log-sum-exp. The oracle for GPU kernels.
+// tiles with an online softmax, never a T x T matrix) and a backward that walks each
+// document's key tiles once, computing every probability once from the saved
+// log-sum-exp. The oracle for GPU kernels.
+//
+// Every sum runs in an order fixed by the inputs alone (thread count, alignment and
+// vector width do not enter; a test pins that): a score is summed over d in order, the
+// products of a key tile are added in key order, key tiles in order. The inner loops
+// run over the 32 keys of a tile or the d of a row, which the compiler puts in vector
+// lanes without reordering any sum.
 #include "amber/ops/cpu/attention.h"
 
 #include <algorithm>
@@ -10,12 +17,13 @@
 #include <vector>
 
 #include "amber/ops/cpu/dispatch.h"
+#include "amber/ops/cpu/vector_math.h"
 
 namespace amber::cpu {
 namespace {
 
-// Rows per query tile and keys per key tile. A 32 x 64 float key tile is 8 KiB, so it
-// stays in L1 while every row of the query tile reads it.
+// Rows per query tile and keys per key tile. A tile's 32 x 64 keys are 8 KiB, so they
+// stay in L1 while every row of the query tile reads them.
 constexpr int32_t kTile = 32;
 
 // Positions [begin, end) of one document, which starts at token `doc_start`. Tiles are
@@ -51,10 +59,8 @@ struct Geometry {
   int32_t first_key(int32_t i) const { return window > 0 ? std::max(0, i - window + 1) : 0; }
 };
 
-// Sums in a fixed order, so every row's result is fixed by its inputs alone (thread
-// count and memory alignment do not enter). Eight running sums, one per d mod 8, then
-// added pairwise: a single running sum waits on each add in turn, and the compiler may
-// not reorder it into vector lanes.
+// Eight running sums, one per d mod 8, added pairwise: a single running sum waits on
+// each add in turn, and the compiler may not reorder it into vector lanes.
 constexpr int64_t kDotLanes = 8;
 template <class T>
 T dot(const T* a, const T* b, int64_t n) {
@@ -66,50 +72,90 @@ T dot(const T* a, const T* b, int64_t n) {
   return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+// Rows [first, first + count) of one head of a [T, heads, D] tensor (row(t) its start),
+// transposed into out[d * kTile + j]; columns past count are zero.
+template <class T, class Row>
+void transpose_tile(const T* x, Row row, int32_t first, int32_t count, int64_t dim, T* out) {
+  std::fill(out, out + dim * kTile, T(0));
+  for (int32_t j = 0; j < count; ++j) {
+    const T* xj = x + row(first + j);
+    for (int64_t d = 0; d < dim; ++d) out[d * kTile + j] = xj[d];
+  }
+}
+
+// s[j] = sum over d (in order) of a[d] * tile[d][j], for the kTile columns of a
+// transposed tile.
 template <class T>
-void forward_kernel(const Geometry<T>& g, const std::vector<Tile>& tiles, const T* q, const T* k,
-                    const T* v, const T* sinks, T* out, T* lse) {
+inline void row_times_tile(const T* a, const T* tile, int64_t dim, T* s) {
+  for (int32_t j = 0; j < kTile; ++j) s[j] = 0;
+  for (int64_t d = 0; d < dim; ++d) {
+    const T ad = a[d];
+    const T* column = tile + d * kTile;
+    for (int32_t j = 0; j < kTile; ++j) s[j] += ad * column[j];
+  }
+}
+
+// The largest of a tile's kTile scores (max is exact, so lanes change nothing).
+template <class T>
+inline T tile_max(const T* s) {
+  constexpr int32_t kLanes = 16;
+  T lane[kLanes];
+  for (int32_t l = 0; l < kLanes; ++l) lane[l] = s[l];
+  for (int32_t j = kLanes; j < kTile; j += kLanes)
+    for (int32_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], s[j + l]);
+  T m = lane[0];
+  for (int32_t l = 1; l < kLanes; ++l) m = std::max(m, lane[l]);
+  return m;
+}
+
+// acc[d] += w * x[d].
+template <class T>
+inline void add_scaled_row(T* acc, T w, const T* x, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) acc[d] += w * x[d];
+}
+
+template <class T>
+AMBER_VECTOR_CLONES void forward_kernel(const Geometry<T>& g, const std::vector<Tile>& tiles, const T* q,
+                                        const T* k, const T* v, const T* sinks, T* out, T* lse) {
   const int64_t H = g.heads, D = g.dim;
   const int64_t work = static_cast<int64_t>(tiles.size()) * H;
+  constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel
   {
-    std::vector<T> acc(kTile * D), row_max(kTile), row_sum(kTile), score(kTile);
+    std::vector<T> acc(kTile * D), row_max(kTile), row_sum(kTile), keys(kTile * D);
+    T s[kTile], p[kTile];
 #pragma omp for schedule(dynamic)
     for (int64_t w = 0; w < work; ++w) {
       const Tile& tile = tiles[w / H];
       const int64_t h = w % H, kvh = h / g.group();
       const int32_t rows = tile.end - tile.begin;
+      const auto key_row = [&](int32_t j) { return g.kv_row(tile.doc_start + j, kvh); };
       // The sink is a key of logit s_h seen before all others: starting the running
       // statistics at (max = s_h, sum = exp(0)) puts it in the normaliser, and its zero
       // value leaves the accumulator at zero.
-      std::fill(row_max.begin(), row_max.end(),
-                sinks ? sinks[h] : -std::numeric_limits<T>::infinity());
+      std::fill(row_max.begin(), row_max.end(), sinks ? sinks[h] : kMinusInf);
       std::fill(row_sum.begin(), row_sum.end(), T(sinks ? 1 : 0));
       std::fill(acc.begin(), acc.end(), T(0));
       for (int32_t kt = g.first_key(tile.begin) / kTile * kTile; kt < tile.end; kt += kTile) {
         const int32_t kt_end = std::min(kt + kTile, tile.end);
+        transpose_tile(k, key_row, kt, kt_end - kt, D, keys.data());
         for (int32_t r = 0; r < rows; ++r) {
           const int32_t i = tile.begin + r;
           const int32_t first = std::max(kt, g.first_key(i)), last = std::min(kt_end, i + 1);
           if (first >= last) continue;
-          const T* qi = q + g.q_row(tile.doc_start + i, h);
-          T tile_max = -std::numeric_limits<T>::infinity();
-          for (int32_t j = first; j < last; ++j) {
-            score[j - first] = g.scale * dot(qi, k + g.kv_row(tile.doc_start + j, kvh), D);
-            tile_max = std::max(tile_max, score[j - first]);
+          row_times_tile(q + g.q_row(tile.doc_start + i, h), keys.data(), D, s);
+          for (int32_t j = 0; j < kTile; ++j) {
+            const bool seen = (kt + j >= first) & (kt + j < last);  // & keeps the loop branch-free
+            const T scaled = g.scale * s[j];
+            s[j] = seen ? scaled : kMinusInf;
           }
-          const T new_max = std::max(row_max[r], tile_max);
-          const T rescale = std::exp(row_max[r] - new_max);  // 0 while no key was seen
+          const T new_max = std::max(row_max[r], tile_max(s));
+          const T rescale = exp_lanes(row_max[r] - new_max);  // 0 while no key was seen
+          for (int32_t j = 0; j < kTile; ++j) p[j] = exp_lanes(s[j] - new_max);
           T* acc_r = acc.data() + r * D;
           for (int64_t d = 0; d < D; ++d) acc_r[d] *= rescale;
-          T tile_sum = 0;
-          for (int32_t j = first; j < last; ++j) {
-            const T p = std::exp(score[j - first] - new_max);
-            tile_sum += p;
-            const T* vj = v + g.kv_row(tile.doc_start + j, kvh);
-            for (int64_t d = 0; d < D; ++d) acc_r[d] += p * vj[d];
-          }
-          row_sum[r] = row_sum[r] * rescale + tile_sum;
+          for (int32_t j = first; j < last; ++j) add_scaled_row(acc_r, p[j - kt], v + key_row(j), D);
+          row_sum[r] = row_sum[r] * rescale + fixed_order_sum(p, kTile);
           row_max[r] = new_max;
         }
       }
@@ -123,101 +169,80 @@ void forward_kernel(const Geometry<T>& g, const std::vector<Tile>& tiles, const 
   }
 }
 
-// Inputs of the backward kernels. delta[t, h] = dout . out of that row.
+// Inputs of the backward. delta[t, h] = dout . out of that row.
 template <class T>
 struct BackwardInputs {
   const T *q, *k, *v, *dout, *lse, *delta;
 };
 
-// dq = scale * sum_j dS_ij k_j, one (query tile, head) per task: each task owns its rows.
+// dq, dk and dv, one (document, KV head) per task: the task owns the dq rows of its
+// group's query heads and the dk/dv rows of its KV head, so it accumulates all three
+// without atomics. Its key tiles run in order; for each, the group's query rows that
+// see the tile run in order, and each row's probabilities are computed once and feed
+// dv, dk (this tile) and dq (summed over the tiles).
 template <class T>
-void backward_dq_kernel(const Geometry<T>& g, const std::vector<Tile>& tiles,
-                        const BackwardInputs<T>& in, T* dq) {
-  const int64_t H = g.heads, D = g.dim;
-  const int64_t work = static_cast<int64_t>(tiles.size()) * H;
-#pragma omp parallel
-  {
-    std::vector<T> acc(kTile * D);
-#pragma omp for schedule(dynamic)
-    for (int64_t w = 0; w < work; ++w) {
-      const Tile& tile = tiles[w / H];
-      const int64_t h = w % H, kvh = h / g.group();
-      std::fill(acc.begin(), acc.end(), T(0));
-      for (int32_t kt = g.first_key(tile.begin) / kTile * kTile; kt < tile.end; kt += kTile) {
-        const int32_t kt_end = std::min(kt + kTile, tile.end);
-        for (int32_t i = tile.begin; i < tile.end; ++i) {
-          const int32_t first = std::max(kt, g.first_key(i)), last = std::min(kt_end, i + 1);
-          const int64_t row = g.q_row(tile.doc_start + i, h);
-          const int64_t stat = (tile.doc_start + i) * H + h;
-          T* acc_r = acc.data() + (i - tile.begin) * D;
-          for (int32_t j = first; j < last; ++j) {
-            const T* kj = in.k + g.kv_row(tile.doc_start + j, kvh);
-            const T* vj = in.v + g.kv_row(tile.doc_start + j, kvh);
-            const T p = std::exp(g.scale * dot(in.q + row, kj, D) - in.lse[stat]);
-            const T ds = p * (dot(in.dout + row, vj, D) - in.delta[stat]);
-            for (int64_t d = 0; d < D; ++d) acc_r[d] += ds * kj[d];
-          }
-        }
-      }
-      for (int32_t i = tile.begin; i < tile.end; ++i) {
-        T* out = dq + g.q_row(tile.doc_start + i, h);
-        const T* acc_r = acc.data() + (i - tile.begin) * D;
-        for (int64_t d = 0; d < D; ++d) out[d] = g.scale * acc_r[d];
-      }
-    }
-  }
-}
-
-// dk and dv, one (key tile, KV head) per task. The task walks the query heads of its
-// group and their rows in a fixed order, so the GQA sum needs no atomics and its
-// rounding does not depend on scheduling; the price is recomputing P a second time.
-template <class T>
-void backward_dkdv_kernel(const Geometry<T>& g, const std::vector<Tile>& tiles,
-                          const BackwardInputs<T>& in, T* dk, T* dv) {
+AMBER_VECTOR_CLONES void backward_documents_kernel(const Geometry<T>& g, const SeqInfo& seq,
+                                                   const BackwardInputs<T>& in, T* dq, T* dk, T* dv) {
   const int64_t H = g.heads, D = g.dim, group = g.group();
-  const int64_t work = static_cast<int64_t>(tiles.size()) * g.kv_heads;
+  const int64_t work = static_cast<int64_t>(seq.num_docs) * g.kv_heads;
 #pragma omp parallel
   {
-    std::vector<T> dk_acc(kTile * D), dv_acc(kTile * D);
+    std::vector<T> dk_acc(kTile * D), dv_acc(kTile * D), keys(kTile * D), values(kTile * D);
+    T s[kTile], dp[kTile], p[kTile], ds[kTile];
 #pragma omp for schedule(dynamic)
     for (int64_t w = 0; w < work; ++w) {
-      const Tile& tile = tiles[w / g.kv_heads];
-      const int64_t kvh = w % g.kv_heads;
-      std::fill(dk_acc.begin(), dk_acc.end(), T(0));
-      std::fill(dv_acc.begin(), dv_acc.end(), T(0));
-      // Query i sees key j iff j <= i < j + window.
-      const int32_t query_end =
-          g.window > 0 ? std::min(tile.doc_length, tile.end - 1 + g.window) : tile.doc_length;
-      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-        for (int32_t i = tile.begin; i < query_end; ++i) {
-          const int32_t first = std::max(tile.begin, g.first_key(i));
-          const int32_t last = std::min(tile.end, i + 1);
-          const int64_t row = g.q_row(tile.doc_start + i, h);
-          const int64_t stat = (tile.doc_start + i) * H + h;
-          const T* qi = in.q + row;
-          const T* doi = in.dout + row;
-          for (int32_t j = first; j < last; ++j) {
-            const T* kj = in.k + g.kv_row(tile.doc_start + j, kvh);
-            const T* vj = in.v + g.kv_row(tile.doc_start + j, kvh);
-            const T p = std::exp(g.scale * dot(qi, kj, D) - in.lse[stat]);
-            const T ds = p * (dot(doi, vj, D) - in.delta[stat]);
-            T* dk_j = dk_acc.data() + (j - tile.begin) * D;
-            T* dv_j = dv_acc.data() + (j - tile.begin) * D;
-            for (int64_t d = 0; d < D; ++d) {
-              dv_j[d] += p * doi[d];
-              dk_j[d] += ds * qi[d];
+      const int doc = static_cast<int>(w / g.kv_heads);
+      const int64_t kvh = w % g.kv_heads, doc_start = seq.doc_start(doc);
+      const int32_t length = seq.doc_length(doc);
+      const auto key_row = [&](int32_t j) { return g.kv_row(doc_start + j, kvh); };
+      for (int32_t i = 0; i < length; ++i)
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+          std::fill_n(dq + g.q_row(doc_start + i, h), D, T(0));
+      for (int32_t kt = 0; kt < length; kt += kTile) {
+        const int32_t kt_end = std::min(kt + kTile, length);
+        transpose_tile(in.k, key_row, kt, kt_end - kt, D, keys.data());
+        transpose_tile(in.v, key_row, kt, kt_end - kt, D, values.data());
+        std::fill(dk_acc.begin(), dk_acc.end(), T(0));
+        std::fill(dv_acc.begin(), dv_acc.end(), T(0));
+        // Query i sees key j iff j <= i < j + window.
+        const int32_t query_end = g.window > 0 ? std::min(length, kt_end - 1 + g.window) : length;
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          for (int32_t i = kt; i < query_end; ++i) {
+            const int32_t first = std::max(kt, g.first_key(i)), last = std::min(kt_end, i + 1);
+            if (first >= last) continue;
+            const int64_t row = g.q_row(doc_start + i, h), stat = (doc_start + i) * H + h;
+            const T *qi = in.q + row, *doi = in.dout + row;
+            row_times_tile(qi, keys.data(), D, s);
+            row_times_tile(doi, values.data(), D, dp);
+            const T lse = in.lse[stat], delta = in.delta[stat];
+            for (int32_t j = 0; j < kTile; ++j) {
+              const bool seen = (kt + j >= first) & (kt + j < last);  // & keeps the loop branch-free
+              const T logit = g.scale * s[j] - lse;
+              s[j] = seen ? logit : -std::numeric_limits<T>::infinity();
+            }
+            for (int32_t j = 0; j < kTile; ++j) {
+              p[j] = exp_lanes(s[j]);
+              ds[j] = p[j] * (dp[j] - delta);
+            }
+            T* dq_i = dq + row;
+            for (int32_t j = first; j < last; ++j) {
+              add_scaled_row(dv_acc.data() + (j - kt) * D, p[j - kt], doi, D);
+              add_scaled_row(dk_acc.data() + (j - kt) * D, ds[j - kt], qi, D);
+              add_scaled_row(dq_i, ds[j - kt], in.k + key_row(j), D);
             }
           }
         }
-      }
-      for (int32_t j = tile.begin; j < tile.end; ++j) {
-        const int64_t row = g.kv_row(tile.doc_start + j, kvh);
-        const int64_t r = (j - tile.begin) * D;
-        for (int64_t d = 0; d < D; ++d) {
-          dk[row + d] = g.scale * dk_acc[r + d];
-          dv[row + d] = dv_acc[r + d];
+        for (int32_t j = kt; j < kt_end; ++j) {
+          const int64_t r = (j - kt) * D;
+          for (int64_t d = 0; d < D; ++d) {
+            dk[key_row(j) + d] = g.scale * dk_acc[r + d];
+            dv[key_row(j) + d] = dv_acc[r + d];
+          }
         }
       }
+      for (int32_t i = 0; i < length; ++i)
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+          for (T *x = dq + g.q_row(doc_start + i, h), *end = x + D; x < end; ++x) *x *= g.scale;
     }
   }
 }
@@ -235,9 +260,7 @@ void backward_kernel(const Geometry<T>& g, const SeqInfo& seq, BackwardInputs<T>
     }
   }
   in.delta = delta.data();
-  const std::vector<Tile> tiles = tiles_of(seq);
-  backward_dq_kernel(g, tiles, in, dq);
-  backward_dkdv_kernel(g, tiles, in, dk, dv);
+  backward_documents_kernel(g, seq, in, dq, dk, dv);
   // A sink moves only the normaliser: d lse_i / d s_h = P_i,sink and d loss / d lse_i = -D_i.
   // One task per head sums its rows in order, so the result is deterministic.
   if (!sinks) return;
