@@ -50,12 +50,11 @@ void linear_cross_entropy_forward_backward(const Tensor& dlosses, const Tensor& 
   require_same_shape(x, dx, op);
   require_same_shape(w, dw, op);
   AMBER_CHECK(o.chunk_tokens > 0, op, ": chunk_tokens must be positive");
-  // The CPU has no product to save: it runs the reference forward and backward.
   AMBER_ON_DEVICE(ops::common_device(op, {&dlosses, &x, &w, &targets, &losses, &lse, &dx, &dw}), op,
                   cuda::linear_cross_entropy_forward_backward(dlosses, x, w, targets, o, losses, lse, dx, dw,
                                                               accumulate_dw),
-                  (cpu::linear_cross_entropy_forward(x, w, targets, o, losses, lse),
-                   cpu::linear_cross_entropy_backward(dlosses, x, w, targets, lse, o, dx, dw, accumulate_dw)));
+                  cpu::linear_cross_entropy_forward_backward(dlosses, x, w, targets, o, losses, lse, dx, dw,
+                                                             accumulate_dw));
 }
 
 void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Tensor& targets,

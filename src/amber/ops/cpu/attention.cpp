@@ -95,19 +95,6 @@ inline void row_times_tile(const T* a, const T* tile, int64_t dim, T* s) {
   }
 }
 
-// The largest of a tile's kTile scores (max is exact, so lanes change nothing).
-template <class T>
-inline T tile_max(const T* s) {
-  constexpr int32_t kLanes = 16;
-  T lane[kLanes];
-  for (int32_t l = 0; l < kLanes; ++l) lane[l] = s[l];
-  for (int32_t j = kLanes; j < kTile; j += kLanes)
-    for (int32_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], s[j + l]);
-  T m = lane[0];
-  for (int32_t l = 1; l < kLanes; ++l) m = std::max(m, lane[l]);
-  return m;
-}
-
 // acc[d] += w * x[d].
 template <class T>
 inline void add_scaled_row(T* acc, T w, const T* x, int64_t dim) {
@@ -149,7 +136,7 @@ AMBER_VECTOR_CLONES void forward_kernel(const Geometry<T>& g, const std::vector<
             const T scaled = g.scale * s[j];
             s[j] = seen ? scaled : kMinusInf;
           }
-          const T new_max = std::max(row_max[r], tile_max(s));
+          const T new_max = std::max(row_max[r], max_of(s, kTile));
           const T rescale = exp_lanes(row_max[r] - new_max);  // 0 while no key was seen
           for (int32_t j = 0; j < kTile; ++j) p[j] = exp_lanes(s[j] - new_max);
           T* acc_r = acc.data() + r * D;

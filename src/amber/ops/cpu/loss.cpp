@@ -1,11 +1,13 @@
 // CPU chunked linear cross-entropy. Each chunk computes its logits with one GEMM,
 // reduces them to per-token losses, and (in the backward) turns them in place into
-// d(loss)/d(logits) before two GEMMs into dx and dw.
+// d(loss)/d(logits) before two GEMMs into dx and dw. The training step's call does
+// both in one walk, computing each chunk's logits once.
 #include "amber/ops/cpu/loss.h"
 
 #include <cmath>
 
 #include "amber/ops/cpu/dispatch.h"
+#include "amber/ops/cpu/vector_math.h"
 #include "amber/ops/gemm.h"
 
 namespace amber::cpu {
@@ -19,39 +21,103 @@ void check_targets(const Tensor& targets, int64_t vocab, int32_t ignore, const c
                 t, " is outside the vocabulary [0, ", vocab, ") and is not the ignore index ", ignore);
 }
 
+// Per row of a logits block: lse = log-sum-exp, loss = lse - z_y + c * lse^2 (0 for
+// an ignored target).
+template <class T>
+AMBER_VECTOR_CLONES void losses_of_rows(const T* pz, int64_t rows, int64_t vocab, const int32_t* tg,
+                                        const CrossEntropyOptions& o, T* pl, T* ps) {
+#pragma omp parallel for if (rows * vocab > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* z = pz + r * vocab;
+    const T m = max_of(z, vocab);
+    const T l = m + std::log(fixed_order_sum_of<T>(vocab, [&](int64_t v) { return exp_lanes(z[v] - m); }));
+    const int32_t y = tg[r];
+    ps[r] = l;
+    pl[r] = y == o.ignore_index ? T(0) : l - z[y] + static_cast<T>(o.z_loss_weight) * l * l;
+  }
+}
+
+// Turns each row of a logits block into d(loss)/d(logits):
+// d/dz of (lse - z_y + c*lse^2) = softmax * (1 + 2c*lse) - onehot(y).
+template <class T>
+AMBER_VECTOR_CLONES void logit_gradients_of_rows(T* pz, int64_t rows, int64_t vocab, const int32_t* tg,
+                                                 const CrossEntropyOptions& o, const T* pg, const T* ps) {
+#pragma omp parallel for if (rows * vocab > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t y = tg[r];
+    T* z = pz + r * vocab;
+    if (y == o.ignore_index) {
+      for (int64_t v = 0; v < vocab; ++v) z[v] = 0;
+      continue;
+    }
+    const T l = ps[r], g = pg[r];
+    const T scale = g * (T(1) + T(2) * static_cast<T>(o.z_loss_weight) * l);
+    for (int64_t v = 0; v < vocab; ++v) z[v] = exp_lanes(z[v] - l) * scale;
+    z[y] -= g;
+  }
+}
+
+// One walk over the logits in chunks of o.chunk_tokens rows, each computed by one
+// GEMM: the forward writes losses and lse; the backward reads dlosses and lse and
+// writes dx and dw; both in one walk compute each chunk's logits once, with the same
+// arithmetic (and so the same bits) as two walks.
+template <class T>
+struct LossWalk {
+  T *losses = nullptr, *lse = nullptr;                   // the forward's outputs
+  const T *dlosses = nullptr, *saved_lse = nullptr;      // the backward's inputs
+  Tensor *dx = nullptr, *dw = nullptr;                   // T, contiguous
+  bool accumulate_dw = false;
+};
+
+template <class T>
+void walk_logits(const Tensor& x, const Tensor& w, const int32_t* tg, const CrossEntropyOptions& o,
+                 const LossWalk<T>& walk) {
+  const int64_t tokens = x.size(0), vocab = w.size(0);
+  const bool backward = walk.dx != nullptr;
+  if (backward && !walk.accumulate_dw && tokens == 0) walk.dw->zero();  // no chunk writes it
+  const int64_t chunk = std::min(o.chunk_tokens, std::max<int64_t>(tokens, 1));
+  Tensor logits = Tensor::empty({chunk, vocab}, dtype_of<T>());
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t rows = std::min(chunk, tokens - t0);
+    Tensor block = logits.slice(0, 0, rows);
+    const Tensor xs = x.slice(0, t0, t0 + rows);
+    amber::gemm(xs, false, w, true, block);
+    if (walk.losses) losses_of_rows(block.data<T>(), rows, vocab, tg + t0, o, walk.losses + t0, walk.lse + t0);
+    if (!backward) continue;
+    const T* lse = walk.saved_lse ? walk.saved_lse : walk.lse;
+    logit_gradients_of_rows(block.data<T>(), rows, vocab, tg + t0, o, walk.dlosses + t0, lse + t0);
+    Tensor dxs = walk.dx->slice(0, t0, t0 + rows);
+    amber::gemm(block, false, w, false, dxs);
+    amber::gemm(block, true, xs, false, *walk.dw, 1.0, walk.accumulate_dw || t0 > 0 ? 1.0 : 0.0);
+  }
+}
+
+// dx and dw in T: the tensors themselves when they already have that type.
+template <class T>
+struct Gradients {
+  Tensor dx, dw;
+  Gradients(Tensor& dx_out, Tensor& dw_out, bool accumulate_dw, const char* op)
+      : dx(dx_out.dtype() == dtype_of<T>() ? dx_out : Tensor::empty(dx_out.shape(), dtype_of<T>())),
+        dw(dw_out.dtype() == dtype_of<T>() ? dw_out
+           : accumulate_dw                 ? dw_out.to(dtype_of<T>())
+                                           : Tensor::empty(dw_out.shape(), dtype_of<T>())) {
+    require_contiguous(dx, op);
+    require_contiguous(dw, op);
+  }
+  void store(Tensor& dx_out, Tensor& dw_out) const {
+    if (!dx.shares_storage_with(dx_out)) dx_out.copy_from(dx);
+    if (!dw.shares_storage_with(dw_out)) dw_out.copy_from(dw);
+  }
+};
+
 }  // namespace
 
 void linear_cross_entropy_forward(const Tensor& x, const Tensor& w, const Tensor& targets,
                                   const CrossEntropyOptions& o, Tensor& losses, Tensor& lse) {
-  const char* op = "linear_cross_entropy_forward";
-  const int64_t tokens = x.size(0), vocab = w.size(0);
-  check_targets(targets, vocab, o.ignore_index, op);
-  const int32_t* tg = targets.data<int32_t>();
+  check_targets(targets, w.size(0), o.ignore_index, "linear_cross_entropy_forward");
   with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = widened<T>(x), ww = widened<T>(w);
     Output<T> lo(losses), so(lse);
-    T *pl = lo.data(), *ps = so.data();
-    const int64_t chunk = std::min(o.chunk_tokens, std::max<int64_t>(tokens, 1));
-    Tensor logits = Tensor::empty({chunk, vocab}, dtype_of<T>());
-    for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
-      const int64_t rows = std::min(chunk, tokens - t0);
-      Tensor block = logits.slice(0, 0, rows);
-      amber::gemm(xw.slice(0, t0, t0 + rows), false, ww, true, block);
-      const T* pz = block.data<T>();
-#pragma omp parallel for if (rows * vocab > 65536)
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* z = pz + r * vocab;
-        T m = z[0];
-        for (int64_t v = 1; v < vocab; ++v) m = std::max(m, z[v]);
-        T s = 0;
-        for (int64_t v = 0; v < vocab; ++v) s += std::exp(z[v] - m);
-        const T l = m + std::log(s);
-        const int64_t t = t0 + r;
-        const int32_t y = tg[t];
-        ps[t] = l;
-        pl[t] = y == o.ignore_index ? T(0) : l - z[y] + static_cast<T>(o.z_loss_weight) * l * l;
-      }
-    }
+    walk_logits<T>(widened<T>(x), widened<T>(w), targets.data<int32_t>(), o, {.losses = lo.data(), .lse = so.data()});
     lo.store();
     so.store();
   });
@@ -61,50 +127,32 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
                                    const Tensor& targets, const Tensor& lse,
                                    const CrossEntropyOptions& o, Tensor& dx, Tensor& dw, bool accumulate_dw) {
   const char* op = "linear_cross_entropy_backward";
-  const int64_t tokens = x.size(0), vocab = w.size(0);
-  check_targets(targets, vocab, o.ignore_index, op);
-  const int32_t* tg = targets.data<int32_t>();
+  check_targets(targets, w.size(0), o.ignore_index, op);
   with_compute_type(x.dtype(), [&]<class T>() {
-    const Tensor xw = widened<T>(x), ww = widened<T>(w);
     const Tensor gl = widened<T>(dlosses), sl = widened<T>(lse);
-    const T *pg = gl.data<T>(), *ps = sl.data<T>();
-    // Work in T directly inside dx and dw when they already have that type.
-    Tensor dx_t = dx.dtype() == dtype_of<T>() ? dx : Tensor::empty(x.shape(), dtype_of<T>());
-    Tensor dw_t = dw.dtype() == dtype_of<T>() ? dw
-                  : accumulate_dw               ? dw.to(dtype_of<T>())
-                                                : Tensor::empty(dw.shape(), dtype_of<T>());
-    if (!accumulate_dw && tokens == 0) dw_t.zero();  // no chunk writes it
-    require_contiguous(dx_t, op);
-    require_contiguous(dw_t, op);
-    const int64_t chunk = std::min(o.chunk_tokens, std::max<int64_t>(tokens, 1));
-    Tensor logits = Tensor::empty({chunk, vocab}, dtype_of<T>());
-    for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
-      const int64_t rows = std::min(chunk, tokens - t0);
-      Tensor block = logits.slice(0, 0, rows);
-      const Tensor xs = xw.slice(0, t0, t0 + rows);
-      amber::gemm(xs, false, ww, true, block);
-      T* pz = block.data<T>();
-      // d/dz of (lse - z_y + c*lse^2) = softmax * (1 + 2c*lse) - onehot(y)
-#pragma omp parallel for if (rows * vocab > 65536)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t t = t0 + r;
-        const int32_t y = tg[t];
-        T* z = pz + r * vocab;
-        if (y == o.ignore_index) {
-          for (int64_t v = 0; v < vocab; ++v) z[v] = 0;
-          continue;
-        }
-        const T l = ps[t], g = pg[t];
-        const T scale = g * (T(1) + T(2) * static_cast<T>(o.z_loss_weight) * l);
-        for (int64_t v = 0; v < vocab; ++v) z[v] = std::exp(z[v] - l) * scale;
-        z[y] -= g;
-      }
-      Tensor dxs = dx_t.slice(0, t0, t0 + rows);
-      amber::gemm(block, false, ww, false, dxs);
-      amber::gemm(block, true, xs, false, dw_t, 1.0, accumulate_dw || t0 > 0 ? 1.0 : 0.0);
-    }
-    if (!dx_t.shares_storage_with(dx)) dx.copy_from(dx_t);
-    if (!dw_t.shares_storage_with(dw)) dw.copy_from(dw_t);
+    Gradients<T> grads(dx, dw, accumulate_dw, op);
+    walk_logits<T>(widened<T>(x), widened<T>(w), targets.data<int32_t>(), o,
+                   {.dlosses = gl.data<T>(), .saved_lse = sl.data<T>(), .dx = &grads.dx, .dw = &grads.dw,
+                    .accumulate_dw = accumulate_dw});
+    grads.store(dx, dw);
+  });
+}
+
+void linear_cross_entropy_forward_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
+                                           const Tensor& targets, const CrossEntropyOptions& o, Tensor& losses,
+                                           Tensor& lse, Tensor& dx, Tensor& dw, bool accumulate_dw) {
+  const char* op = "linear_cross_entropy_forward_backward";
+  check_targets(targets, w.size(0), o.ignore_index, op);
+  with_compute_type(x.dtype(), [&]<class T>() {
+    const Tensor gl = widened<T>(dlosses);
+    Output<T> lo(losses), so(lse);
+    Gradients<T> grads(dx, dw, accumulate_dw, op);
+    walk_logits<T>(widened<T>(x), widened<T>(w), targets.data<int32_t>(), o,
+                   {.losses = lo.data(), .lse = so.data(), .dlosses = gl.data<T>(), .dx = &grads.dx,
+                    .dw = &grads.dw, .accumulate_dw = accumulate_dw});
+    lo.store();
+    so.store();
+    grads.store(dx, dw);
   });
 }
 

@@ -12,6 +12,9 @@ void linear_cross_entropy_backward(const Tensor& dlosses, const Tensor& x, const
                                    const Tensor& targets, const Tensor& lse,
                                    const CrossEntropyOptions& options, Tensor& dx, Tensor& dw,
                                    bool accumulate_dw);
+void linear_cross_entropy_forward_backward(const Tensor& dlosses, const Tensor& x, const Tensor& w,
+                                           const Tensor& targets, const CrossEntropyOptions& options,
+                                           Tensor& losses, Tensor& lse, Tensor& dx, Tensor& dw, bool accumulate_dw);
 void linear_cross_entropy_sums(const Tensor& losses, const Tensor& lse, const Tensor& targets,
                                const CrossEntropyOptions& options, Tensor& sums);
 

@@ -5,6 +5,7 @@
 // any x86 machine. Sums that must not depend on the width keep explicit running sums.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -24,7 +25,7 @@ namespace amber::cpu {
 
 // exp(x) within 1.5 ulp of the exact value (a test sweeps the float range), subnormal
 // results included; 0 below -104, +inf above log(FLT_MAX), NaN for NaN.
-inline float exp_lanes(float x) {
+[[gnu::always_inline]] inline float exp_lanes(float x) {
   constexpr float kLow = -104.0f, kHigh = 88.75f, kOverflow = 88.72283935546875f;
   float xc = x < kLow ? kLow : x;  // comparisons, not fmin/fmax, so NaN passes through
   xc = xc > kHigh ? kHigh : xc;
@@ -50,19 +51,40 @@ inline float exp_lanes(float x) {
 }
 inline double exp_lanes(double x) { return std::exp(x); }
 
-// The sum of x[0..n) in a fixed order, independent of alignment and vector width:
-// sixteen running sums (one per index mod 16, which vectorise) added pairwise.
-template <class T>
-T fixed_order_sum(const T* x, int64_t n) {
+// The sum of term(0), ..., term(n - 1) in a fixed order, independent of alignment and
+// vector width: sixteen running sums (one per index mod 16, which vectorise) added
+// pairwise.
+template <class T, class Term>
+[[gnu::always_inline]] inline T fixed_order_sum_of(int64_t n, Term term) {
   constexpr int64_t kLanes = 16;
   T lane[kLanes] = {};
   const int64_t whole = n - n % kLanes;
   for (int64_t i = 0; i < whole; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] += x[i + l];
-  for (int64_t i = whole; i < n; ++i) lane[i - whole] += x[i];
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] += term(i + l);
+  for (int64_t i = whole; i < n; ++i) lane[i - whole] += term(i);
   for (int64_t width = kLanes / 2; width > 0; width /= 2)
     for (int64_t l = 0; l < width; ++l) lane[l] += lane[l + width];
   return lane[0];
+}
+
+template <class T>
+[[gnu::always_inline]] inline T fixed_order_sum(const T* x, int64_t n) {
+  return fixed_order_sum_of<T>(n, [x](int64_t i) { return x[i]; });
+}
+
+// The largest of x[0..n), n >= 1 (max is exact, so the lanes change nothing).
+template <class T>
+[[gnu::always_inline]] inline T max_of(const T* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  T lane[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) lane[l] = x[0];
+  const int64_t whole = n - n % kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], x[i + l]);
+  for (int64_t i = whole; i < n; ++i) lane[0] = std::max(lane[0], x[i]);
+  T m = lane[0];
+  for (int64_t l = 1; l < kLanes; ++l) m = std::max(m, lane[l]);
+  return m;
 }
 
 }  // namespace amber::cpu
