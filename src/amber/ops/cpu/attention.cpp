@@ -83,23 +83,102 @@ void transpose_tile(const T* x, Row row, int32_t first, int32_t count, int64_t d
   }
 }
 
-// s[j] = sum over d (in order) of a[d] * tile[d][j], for the kTile columns of a
-// transposed tile.
+// Query rows handled together. One row's sums form a chain of dependent adds (two
+// vector registers wide for a 32-key tile); four rows' chains are independent, so
+// the core's adders overlap them. Each row's sums keep their order.
+constexpr int32_t kRows = 4;
+
+// s[r][j] = sum over d (in order) of a[r][d] * tile[d][j], for the kTile columns of a
+// transposed tile and the kRows rows a[r]; the sums stay in registers.
 template <class T>
-inline void row_times_tile(const T* a, const T* tile, int64_t dim, T* s) {
-  for (int32_t j = 0; j < kTile; ++j) s[j] = 0;
+inline void rows_times_tile(const T* const* a, const T* tile, int64_t dim, T (*s)[kTile]) {
+  using V = typename Lanes<T>::type;
+  constexpr int64_t kParts = kTile / Lanes<T>::count;
+  V sum[kRows][kParts] = {};
   for (int64_t d = 0; d < dim; ++d) {
-    const T ad = a[d];
-    const T* column = tile + d * kTile;
-    for (int32_t j = 0; j < kTile; ++j) s[j] += ad * column[j];
+    V column[kParts];
+    for (int64_t c = 0; c < kParts; ++c) column[c] = load_lanes(tile + d * kTile + c * Lanes<T>::count);
+    for (int32_t r = 0; r < kRows; ++r) {
+      const T ad = a[r][d];
+      for (int64_t c = 0; c < kParts; ++c) sum[r][c] += ad * column[c];
+    }
+  }
+  for (int32_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kParts; ++c) store_lanes(s[r] + c * Lanes<T>::count, sum[r][c]);
+}
+
+// The two sums below walk d one register of lanes at a time, held while the inner
+// loop adds to it; a head dimension that is not a multiple of the lanes takes the same
+// sums one element at a time.
+
+// out[r][d] += sum over keys j in [lo, hi), in order, of w[r][j] * x(j)[d], for the
+// kRows rows r: the rows' sums are independent chains.
+template <class T, class KeyRow>
+inline void add_weighted_keys(T* const* out, const T (*w)[kTile], int32_t lo, int32_t hi, KeyRow x, int64_t dim) {
+  constexpr int64_t L = Lanes<T>::count;
+  if (dim % L != 0) {
+    for (int32_t r = 0; r < kRows; ++r)
+      for (int32_t j = lo; j < hi; ++j)
+        for (int64_t d = 0; d < dim; ++d) out[r][d] += w[r][j] * x(j)[d];
+    return;
+  }
+  for (int64_t d0 = 0; d0 < dim; d0 += L) {
+    typename Lanes<T>::type a[kRows];
+    for (int32_t r = 0; r < kRows; ++r) a[r] = load_lanes(out[r] + d0);
+    for (int32_t j = lo; j < hi; ++j) {
+      const auto xj = load_lanes(x(j) + d0);
+      for (int32_t r = 0; r < kRows; ++r) a[r] += w[r][j] * xj;
+    }
+    for (int32_t r = 0; r < kRows; ++r) store_lanes(out[r] + d0, a[r]);
   }
 }
 
-// acc[d] += w * x[d].
+// out[d] += sum over the kRows rows r, in order, of w[r] * x[r][d].
 template <class T>
-inline void add_scaled_row(T* acc, T w, const T* x, int64_t dim) {
-  for (int64_t d = 0; d < dim; ++d) acc[d] += w * x[d];
+inline void add_weighted_rows(T* out, const T* w, const T* const* x, int64_t dim) {
+  constexpr int64_t L = Lanes<T>::count;
+  if (dim % L != 0) {
+    for (int32_t r = 0; r < kRows; ++r)
+      for (int64_t d = 0; d < dim; ++d) out[d] += w[r] * x[r][d];
+    return;
+  }
+  for (int64_t d0 = 0; d0 < dim; d0 += L) {
+    auto a = load_lanes(out + d0);
+    for (int32_t r = 0; r < kRows; ++r) a += w[r] * load_lanes(x[r] + d0);
+    store_lanes(out + d0, a);
+  }
 }
+
+// kRows consecutive query rows of a document against one key tile [kt, kt_end): row
+// `i` of the block is position begin + i, clamped to `end - 1` past the end (a row
+// that is only there to fill the block). A row is live if it is real and sees a key
+// of the tile; keys [lo, hi) relative to kt are the union of what live rows see.
+struct RowBlock {
+  int32_t position[kRows], first[kRows], last[kRows];
+  bool live[kRows];
+  int32_t lo = kTile, hi = 0;
+
+  template <class T>
+  RowBlock(const Geometry<T>& g, int32_t begin, int32_t end, int32_t kt, int32_t kt_end) {
+    for (int32_t r = 0; r < kRows; ++r) {
+      position[r] = std::min(begin + r, end - 1);
+      first[r] = std::max(kt, g.first_key(position[r]));
+      last[r] = std::min(kt_end, position[r] + 1);
+      live[r] = begin + r < end && first[r] < last[r];
+      if (live[r]) lo = std::min(lo, first[r] - kt), hi = std::max(hi, last[r] - kt);
+    }
+  }
+  bool any() const { return lo < hi; }
+  // Row r's logits where it sees key kt + j (value(j)), -inf elsewhere.
+  template <class T, class Value>
+  void mask(int32_t r, int32_t kt, T* s, Value value) const {
+    for (int32_t j = 0; j < kTile; ++j) {
+      const bool seen = live[r] & (kt + j >= first[r]) & (kt + j < last[r]);  // & keeps it branch-free
+      const T x = value(j);
+      s[j] = seen ? x : -std::numeric_limits<T>::infinity();
+    }
+  }
+};
 
 template <class T>
 AMBER_VECTOR_CLONES void forward_kernel(const Geometry<T>& g, const std::vector<Tile>& tiles, const T* q,
@@ -109,8 +188,8 @@ AMBER_VECTOR_CLONES void forward_kernel(const Geometry<T>& g, const std::vector<
   constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel
   {
-    std::vector<T> acc(kTile * D), row_max(kTile), row_sum(kTile), keys(kTile * D);
-    T s[kTile], p[kTile];
+    std::vector<T> acc((kTile + kRows) * D), row_max(kTile), row_sum(kTile), keys(kTile * D);
+    T s[kRows][kTile];
 #pragma omp for schedule(dynamic)
     for (int64_t w = 0; w < work; ++w) {
       const Tile& tile = tiles[w / H];
@@ -126,24 +205,34 @@ AMBER_VECTOR_CLONES void forward_kernel(const Geometry<T>& g, const std::vector<
       for (int32_t kt = g.first_key(tile.begin) / kTile * kTile; kt < tile.end; kt += kTile) {
         const int32_t kt_end = std::min(kt + kTile, tile.end);
         transpose_tile(k, key_row, kt, kt_end - kt, D, keys.data());
-        for (int32_t r = 0; r < rows; ++r) {
-          const int32_t i = tile.begin + r;
-          const int32_t first = std::max(kt, g.first_key(i)), last = std::min(kt_end, i + 1);
-          if (first >= last) continue;
-          row_times_tile(q + g.q_row(tile.doc_start + i, h), keys.data(), D, s);
-          for (int32_t j = 0; j < kTile; ++j) {
-            const bool seen = (kt + j >= first) & (kt + j < last);  // & keeps the loop branch-free
-            const T scaled = g.scale * s[j];
-            s[j] = seen ? scaled : kMinusInf;
+        for (int32_t r0 = 0; r0 < rows; r0 += kRows) {
+          const RowBlock block(g, tile.begin + r0, tile.end, kt, kt_end);
+          if (!block.any()) continue;
+          const T* q_rows[kRows];
+          for (int32_t r = 0; r < kRows; ++r) q_rows[r] = q + g.q_row(tile.doc_start + block.position[r], h);
+          rows_times_tile(q_rows, keys.data(), D, s);
+          // s becomes each live row's probabilities against this tile, scaled to its new
+          // running max; a row that is not live gets zeros and keeps its statistics.
+          for (int32_t r = 0; r < kRows; ++r) {
+            T* p = s[r];
+            if (!block.live[r]) {
+              std::fill_n(p, kTile, T(0));
+              continue;
+            }
+            block.mask(r, kt, p, [&](int32_t j) { return g.scale * p[j]; });
+            T &m = row_max[r0 + r], &sum = row_sum[r0 + r];
+            const T new_max = std::max(m, max_of(p, kTile));
+            const T rescale = exp_lanes(m - new_max);  // 0 while no key was seen
+            for (int32_t j = 0; j < kTile; ++j) p[j] = exp_lanes(p[j] - new_max);
+            sum = sum * rescale + fixed_order_sum(p, kTile);
+            m = new_max;
+            T* acc_r = acc.data() + (r0 + r) * D;
+            for (int64_t d = 0; d < D; ++d) acc_r[d] *= rescale;
           }
-          const T new_max = std::max(row_max[r], max_of(s, kTile));
-          const T rescale = exp_lanes(row_max[r] - new_max);  // 0 while no key was seen
-          for (int32_t j = 0; j < kTile; ++j) p[j] = exp_lanes(s[j] - new_max);
-          T* acc_r = acc.data() + r * D;
-          for (int64_t d = 0; d < D; ++d) acc_r[d] *= rescale;
-          for (int32_t j = first; j < last; ++j) add_scaled_row(acc_r, p[j - kt], v + key_row(j), D);
-          row_sum[r] = row_sum[r] * rescale + fixed_order_sum(p, kTile);
-          row_max[r] = new_max;
+          // Rows past the tile's end write into spare accumulator rows with zero weights.
+          T* acc_rows[kRows];
+          for (int32_t r = 0; r < kRows; ++r) acc_rows[r] = acc.data() + (r0 + r) * D;
+          add_weighted_keys(acc_rows, s, block.lo, block.hi, [&](int32_t j) { return v + key_row(kt + j); }, D);
         }
       }
       for (int32_t r = 0; r < rows; ++r) {
@@ -174,8 +263,8 @@ AMBER_VECTOR_CLONES void backward_documents_kernel(const Geometry<T>& g, const S
   const int64_t work = static_cast<int64_t>(seq.num_docs) * g.kv_heads;
 #pragma omp parallel
   {
-    std::vector<T> dk_acc(kTile * D), dv_acc(kTile * D), keys(kTile * D), values(kTile * D);
-    T s[kTile], dp[kTile], p[kTile], ds[kTile];
+    std::vector<T> dk_acc(kTile * D), dv_acc(kTile * D), keys(kTile * D), values(kTile * D), spare_dq(kRows * D);
+    T p[kRows][kTile], ds[kRows][kTile];
 #pragma omp for schedule(dynamic)
     for (int64_t w = 0; w < work; ++w) {
       const int doc = static_cast<int>(w / g.kv_heads);
@@ -194,29 +283,36 @@ AMBER_VECTOR_CLONES void backward_documents_kernel(const Geometry<T>& g, const S
         // Query i sees key j iff j <= i < j + window.
         const int32_t query_end = g.window > 0 ? std::min(length, kt_end - 1 + g.window) : length;
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-          for (int32_t i = kt; i < query_end; ++i) {
-            const int32_t first = std::max(kt, g.first_key(i)), last = std::min(kt_end, i + 1);
-            if (first >= last) continue;
-            const int64_t row = g.q_row(doc_start + i, h), stat = (doc_start + i) * H + h;
-            const T *qi = in.q + row, *doi = in.dout + row;
-            row_times_tile(qi, keys.data(), D, s);
-            row_times_tile(doi, values.data(), D, dp);
-            const T lse = in.lse[stat], delta = in.delta[stat];
-            for (int32_t j = 0; j < kTile; ++j) {
-              const bool seen = (kt + j >= first) & (kt + j < last);  // & keeps the loop branch-free
-              const T logit = g.scale * s[j] - lse;
-              s[j] = seen ? logit : -std::numeric_limits<T>::infinity();
+          for (int32_t i0 = kt; i0 < query_end; i0 += kRows) {
+            const RowBlock block(g, i0, query_end, kt, kt_end);
+            if (!block.any()) continue;
+            const T *q_rows[kRows], *dout_rows[kRows];
+            T* dq_rows[kRows];
+            for (int32_t r = 0; r < kRows; ++r) {
+              const int64_t row = g.q_row(doc_start + block.position[r], h);
+              q_rows[r] = in.q + row, dout_rows[r] = in.dout + row;
+              dq_rows[r] = i0 + r < query_end ? dq + row : spare_dq.data() + r * D;
             }
-            for (int32_t j = 0; j < kTile; ++j) {
-              p[j] = exp_lanes(s[j]);
-              ds[j] = p[j] * (dp[j] - delta);
+            rows_times_tile(q_rows, keys.data(), D, p);
+            rows_times_tile(dout_rows, values.data(), D, ds);
+            for (int32_t r = 0; r < kRows; ++r) {
+              const int64_t stat = (doc_start + block.position[r]) * H + h;
+              const T lse = in.lse[stat], delta = in.delta[stat];
+              block.mask(r, kt, p[r], [&](int32_t j) { return g.scale * p[r][j] - lse; });
+              for (int32_t j = 0; j < kTile; ++j) {
+                p[r][j] = exp_lanes(p[r][j]);
+                ds[r][j] = p[r][j] * (ds[r][j] - delta);
+              }
             }
-            T* dq_i = dq + row;
-            for (int32_t j = first; j < last; ++j) {
-              add_scaled_row(dv_acc.data() + (j - kt) * D, p[j - kt], doi, D);
-              add_scaled_row(dk_acc.data() + (j - kt) * D, ds[j - kt], qi, D);
-              add_scaled_row(dq_i, ds[j - kt], in.k + key_row(j), D);
+            // A row that is not live has zero weights: it adds exact zeros (into a spare dq
+            // row if it is only filling the block).
+            for (int32_t j = block.lo; j < block.hi; ++j) {
+              T p_j[kRows], ds_j[kRows];
+              for (int32_t r = 0; r < kRows; ++r) p_j[r] = p[r][j], ds_j[r] = ds[r][j];
+              add_weighted_rows(dv_acc.data() + j * D, p_j, dout_rows, D);
+              add_weighted_rows(dk_acc.data() + j * D, ds_j, q_rows, D);
             }
+            add_weighted_keys(dq_rows, ds, block.lo, block.hi, [&](int32_t j) { return in.k + key_row(kt + j); }, D);
           }
         }
         for (int32_t j = kt; j < kt_end; ++j) {

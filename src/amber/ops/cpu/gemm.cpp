@@ -21,9 +21,17 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
               alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Rows (or columns) per BLAS call. Fixed, so every output element comes from the
-// same call shape whatever the thread count: results never depend on it.
-constexpr int64_t kTile = 64;
+// Rows (or columns) per BLAS call: the split side in eight parts, rounded up to a
+// multiple of 64 and at most 512. A function of the product's shape alone, so every
+// output element comes from the same call shape whatever the thread count: results
+// never depend on it. Each call packs the whole other operand again, so fewer, larger
+// calls pack less (64-row calls spent 16% of a 25M model's step packing); eight parts
+// keep eight threads busy.
+constexpr int64_t kTileQuantum = 64, kMaxTile = 512, kParts = 8;
+int64_t tile_of(int64_t extent) {
+  const int64_t part = (extent + kParts - 1) / kParts;
+  return std::clamp((part + kTileQuantum - 1) / kTileQuantum * kTileQuantum, kTileQuantum, kMaxTile);
+}
 
 // OpenBLAS runs single-threaded and amber splits the product into fixed tiles over
 // its own OpenMP pool: two thread pools spinning against each other on few cores
@@ -35,19 +43,19 @@ void tiled_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
   (void)single_threaded_blas;
   const bool parallel = m * n * k >= (int64_t{1} << 20);
   if (m >= n) {
-    const int64_t tiles = (m + kTile - 1) / kTile;
+    const int64_t tile = tile_of(m), tiles = (m + tile - 1) / tile;
 #pragma omp parallel for schedule(dynamic) if (parallel)
     for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t r0 = t * kTile, rows = std::min(kTile, m - r0);
+      const int64_t r0 = t * tile, rows = std::min(tile, m - r0);
       // Rows r0.. of op(A): rows of A, or columns of A when transposed.
       const T* a_tile = ta ? a + r0 : a + r0 * lda;
       blas_gemm(ta, tb, rows, n, k, alpha, a_tile, lda, b, ldb, beta, c + r0 * n, n);
     }
   } else {
-    const int64_t tiles = (n + kTile - 1) / kTile;
+    const int64_t tile = tile_of(n), tiles = (n + tile - 1) / tile;
 #pragma omp parallel for schedule(dynamic) if (parallel)
     for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t c0 = t * kTile, cols = std::min(kTile, n - c0);
+      const int64_t c0 = t * tile, cols = std::min(tile, n - c0);
       const T* b_tile = tb ? b + c0 * ldb : b + c0;
       blas_gemm(ta, tb, m, cols, k, alpha, a, lda, b_tile, ldb, beta, c + c0, n);
     }

@@ -23,6 +23,34 @@
 
 namespace amber::cpu {
 
+// A vector register's worth of T (64 bytes: one AVX-512 register, two AVX2 or four SSE
+// registers; the compiler splits it to the width the clone targets). Kernels that
+// must hold sums in registers across a loop use it directly, where the vectoriser
+// would not; its arithmetic is lane-wise, the same IEEE operations as scalar code.
+template <class T>
+struct Lanes;
+template <>
+struct Lanes<float> {
+  typedef float type __attribute__((vector_size(64)));
+  static constexpr int64_t count = 16;
+};
+template <>
+struct Lanes<double> {
+  typedef double type __attribute__((vector_size(64)));
+  static constexpr int64_t count = 8;
+};
+
+template <class T>
+[[gnu::always_inline]] inline typename Lanes<T>::type load_lanes(const T* p) {
+  typename Lanes<T>::type v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+[[gnu::always_inline]] inline void store_lanes(T* p, typename Lanes<T>::type v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
 // exp(x) within 1.5 ulp of the exact value (a test sweeps the float range), subnormal
 // results included; 0 below -104, +inf above log(FLT_MAX), NaN for NaN.
 [[gnu::always_inline]] inline float exp_lanes(float x) {
