@@ -4,14 +4,16 @@
 #include <cmath>
 
 #include "amber/ops/cpu/dispatch.h"
+#include "amber/ops/cpu/vector_math.h"
 
 namespace amber::cpu {
 namespace {
 
+// SiLU's exp is ops/cpu/vector_math.h's, so its loops run in vector lanes.
 struct Silu {
-  template <class T> static T value(T x) { return x / (T(1) + std::exp(-x)); }
+  template <class T> static T value(T x) { return x / (T(1) + exp_lanes(-x)); }
   template <class T> static T derivative(T x) {
-    const T s = T(1) / (T(1) + std::exp(-x));
+    const T s = T(1) / (T(1) + exp_lanes(-x));
     return s * (T(1) + x * (T(1) - s));
   }
 };
@@ -39,18 +41,33 @@ struct GeluErf {
   }
 };
 
+// h = act(gate) * up over rows of [gate | up].
+template <class Act, class T>
+AMBER_VECTOR_CLONES void glu_forward_rows(const T* p, T* o, int64_t rows, int64_t width) {
+#pragma omp parallel for if (rows * width > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) o[r * width + j] = Act::value(p[r * 2 * width + j]) * p[r * 2 * width + width + j];
+}
+
+template <class Act, class T>
+AMBER_VECTOR_CLONES void glu_backward_rows(const T* pg, const T* p, T* o, int64_t rows, int64_t width) {
+#pragma omp parallel for if (rows * width > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) {
+      const T gate = p[r * 2 * width + j], value = p[r * 2 * width + width + j];
+      const T grad = pg[r * width + j];
+      o[r * 2 * width + j] = grad * value * Act::derivative(gate);
+      o[r * 2 * width + width + j] = grad * Act::value(gate);
+    }
+}
+
 template <class Act>
 void glu_forward(const Tensor& gate_up, Tensor& h) {
   const int64_t width = h.size(1), rows = h.size(0);
   with_compute_type(gate_up.dtype(), [&]<class T>() {
     const Tensor in = widened<T>(gate_up);
     Output<T> out(h);
-    const T* p = in.data<T>();
-    T* o = out.data();
-#pragma omp parallel for if (rows * width > 65536)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < width; ++j)
-        o[r * width + j] = Act::value(p[r * 2 * width + j]) * p[r * 2 * width + width + j];
+    glu_forward_rows<Act>(in.data<T>(), out.data(), rows, width);
     out.store();
   });
 }
@@ -61,16 +78,7 @@ void glu_backward(const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up) {
   with_compute_type(gate_up.dtype(), [&]<class T>() {
     const Tensor in = widened<T>(gate_up), g = widened<T>(dh);
     Output<T> out(dgate_up);
-    const T *p = in.data<T>(), *pg = g.data<T>();
-    T* o = out.data();
-#pragma omp parallel for if (rows * width > 65536)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < width; ++j) {
-        const T gate = p[r * 2 * width + j], value = p[r * 2 * width + width + j];
-        const T grad = pg[r * width + j];
-        o[r * 2 * width + j] = grad * value * Act::derivative(gate);
-        o[r * 2 * width + width + j] = grad * Act::value(gate);
-      }
+    glu_backward_rows<Act>(g.data<T>(), in.data<T>(), out.data(), rows, width);
     out.store();
   });
 }
