@@ -9,8 +9,8 @@ namespace {
 
 class BenchHook final : public OpHook {
  public:
-  void enter(const char* op) override { profile::enter(op); }
-  void leave() override { profile::leave(); }
+  void enter(const char* op, bool on_host) override { profile::enter(op, on_host); }
+  void leave(bool on_host) override { profile::leave(on_host); }
   void call_repeatable(const char* op, OpWork work) override {
     for (int run = runs(op); run > 0; --run) work();
   }

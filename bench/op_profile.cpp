@@ -5,11 +5,15 @@
 
 #include "bench/op_hooks.h"
 
+#include <chrono>
+#include <string>
+
 #ifdef AMBER_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include "amber/core/stream.h"
 
+// CUDA events: the GPU half of the profiler.
 namespace amber::profile {
 namespace {
 
@@ -76,12 +80,6 @@ std::map<std::string, double> last_replay(const std::vector<Record>& records) {
 
 }  // namespace
 
-void start() {
-  report(1);
-  state().on = true;
-  update_hook();
-}
-
 void sample_replay() {
   State& s = state();
   if (!captured(s.records)) return;
@@ -90,12 +88,9 @@ void sample_replay() {
   ++s.samples;
 }
 
-bool active() { return state().on; }
-
-std::vector<std::pair<std::string, double>> report(int64_t steps) {
+static std::map<std::string, double> gpu_report(int64_t steps) {
   State& s = state();
   s.on = false;
-  update_hook();
   cudaDeviceSynchronize();
   const bool graph = captured(s.records);
   std::map<std::string, double> total;
@@ -117,12 +112,15 @@ std::vector<std::pair<std::string, double>> report(int64_t steps) {
   s.records.clear();
   s.sampled.clear();
   s.samples = 0;
-  std::vector<std::pair<std::string, double>> out(total.begin(), total.end());
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  return out;
+  return total;
 }
 
-void enter(const char* op) {
+static void gpu_start() {
+  gpu_report(1);
+  state().on = true;
+}
+
+static void gpu_enter(const char* op) {
   State& s = state();
   if (!s.on || s.depth++ > 0) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -131,7 +129,7 @@ void enter(const char* op) {
   record(s.records.back().begin, s.records.back().in_graph);
 }
 
-void leave() {
+static void gpu_leave() {
   State& s = state();
   if (!s.on) return;
   if (--s.depth == 0) record(s.records.back().end, s.records.back().in_graph);
@@ -139,26 +137,89 @@ void leave() {
 
 }  // namespace amber::profile
 
-#else  // CPU-only builds time nothing; start() and report() still turn profiling on and off.
+#else  // CPU-only builds: GPU profiles record nothing.
 
 namespace amber::profile {
-namespace {
-bool on = false;
-}  // namespace
 
-void start() {
-  on = true;
-  update_hook();
-}
-bool active() { return on; }
+static void gpu_start() {}
 void sample_replay() {}
-std::vector<std::pair<std::string, double>> report(int64_t) {
-  on = false;
-  update_hook();
-  return {};
-}
-void enter(const char*) {}
-void leave() {}
+static std::map<std::string, double> gpu_report(int64_t) { return {}; }
+static void gpu_enter(const char*) {}
+static void gpu_leave() {}
 
 }  // namespace amber::profile
 #endif
+
+namespace amber::profile {
+namespace {
+
+using HostClock = std::chrono::steady_clock;
+
+// The host clock's records: the outermost op's name and start, and the sums per name.
+struct Host {
+  int depth = 0;
+  const char* op = nullptr;
+  HostClock::time_point begin;
+  std::map<std::string, double> ms;
+};
+
+struct Profile {
+  bool on = false;
+  Clock clock = Clock::gpu;
+  Host host;
+};
+
+Profile& profile() {
+  static Profile p;
+  return p;
+}
+
+}  // namespace
+
+void start(Clock clock) {
+  report(1);
+  Profile& p = profile();
+  p.on = true;
+  p.clock = clock;
+  p.host = {};
+  if (clock == Clock::gpu) gpu_start();
+  update_hook();
+}
+
+bool active() { return profile().on; }
+
+std::vector<std::pair<std::string, double>> report(int64_t steps) {
+  Profile& p = profile();
+  const bool was_on = p.on;
+  p.on = false;
+  update_hook();
+  std::map<std::string, double> total;
+  if (p.clock == Clock::gpu) {
+    total = gpu_report(steps);
+  } else if (was_on) {
+    for (const auto& [op, ms] : p.host.ms) total[op] = ms / static_cast<double>(steps);
+  }
+  p.host = {};
+  std::vector<std::pair<std::string, double>> out(total.begin(), total.end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+void enter(const char* op, bool on_host) {
+  Profile& p = profile();
+  if (!p.on || on_host != (p.clock == Clock::host)) return;
+  if (!on_host) return gpu_enter(op);
+  if (p.host.depth++ > 0) return;
+  p.host.op = op;
+  p.host.begin = HostClock::now();
+}
+
+void leave(bool on_host) {
+  Profile& p = profile();
+  if (!p.on || on_host != (p.clock == Clock::host)) return;
+  if (!on_host) return gpu_leave();
+  if (--p.host.depth == 0)
+    p.host.ms[p.host.op] += std::chrono::duration<double, std::milli>(HostClock::now() - p.host.begin).count();
+}
+
+}  // namespace amber::profile

@@ -75,9 +75,6 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
     ~TwiceScope() { profile::set_twice(""); }
   } twice_scope(o.twice);
   const Device device = device_from_name(o.device);
-  AMBER_CHECK(!o.profile || device.is_cuda(),
-              "bench step: --profile times a GPU step's ops with CUDA events and cannot time a CPU step; on the CPU, "
-              "sample the whole process instead (perf record -g amber bench step ..., then perf report)");
   LanguageModel model(o.model, DType::f32, device, dtype_from_name(o.compute_dtype));
   model.init_weights(o.seed);
   auto optimizer = build_optimizer(o.optimizer, model.store());
@@ -86,6 +83,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   const std::vector<data::Batch> micro = {batch};
   StepBenchResult r;
   r.lengths = batch.seq.lengths();
+  r.on_gpu = device.is_cuda();
   // The loss stays on the device until the timed steps are done: reading it per step
   // would add a host synchronisation the trainer does not have per micro-batch.
   const std::unique_ptr<dist::Communicator> comm =
@@ -111,7 +109,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
     wait_for(device);  // the clock measures work done, not work queued
   }
   if (device.is_cuda()) cuda::reset_pool_peak(device.index);
-  if (o.profile && !profile_graph) profile::start();
+  if (o.profile && !profile_graph) profile::start(device.is_cuda() ? profile::Clock::gpu : profile::Clock::host);
   if (device.is_cuda()) cuda::start_card_sampling(device.index);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) {

@@ -47,6 +47,7 @@ struct StepBenchResult {
   double loss = 0;
   std::vector<int32_t> lengths;
   std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
+  bool on_gpu = false;    // the step ran on a GPU
   bool replayed = false;  // the timed steps replayed a captured CUDA graph
   std::string backend;    // the communicator's ("none" without --communicator)
   int64_t twice_calls = 0;  // calls of options.twice that ran twice in the first step

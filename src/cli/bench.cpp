@@ -78,7 +78,10 @@ void run(BenchArgs& a) {
   // read them) the step runs a little slower than unprofiled.
   double total = 0;
   for (const auto& [op, ms] : r.op_ms) total += ms;
-  std::cout << "GPU time per step by op, " << (r.replayed ? "mean of the timed graph replays" : "eager steps") << " ("
+  const char* source = r.replayed ? "GPU time per step by op, mean of the timed graph replays"
+                       : r.on_gpu  ? "GPU time per step by op, eager steps"
+                                   : "CPU time per step by op, host clock around each op";
+  std::cout << source << " ("
             << std::setprecision(2) << total << " ms of " << r.step_ms << " ms):\n| op | ms | share |\n|---|---|---|\n";
   for (const auto& [op, ms] : r.op_ms)
     std::cout << "| " << op << " | " << std::setprecision(3) << ms << " | " << std::setprecision(1)
@@ -246,9 +249,9 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--peak-tflops", a->options.peak_tflops, "Stated peak for MFU in TFLOP/s; by default train.peak_tflops, else the card's "
                   "stated dense bf16 peak where known (H100/H200 SXM: 989; docs/training.md)");
   step->add_flag("--profile", a->options.profile,
-                 "GPU only: also print GPU time per op: CUDA events around every op entry point, recorded as nodes "
+                 "Also print the time per op. On a GPU: CUDA events around every op entry point, recorded as nodes "
                  "of the step's CUDA graph (the mean over the timed replays) or, with --no-graph, summed over the "
-                 "eager steps");
+                 "eager steps. On the CPU: the host clock around every op entry point, summed over the timed steps");
   step->add_option("--twice", a->options.twice,
                    "Run this op's entry point twice in every call, so the step's time shows what the op costs inside "
                    "it (on a GPU at its power cap that is its energy, not its eager time; docs/perf/step.md). "

@@ -33,14 +33,32 @@ TEST(Device, NamesParse) {
   }
 }
 
-// CPU ops are never timed, and a report turns profiling off.
-TEST(OpProfile, CpuOpsAreNotRecordedAndReportStops) {
-  profile::start();
+// A GPU profile does not record CPU ops, and a report turns profiling off.
+TEST(OpProfile, GpuProfileSkipsCpuOpsAndReportStops) {
+  profile::start(profile::Clock::gpu);
   EXPECT_TRUE(profile::active());
   Tensor x = Tensor::full({8}, 1.0, DType::f32);
   add_scaled(x, x, 2.0);
   EXPECT_TRUE(profile::report(1).empty());
   EXPECT_FALSE(profile::active());
+}
+
+// A host-clock profile times CPU ops by name, nested entry points inside the outer op
+// only, divided by the steps.
+TEST(OpProfile, HostClockTimesCpuOpsByName) {
+  Tensor x = Tensor::full({1 << 20}, 1.0, DType::f32);
+  profile::start(profile::Clock::host);
+  for (int i = 0; i < 4; ++i) add_scaled(x, x, 0.5);
+  scale_into(x, x, 2.0);
+  const auto rows = profile::report(2);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& [op, ms] : rows) {
+    EXPECT_TRUE(op == "add_scaled" || op == "scale_into") << op;
+    EXPECT_GT(ms, 0.0) << op;
+  }
+  EXPECT_EQ(rows[0].first, "add_scaled") << "four calls take longer than one";
+  EXPECT_FALSE(profile::active());
+  EXPECT_TRUE(profile::report(1).empty()) << "a report clears the records";
 }
 
 // GPU ops each get one row (nested entry points count once, in the outer op), with

@@ -1,6 +1,6 @@
 // Where the benchmark tools (bench/) observe op entry points: `amber bench step
-// --profile` times each op's GPU work and `--twice OP` runs one op a second time in
-// every call. Production code installs no hook; an entry point then pays one load and
+// --profile` times each op's work (GPU or CPU) and `--twice OP` runs one op a second
+// time in every call. Production code installs no hook; an entry point then pays one load and
 // one branch at each point.
 #pragma once
 
@@ -24,10 +24,10 @@ class OpWork {
 class OpHook {
  public:
   virtual ~OpHook() = default;
-  // Brackets the GPU work of an op (every entry point's CUDA branch, and the step's own
-  // work outside any op); brackets nest.
-  virtual void enter(const char* op) = 0;
-  virtual void leave() = 0;
+  // Brackets the work of an op (every entry point's CUDA or CPU branch, and the step's
+  // own work outside any op); on_host says which. Brackets nest.
+  virtual void enter(const char* op, bool on_host) = 0;
+  virtual void leave(bool on_host) = 0;
   // One whole call of an op whose second run would write the same bits as its first.
   virtual void call_repeatable(const char* op, OpWork work) = 0;
 };
@@ -42,20 +42,22 @@ inline OpHook* op_hook() { return detail::installed_op_hook.load(std::memory_ord
 // never while an op runs.
 inline void set_op_hook(OpHook* hook) { detail::installed_op_hook.store(hook, std::memory_order_release); }
 
-// Brackets the GPU work issued until the scope ends as op `op`'s.
+// Brackets the work done (on the host) or issued (to a GPU) until the scope ends as op
+// `op`'s.
 class OpScope {
  public:
-  explicit OpScope(const char* op) : hook_(op_hook()) {
-    if (hook_) hook_->enter(op);
+  OpScope(const char* op, bool on_host) : hook_(op_hook()), on_host_(on_host) {
+    if (hook_) hook_->enter(op, on_host_);
   }
   ~OpScope() {
-    if (hook_) hook_->leave();
+    if (hook_) hook_->leave(on_host_);
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
 
  private:
   OpHook* hook_;
+  bool on_host_;
 };
 
 // Runs `work`, one whole call of the repeatable op `op`, through the installed hook.

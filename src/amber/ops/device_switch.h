@@ -37,22 +37,25 @@ inline Device common_device(const char* op, std::initializer_list<const Tensor*>
 }  // namespace amber::ops
 
 // AMBER_ON_DEVICE(device, op, cuda_call, cpu_call): runs cuda_call for a GPU device
-// (only in CUDA builds, so CPU-only builds never reference a CUDA symbol), bracketed as
-// op `op`'s GPU work for an installed op hook (core/op_hook.h: the tools' profiler).
+// (only in CUDA builds, so CPU-only builds never reference a CUDA symbol), else
+// cpu_call, bracketed as op `op`'s work for an installed op hook (core/op_hook.h: the
+// tools' profiler).
 #ifdef AMBER_WITH_CUDA
-#define AMBER_ON_DEVICE(device, op, cuda_call, cpu_call) \
-  do {                                                   \
-    if ((device).is_cuda()) {                            \
-      const ::amber::OpScope op_scope_(op);              \
-      cuda_call;                                         \
-    } else {                                             \
-      cpu_call;                                          \
-    }                                                    \
+#define AMBER_ON_DEVICE(device, op, cuda_call, cpu_call)            \
+  do {                                                              \
+    const bool on_gpu_ = (device).is_cuda();                        \
+    const ::amber::OpScope op_scope_(op, /*on_host=*/!on_gpu_);     \
+    if (on_gpu_) {                                                  \
+      cuda_call;                                                    \
+    } else {                                                        \
+      cpu_call;                                                     \
+    }                                                               \
   } while (0)
 #else
-#define AMBER_ON_DEVICE(device, op, cuda_call, cpu_call) \
-  do {                                                   \
-    if ((device).is_cuda()) ::amber::ops::no_cuda_build(op); \
-    cpu_call;                                            \
+#define AMBER_ON_DEVICE(device, op, cuda_call, cpu_call)           \
+  do {                                                             \
+    if ((device).is_cuda()) ::amber::ops::no_cuda_build(op);       \
+    const ::amber::OpScope op_scope_(op, /*on_host=*/true);        \
+    cpu_call;                                                      \
   } while (0)
 #endif

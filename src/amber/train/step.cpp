@@ -30,17 +30,15 @@ AccumulatedStep accumulated_step(const double* v) {
           {}};
 }
 
-// The step's own GPU work outside any op (the kept statistics, the batch's copies, the
+// The step's own work outside any op (the kept statistics, the batch's copies, the
 // gradients' zeroing) under names of its own in op profiles, so that a profile accounts
 // for the whole step.
 class StepScope {
  public:
-  StepScope(const LanguageModel& model, const char* name) {
-    if (model.device().is_cuda()) scope_.emplace(name);
-  }
+  StepScope(const LanguageModel& model, const char* name) : scope_(name, /*on_host=*/!model.device().is_cuda()) {}
 
  private:
-  std::optional<OpScope> scope_;
+  OpScope scope_;
 };
 }  // namespace
 
