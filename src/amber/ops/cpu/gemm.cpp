@@ -21,13 +21,14 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
               alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Rows (or columns) per BLAS call: the split side in eight parts, rounded up to a
-// multiple of 64 and at most 512. A function of the product's shape alone, so every
+// Rows (or columns) per BLAS call: the split side in four parts, rounded up to a
+// multiple of 64 and at most 1024. A function of the product's shape alone, so every
 // output element comes from the same call shape whatever the thread count: results
 // never depend on it. Each call packs the whole other operand again, so fewer, larger
-// calls pack less (64-row calls spent 16% of a 25M model's step packing); eight parts
-// keep eight threads busy.
-constexpr int64_t kTileQuantum = 64, kMaxTile = 512, kParts = 8;
+// calls pack less: on two cores a 25M model's step took 2089 ms with 64-row calls cut
+// into eighths, 2001 ms in quarters and 1957 ms in halves (docs/perf/cpu.md); quarters
+// still keep four threads busy.
+constexpr int64_t kTileQuantum = 64, kMaxTile = 1024, kParts = 4;
 int64_t tile_of(int64_t extent) {
   const int64_t part = (extent + kParts - 1) / kParts;
   return std::clamp((part + kTileQuantum - 1) / kTileQuantum * kTileQuantum, kTileQuantum, kMaxTile);
