@@ -29,6 +29,17 @@ class Communicator {
   // Every rank's `tensor` becomes the element-wise sum over all ranks. Contiguous; the
   // MPI backend reduces f32, f64, i32 and i64.
   virtual void all_reduce_sum(Tensor& tensor) = 0;
+  // all_reduce_sum without waiting for it, so that it overlaps the work issued after it:
+  // the sum is the one all_reduce_sum gives, and `tensor` (on the device a collective
+  // reads: the GPU for NCCL) may be neither read nor written until all_reduce_sum_wait.
+  // On a GPU the reduction starts once the work queued so far on the issuing stream is
+  // done and runs beside the work queued after it; on the CPU MPI starts it at once.
+  virtual void all_reduce_sum_start(Tensor& tensor) = 0;
+  // Completes every all_reduce_sum_start since the last wait, in the order started: on
+  // a GPU the issuing stream's later work waits for them (a join, capturable in a CUDA
+  // graph); on the CPU it returns once they are done, under the same deadline as every
+  // collective.
+  virtual void all_reduce_sum_wait() = 0;
   // `input` is one block per rank, block r holding counts[r] elements; rank r's
   // `output` (counts[r] elements) becomes the sum over ranks of their block r. Blocks
   // may differ in size, so a shard can end on a whole parameter.

@@ -103,6 +103,28 @@ class NcclCommunicator final : public Communicator {
     unstage(tensor, on_device);
   }
 
+  // The fork of `run` without its join: the communicator's stream waits for the issuing
+  // stream's work so far, and the issuing stream goes on with the backward meanwhile.
+  void all_reduce_sum_start(Tensor& tensor) override {
+    const char* op = "all_reduce_sum_start";
+    check_device(op, tensor);
+    check_cuda(cudaEventRecord(issued_, cuda::current_stream()), op);
+    check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), op);
+    check_nccl(ncclAllReduce(tensor.raw(), tensor.raw(), static_cast<size_t>(tensor.numel()),
+                             nccl_type(op, tensor.dtype()), ncclSum, comm_, stream_),
+               op);
+    started_ = true;
+  }
+
+  // The join: the communicator's stream runs its collectives in order, so one event
+  // after the last covers them all.
+  void all_reduce_sum_wait() override {
+    if (!started_) return;
+    started_ = false;
+    check_cuda(cudaEventRecord(done_, stream_), "all_reduce_sum_wait");
+    check_cuda(cudaStreamWaitEvent(cuda::current_stream(), done_, 0), "all_reduce_sum_wait");
+  }
+
   void reduce_scatter_sum(const Tensor& input, Tensor& output, std::span<const int64_t> counts) override {
     const char* op = "reduce_scatter_sum";
     check_blocks(op, input, output, counts, rank_, world_);
@@ -216,6 +238,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t issued_ = nullptr, done_ = nullptr;
+  bool started_ = false;  // an all_reduce_sum_start not yet joined
   Tensor scratch_;
 };
 
