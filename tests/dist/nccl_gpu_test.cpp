@@ -2,30 +2,38 @@
 // data as one rank has it, eagerly and replayed from a captured CUDA graph, ordered
 // against the kernels around it on the issuing stream; a training step whose bucket
 // sums overlap the backward inside the captured graph trains as a step without a
-// communicator does.
+// communicator does; a collective that never completes ends the rank within its deadline.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/random.h"
+#include "amber/core/stream.h"
 #include "amber/data/batch.h"
 #include "amber/dist/nccl/nccl_communicator.h"
 #include "amber/train/step.h"
 #include "dist/testing.h"
 #include "tiny_model.h"
 
+#ifdef AMBER_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace amber::dist {
 namespace {
 
 using testing::free_port;
 
-std::unique_ptr<Communicator> world_of_one() {
+std::unique_ptr<Communicator> world_of_one(double timeout_s = 60) {
   LaunchEnv env;
   env.launcher = LaunchEnv::Launcher::torchrun;
   env.master_addr = "127.0.0.1";
   env.master_port = free_port();
-  return nccl_communicator(env, 0, 60);
+  return nccl_communicator(env, 0, timeout_s);
 }
 
 Tensor random_on_gpu(int64_t n, uint64_t seed) {
@@ -150,6 +158,36 @@ TEST(NcclGpu, OverlappedBucketSumsInACapturedStepTrainAsWithoutACommunicator) {
   }
   for (size_t a = 0; a < arms.size(); ++a) EXPECT_EQ(replays[a], runs - 2) << arms[a].name;
 }
+
+#ifdef AMBER_WITH_CUDA
+// The issuing stream held back by a host function that never returns: the all-reduce
+// queued behind it never runs, so the deadline (1 s here) ends the process with the
+// rank, the collective and the limit named, instead of a wait that never ends.
+void stall_an_all_reduce() {
+  const auto comm = world_of_one(1.0);
+  static std::atomic<bool> release = false;
+  cudaLaunchHostFunc(
+      static_cast<cudaStream_t>(cuda::current_stream()),
+      [](void*) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      },
+      nullptr);
+  Tensor t = Tensor::zeros({1000}, DType::f32, Device::cuda());
+  comm->all_reduce_sum(t);
+  std::this_thread::sleep_for(std::chrono::seconds(30));
+  release = true;  // the deadline did not end the process: let it finish, and fail
+  cuda::synchronize();
+  std::exit(0);
+}
+
+TEST(NcclGpu, CollectiveThatNeverCompletesEndsTheRankWithinItsDeadline) {
+  REQUIRE_NCCL();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh, CUDA and all
+  EXPECT_EXIT(stall_an_all_reduce(), ::testing::ExitedWithCode(1),
+              "rank 0 of 1: all_reduce_sum \\(collective 1\\) has not completed .* the limit is 1 s.*"
+              "aborting NCCL and ending this rank");
+}
+#endif
 
 }  // namespace
 }  // namespace amber::dist

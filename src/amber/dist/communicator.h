@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -54,6 +55,12 @@ class Communicator {
   virtual void all_to_all(const Tensor& input, Tensor& output) = 0;
   // Returns once every rank has called it.
   virtual void barrier() = 0;
+
+  // Puts the device work that `work` queues on this thread's stream under the deadline
+  // of the communicator's collectives, named `what` ("step 12"): a GPU step replays its
+  // collectives inside a CUDA graph, which the NCCL backend does not see launched. The
+  // CPU backends wait for every collective themselves, so they just run `work`.
+  virtual void watch(const std::string& /*what*/, const std::function<void()>& work) { work(); }
 };
 
 struct CommunicatorOptions {

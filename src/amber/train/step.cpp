@@ -316,8 +316,7 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
     slots_->eager_runs = 0;
   }
   if (slots_->graph) {
-    cuda::launch_graph(slots_->graph);
-    replayed_ = true;
+    launch_graph();
     return;
   }
   const bool capture = options_.cuda_graph && slots_->eager_runs >= 2;
@@ -343,8 +342,20 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   }
   slots_->graph = cuda::end_capture();
   slots_->arena_version = model_.arena_version();
-  cuda::launch_graph(slots_->graph);
+  launch_graph();
+}
+
+void TrainStep::launch_graph() {
   replayed_ = true;
+  ++launches_;
+  if (!options_.communicator) {
+    cuda::launch_graph(slots_->graph);
+    return;
+  }
+  // The communicator sees its collectives issued only while the graph is captured, so
+  // their deadline covers each launch as a whole.
+  options_.communicator->watch(concat("the step's graph, launch ", launches_, " (its collectives run inside it)"),
+                               [&] { cuda::launch_graph(slots_->graph); });
 }
 
 }  // namespace amber

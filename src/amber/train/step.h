@@ -150,6 +150,8 @@ class TrainStep {
   struct Slots;  // the GPU's fixed-address batch buffers and their pinned staging
 
   void issue(std::span<const data::Batch> micro_batches);
+  // Replays the captured step, under the communicator's deadline.
+  void launch_graph();
 
   LanguageModel& model_;
   Optimizer* optimizer_;
@@ -159,6 +161,7 @@ class TrainStep {
   std::optional<dist::OverlappedBuckets> overlap_;  // their sums during the backward
   std::unique_ptr<Slots> slots_;
   bool replayed_ = false;
+  int64_t launches_ = 0;  // graph launches so far, which name a step in deadline errors
 };
 
 }  // namespace amber
