@@ -161,10 +161,11 @@ TEST(NcclGpu, OverlappedBucketSumsInACapturedStepTrainAsWithoutACommunicator) {
 
 #ifdef AMBER_WITH_CUDA
 // The issuing stream held back by a host function that never returns: the all-reduce
-// queued behind it never runs, so the deadline (1 s here) ends the process with the
-// rank, the collective and the limit named, instead of a wait that never ends.
+// queued behind it never runs, so the deadline ends the process with the rank, the
+// collective and the limit named, instead of a wait that never ends. 10 s: NCCL's
+// initialisation, watched under the same deadline, must fit in it.
 void stall_an_all_reduce() {
-  const auto comm = world_of_one(1.0);
+  const auto comm = world_of_one(10);
   static std::atomic<bool> release = false;
   cudaLaunchHostFunc(
       static_cast<cudaStream_t>(cuda::current_stream()),
@@ -174,7 +175,7 @@ void stall_an_all_reduce() {
       nullptr);
   Tensor t = Tensor::zeros({1000}, DType::f32, Device::cuda());
   comm->all_reduce_sum(t);
-  std::this_thread::sleep_for(std::chrono::seconds(30));
+  std::this_thread::sleep_for(std::chrono::seconds(60));
   release = true;  // the deadline did not end the process: let it finish, and fail
   cuda::synchronize();
   std::exit(0);
@@ -184,7 +185,7 @@ TEST(NcclGpu, CollectiveThatNeverCompletesEndsTheRankWithinItsDeadline) {
   REQUIRE_NCCL();
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh, CUDA and all
   EXPECT_EXIT(stall_an_all_reduce(), ::testing::ExitedWithCode(1),
-              "rank 0 of 1: all_reduce_sum \\(collective 1\\) has not completed .* the limit is 1 s.*"
+              "rank 0 of 1: all_reduce_sum \\(collective 1\\) has not completed .* the limit is 10 s.*"
               "aborting NCCL and ending this rank");
 }
 #endif

@@ -77,7 +77,7 @@ class NcclCommunicator final : public Communicator {
       bootstrap_->broadcast(bytes, 0);
       std::memcpy(&id, bytes.raw(), sizeof(id));
     }
-    watch_->run(concat("ncclCommInitRank (connecting the ", world_, " ranks)"), nullptr,
+    watch_->run("ncclCommInitRank (connecting to the other ranks)", nullptr,
                 [&] { check_nccl(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank"); });
     watch_->connected(comm_);
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
