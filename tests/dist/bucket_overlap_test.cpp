@@ -82,7 +82,8 @@ std::vector<size_t> expected_order(const LanguageModel& model, const GradientBuc
     int last = 0;
     for (const auto& p : model.params()) {
       const char* pb = static_cast<const char*>(p->grad.raw());
-      if (pb < end && pb + p->grad.bytes() > begin) last = std::max(last, backward_stage(p->name, model.config().depth));
+      if (pb < end && pb + p->grad.bytes() > begin)
+        last = std::max(last, backward_stage(p->name, model.config().depth));
     }
     stage.push_back(last);
   }

@@ -72,7 +72,8 @@ TEST(DeadlineWatch, TransportErrorFailsAtOnceNamingTheOldestWorkInFlight) {
   Failure failure;
   std::future<std::string> message = failure.message.get_future();
   std::atomic<bool> broken = false;
-  DeadlineWatch watch(60, 0.01, failure.hooks([&] { return broken ? std::string("NCCL reported a remote error") : ""; }));
+  DeadlineWatch watch(60, 0.01,
+                      failure.hooks([&] { return broken ? std::string("NCCL reported a remote error") : ""; }));
   watch.add("broadcast (collective 2)", [] { return false; });
   std::this_thread::sleep_for(20ms);
   watch.add("barrier (collective 3)", [] { return false; });

@@ -1,9 +1,10 @@
 // Each collective is MPI's non-blocking form, polled until it completes or its deadline
-// passes (an overlapped all-reduce from when all_reduce_sum_wait reaches it): a blocking MPI call waits forever for a rank that hangs, and Open MPI's
-// mpirun ends a job only when a rank exits. Polling sleeps between tests, so ranks that
-// share cores (mpirun --oversubscribe) leave them to the ranks still computing. Rank 0
-// knows which collective every rank reached (MpiArrivals) and reports first: the other
-// ranks' deadline is half as long again, so the error names the rank that hangs.
+// passes (an overlapped all-reduce's from when all_reduce_sum_wait reaches it): a
+// blocking MPI call waits forever for a rank that hangs, and Open MPI's mpirun ends a
+// job only when a rank exits. Polling sleeps between tests, so ranks that share cores
+// (mpirun --oversubscribe) leave them to the ranks still computing. Rank 0 knows which
+// collective every rank reached (MpiArrivals) and reports first: the other ranks'
+// deadline is half as long again, so the error names the rank that hangs.
 #include "amber/dist/mpi/mpi_communicator.h"
 
 #include <mpi.h>
