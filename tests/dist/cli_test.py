@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end checks of data-parallel `amber train` under mpirun: 2 processes give the
 losses and final weights of 1 process with twice the micro-batches (a dense and an MoE
-model); ZeRO-1 writes the checkpoint files of plain data parallel, bit for bit; a
+model); ZeRO-1 writes the checkpoint files of plain data parallel, bit for bit, and so
+do gradient bucket sums overlapped with the backward and summed after it; a
 checkpoint saved at 2 processes (plain or ZeRO-1) resumes at 1 and at 3
 and continues the loss curve of one uninterrupted process; killing one rank, or
 stopping it, ends the others within 60 s with an error naming a rank. Exits 77
@@ -184,6 +185,13 @@ def main():
             expect(r.returncode == 0, f"{name}: exit {r.returncode}: {r.stderr[-2000:]}")
             return out_dir
 
+        def expect_same_checkpoints(a, b, what_b, what_a):
+            """The checkpoint files of runs a and b are the same bytes at steps 2 and 4."""
+            for step in (2, 4):
+                for f in ("model.safetensors", "optimizer.safetensors"):
+                    same = [open(os.path.join(d, "checkpoints", f"step-{step:08d}", f), "rb").read() for d in (a, b)]
+                    expect(same[0] == same[1], f"{what_b} step {step} {f} differs from {what_a}")
+
         def final_weights(run_dir, step=4):
             return read_safetensors(os.path.join(run_dir, "checkpoints", f"step-{step:08d}", "model.safetensors"))
 
@@ -252,11 +260,16 @@ def main():
             opt = ["--set", f"optimizer.name={optimizer}"]
             ddp = train(f"ddp_{optimizer}", 2, 3, *opt)
             zero = train(f"zero_{optimizer}", 2, 3, *opt, "--set", "train.zero=1")
-            for step in (2, 4):
-                for f in ("model.safetensors", "optimizer.safetensors"):
-                    same = [open(os.path.join(d, "checkpoints", f"step-{step:08d}", f), "rb").read()
-                            for d in (ddp, zero)]
-                    expect(same[0] == same[1], f"{optimizer}: ZeRO-1's step {step} {f} differs from data parallel's")
+            expect_same_checkpoints(ddp, zero, f"{optimizer}: ZeRO-1's", "data parallel's")
+            # Bucket sums started during the backward (the default) or after it: the same
+            # files, at 2 ranks and at 3 (where the order of adding the ranks could show).
+            after = train(f"after_{optimizer}", 2, 3, *opt, "--set", "train.overlap_grad_sums=false")
+            expect_same_checkpoints(ddp, after, f"{optimizer}: summed after the backward, the",
+                                    "overlapped sums'")
+            overlapped3, after3 = (train(f"{n}3_{optimizer}", 3, 2, *opt, "--set", f"train.overlap_grad_sums={v}")
+                                   for n, v in (("overlapped", "true"), ("after", "false")))
+            expect_same_checkpoints(overlapped3, after3, f"{optimizer}: at 3 ranks, summed after the backward, the",
+                                    "overlapped sums'")
             reference = losses(train(f"one_{optimizer}", 0, 6, *opt))
             saved = os.path.join(zero, "checkpoints", "step-00000002")
             for ranks, accum, extra in ((3, 2, ["--set", "train.zero=1"]), (0, 6, [])):

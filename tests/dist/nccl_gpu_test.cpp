@@ -1,26 +1,39 @@
 // The NCCL backend at a world of one on the machine's GPU: every collective leaves the
 // data as one rank has it, eagerly and replayed from a captured CUDA graph, ordered
-// against the kernels around it on the issuing stream.
+// against the kernels around it on the issuing stream; a training step whose bucket
+// sums overlap the backward inside the captured graph trains as a step without a
+// communicator does; a collective that never completes ends the rank within its deadline.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/core/random.h"
+#include "amber/core/stream.h"
+#include "amber/data/batch.h"
 #include "amber/dist/nccl/nccl_communicator.h"
+#include "amber/train/step.h"
 #include "dist/testing.h"
+#include "tiny_model.h"
+
+#ifdef AMBER_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace amber::dist {
 namespace {
 
 using testing::free_port;
 
-std::unique_ptr<Communicator> world_of_one() {
+std::unique_ptr<Communicator> world_of_one(double timeout_s = 60) {
   LaunchEnv env;
   env.launcher = LaunchEnv::Launcher::torchrun;
   env.master_addr = "127.0.0.1";
   env.master_port = free_port();
-  return nccl_communicator(env, 0, 60);
+  return nccl_communicator(env, 0, timeout_s);
 }
 
 Tensor random_on_gpu(int64_t n, uint64_t seed) {
@@ -82,6 +95,100 @@ TEST(NcclGpu, AllReduceInACapturedGraphIsOrderedWithTheStream) {
   }
   cuda::destroy_graph(graph);
 }
+
+data::Batch batch(const std::vector<int32_t>& lengths, int vocab, uint64_t seed) {
+  std::vector<std::vector<int32_t>> docs;
+  for (size_t d = 0; d < lengths.size(); ++d) {
+    std::vector<int32_t> doc;
+    for (int32_t i = 0; i < lengths[d]; ++i)
+      doc.push_back(static_cast<int32_t>((seed * 131 + d * 17 + static_cast<uint64_t>(i) * 7) % vocab));
+    docs.push_back(doc);
+  }
+  return data::pack_documents(docs);
+}
+
+// Three graph-captured runs of the same steps, bf16 compute, AdamW, clipping: without a
+// communicator, and through NCCL at a world of one with the buckets summed during the
+// backward (their forks and joins inside the graph) or after it. A world of one's sum is
+// the gradient itself, so the weights match bit for bit at every step, and the graph is
+// captured once.
+TEST(NcclGpu, OverlappedBucketSumsInACapturedStepTrainAsWithoutACommunicator) {
+  REQUIRE_NCCL();
+  const auto comm = world_of_one();
+  ModelConfig c = amber::testing::tiny_model();
+  c.vocab_size = 300;
+  c.dim = 128;  // head_dim 32: a size the CUDA attention kernel takes
+  c.mlp_hidden = 128;
+  c.depth = 3;
+  struct Arm {
+    const char* name;
+    Communicator* comm;
+    bool overlap;
+  };
+  const std::vector<Arm> arms = {{"none", nullptr, false}, {"overlapped", comm.get(), true},
+                                 {"after the backward", comm.get(), false}};
+  std::vector<std::unique_ptr<LanguageModel>> models;
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  std::vector<std::unique_ptr<TrainStep>> steps;
+  for (const Arm& arm : arms) {
+    models.push_back(std::make_unique<LanguageModel>(c, DType::f32, Device::cuda(), DType::bf16));
+    models.back()->init_weights(7);
+    optimizers.push_back(build_optimizer(OptimizerConfig{}, models.back()->store()));
+    // Buckets of 20000 entries: several per buffer, some across two blocks.
+    steps.push_back(std::make_unique<TrainStep>(
+        *models.back(), optimizers.back().get(),
+        StepOptions{.grad_clip = 0.5, .communicator = arm.comm, .overlap_gradient_sums = arm.overlap,
+                    .bucket_elements = 20000}));
+  }
+  const int runs = 6;
+  std::vector<int> replays(arms.size(), 0);
+  for (int s = 0; s < runs; ++s) {
+    const std::vector<data::Batch> micro = {batch({100, 7, 200, 50}, c.vocab_size, 10 + s),
+                                            batch({300, 57}, c.vocab_size, 20 + s)};
+    const int64_t trained = micro[0].trained_tokens + micro[1].trained_tokens;
+    for (size_t a = 0; a < arms.size(); ++a) {
+      steps[a]->run(micro, 1.0, trained);
+      replays[a] += steps[a]->replayed() ? 1 : 0;
+      ASSERT_TRUE(steps[a]->read().applied) << arms[a].name;
+    }
+    for (size_t a = 1; a < arms.size(); ++a)
+      for (size_t i = 0; i < models[0]->params().size(); ++i)
+        ASSERT_EQ(host(models[a]->params()[i]->value), host(models[0]->params()[i]->value))
+            << arms[a].name << " step " << s << " " << models[0]->params()[i]->name;
+  }
+  for (size_t a = 0; a < arms.size(); ++a) EXPECT_EQ(replays[a], runs - 2) << arms[a].name;
+}
+
+#ifdef AMBER_WITH_CUDA
+// The issuing stream held back by a host function that never returns: the all-reduce
+// queued behind it never runs, so the deadline ends the process with the rank, the
+// collective and the limit named, instead of a wait that never ends. 10 s: NCCL's
+// initialisation, watched under the same deadline, must fit in it.
+void stall_an_all_reduce() {
+  const auto comm = world_of_one(10);
+  static std::atomic<bool> release = false;
+  cudaLaunchHostFunc(
+      static_cast<cudaStream_t>(cuda::current_stream()),
+      [](void*) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      },
+      nullptr);
+  Tensor t = Tensor::zeros({1000}, DType::f32, Device::cuda());
+  comm->all_reduce_sum(t);
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+  release = true;  // the deadline did not end the process: let it finish, and fail
+  cuda::synchronize();
+  std::exit(0);
+}
+
+TEST(NcclGpu, CollectiveThatNeverCompletesEndsTheRankWithinItsDeadline) {
+  REQUIRE_NCCL();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh, CUDA and all
+  EXPECT_EXIT(stall_an_all_reduce(), ::testing::ExitedWithCode(1),
+              "rank 0 of 1: all_reduce_sum \\(collective 1\\) has not completed .* the limit is 10 s.*"
+              "aborting NCCL and ending this rank");
+}
+#endif
 
 }  // namespace
 }  // namespace amber::dist

@@ -17,6 +17,8 @@ class SingleProcess final : public Communicator {
   std::string backend() const override { return "single"; }
 
   void all_reduce_sum(Tensor& tensor) override { check_operand("all_reduce_sum", tensor); }
+  void all_reduce_sum_start(Tensor& tensor) override { check_operand("all_reduce_sum_start", tensor); }
+  void all_reduce_sum_wait() override {}
   void reduce_scatter_sum(const Tensor& input, Tensor& output, std::span<const int64_t> counts) override {
     check_blocks("reduce_scatter_sum", input, output, counts, 0, 1);
     if (input.raw() != output.raw()) output.copy_from(input);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,6 +30,17 @@ class Communicator {
   // Every rank's `tensor` becomes the element-wise sum over all ranks. Contiguous; the
   // MPI backend reduces f32, f64, i32 and i64.
   virtual void all_reduce_sum(Tensor& tensor) = 0;
+  // all_reduce_sum without waiting for it, so that it overlaps the work issued after it:
+  // the sum is the one all_reduce_sum gives, and `tensor` (on the device a collective
+  // reads: the GPU for NCCL) may be neither read nor written until all_reduce_sum_wait.
+  // On a GPU the reduction starts once the work queued so far on the issuing stream is
+  // done and runs beside the work queued after it; on the CPU MPI starts it at once.
+  virtual void all_reduce_sum_start(Tensor& tensor) = 0;
+  // Completes every all_reduce_sum_start since the last wait, in the order started: on
+  // a GPU the issuing stream's later work waits for them (a join, capturable in a CUDA
+  // graph); on the CPU it returns once they are done, under the same deadline as every
+  // collective.
+  virtual void all_reduce_sum_wait() = 0;
   // `input` is one block per rank, block r holding counts[r] elements; rank r's
   // `output` (counts[r] elements) becomes the sum over ranks of their block r. Blocks
   // may differ in size, so a shard can end on a whole parameter.
@@ -43,6 +55,12 @@ class Communicator {
   virtual void all_to_all(const Tensor& input, Tensor& output) = 0;
   // Returns once every rank has called it.
   virtual void barrier() = 0;
+
+  // Puts the device work that `work` queues on this thread's stream under the deadline
+  // of the communicator's collectives, named `what` ("step 12"): a GPU step replays its
+  // collectives inside a CUDA graph, which the NCCL backend does not see launched. The
+  // CPU backends wait for every collective themselves, so they just run `work`.
+  virtual void watch(const std::string& /*what*/, const std::function<void()>& work) { work(); }
 };
 
 struct CommunicatorOptions {

@@ -4,13 +4,14 @@
 // step. The loss was already scaled by the whole step's trained tokens (the loader
 // gives every rank that count), so the sum is the step's gradient, token for token.
 //
-// The buckets are summed after the backward, one after another. On the CPU MPI's
-// shared-memory transport takes the cores the backward would use, so there is nothing
-// to overlap it with; on a GPU each bucket runs on the communicator's stream but the
-// step waits for it, since the backward does not yet say when a bucket's blocks are
-// done (docs/distributed.md, "What is overlapped").
+// Each bucket's sum starts as soon as the step's last backward has finished every
+// parameter the bucket holds (OverlappedBuckets, dist/bucket_overlap.h), so it runs
+// while the backward computes the earlier blocks; all_reduce sums them after the
+// backward instead, one after another, with the same sums (docs/distributed.md, "What
+// is overlapped").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -26,11 +27,17 @@ class GradientBuckets {
   GradientBuckets(const ParamStore& store, int64_t bucket_elements);
 
   const std::vector<Tensor>& buckets() const { return buckets_; }
-  // Sums every bucket over comm's ranks, in place.
+  // Per bucket, the declaration index (ParamStore::params()) of its earliest parameter:
+  // the bucket is final once the backward reports every parameter from there on final
+  // (GradientReady). A bucket of alignment gaps alone holds no parameter and reads
+  // params().size(), final at the first report.
+  const std::vector<size_t>& final_from() const { return final_from_; }
+  // Sums every bucket over comm's ranks, in place, after the backward.
   void all_reduce(Communicator& comm) const;
 
  private:
   std::vector<Tensor> buckets_;
+  std::vector<size_t> final_from_;
 };
 
 // 2^22 f32 entries, 16 MiB: large enough that a bucket's transfer time dwarfs its

@@ -11,8 +11,13 @@ Backbone::Backbone(const ModelConfig& c, ParamStore& store)
     : embedding_scale_(c.embedding_scale ? std::sqrt(static_cast<double>(c.dim)) : 1.0),
       position_(position_registry().build(c.posenc, c)),
       recompute_(make_recompute_policy(c.recompute)) {
+  embed_first_ = store.params().size();
   embed_ = store.add("embed_tokens.weight", {c.vocab_size, c.dim}, ParamRole::embedding, ParamInit::normal(c.init_std));
-  for (int i = 0; i < c.depth; ++i) blocks_.push_back(std::make_unique<Block>(c, i, store, position_));
+  for (int i = 0; i < c.depth; ++i) {
+    block_first_.push_back(store.params().size());
+    blocks_.push_back(std::make_unique<Block>(c, i, store, position_));
+  }
+  final_norm_first_ = store.params().size();
   final_norm_ = norm_registry().build(c.norm, {"norm", c.dim, c.norm_eps, true, &store});
 }
 
@@ -44,12 +49,20 @@ Tensor Backbone::infer(const Tensor& tokens, const CachedStep& step, std::vector
   return final_norm_->forward(x, unused, arena);
 }
 
-void Backbone::backward(const Tensor& dhidden, const SeqInfo& seq, Saved& s, Arena& activations,
-                        Arena& scratch) const {
+void Backbone::backward(const Tensor& dhidden, const SeqInfo& seq, Saved& s, Arena& activations, Arena& scratch,
+                        const PartFinished& finished) const {
+  const auto done = [&](size_t first) {
+    if (finished) finished(first);
+  };
   Tensor dx = final_norm_->backward(dhidden, s.final_norm, activations);
-  for (size_t i = blocks_.size(); i-- > 0;) recompute_->backward(*blocks_[i], dx, seq, s.blocks[i], scratch);
+  done(final_norm_first_);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    recompute_->backward(*blocks_[i], dx, seq, s.blocks[i], scratch);
+    done(block_first_[i]);
+  }
   if (embedding_scale_ != 1.0) scale_into(dx, dx, embedding_scale_);
   embedding_backward(dx, s.tokens, embed_->grad);
+  done(embed_first_);
 }
 
 }  // namespace amber

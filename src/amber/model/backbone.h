@@ -2,6 +2,8 @@
 // knows nothing of targets or the loss (the LM head owns the objective).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,9 +30,13 @@ class Backbone {
   // tokens int32 [T] -> hidden [T, D] (from `activations`).
   Tensor forward(const Tensor& tokens, const SeqInfo& seq, Saved& saved, Arena& activations,
                  Arena& scratch) const;
+  // Called by the backward each time a part of the backbone has finished its parameter
+  // gradients (the final norm, each block from the last, the embedding), with the index
+  // in ParamStore::params() of that part's first parameter.
+  using PartFinished = std::function<void(size_t first)>;
   // Accumulates every parameter gradient from d(loss)/d(hidden).
-  void backward(const Tensor& dhidden, const SeqInfo& seq, Saved& saved, Arena& activations,
-                Arena& scratch) const;
+  void backward(const Tensor& dhidden, const SeqInfo& seq, Saved& saved, Arena& activations, Arena& scratch,
+                const PartFinished& finished = {}) const;
   // Generation: hidden states of the new tokens, extending one cache per layer.
   Tensor infer(const Tensor& tokens, const CachedStep& step, std::vector<LayerCache>& caches, Arena& arena) const;
   // Every block's untrained state, in layer order, and its per-step update.
@@ -74,6 +80,9 @@ class Backbone {
   std::vector<std::unique_ptr<Block>> blocks_;
   std::unique_ptr<Norm> final_norm_;
   std::unique_ptr<RecomputePolicy> recompute_;
+  // Where each part's parameters begin in the store's declaration order.
+  size_t embed_first_ = 0, final_norm_first_ = 0;
+  std::vector<size_t> block_first_;
 };
 
 }  // namespace amber

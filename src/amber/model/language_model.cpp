@@ -16,6 +16,7 @@ LanguageModel::LanguageModel(const ModelConfig& config, DType dtype, Device devi
       compute_(compute.value_or(dtype)),
       store_({dtype, device, compute_}),
       backbone_(config_, store_),
+      head_first_(store_.params().size()),
       head_(config_, store_, config_.tie_embeddings ? backbone_.embedding() : nullptr),
       activations_(device),
       scratch_(device) {
@@ -101,19 +102,22 @@ void LanguageModel::restart_grads() {
   zero_all(zeroed);
 }
 
-void LanguageModel::settle_grads() {
-  // Every part of a stacked parameter reads the flag they share before it is cleared.
+void LanguageModel::settle_grads() { settle_grads(0, params().size()); }
+
+void LanguageModel::settle_grads(size_t first, size_t end) {
+  // Every part of a stacked parameter reads the flag they share before it is cleared
+  // (the parts of one stack lie in one block, so in one range).
   std::vector<Tensor> zeroed;
-  for (const auto& p : params())
-    if (*p->stale_grad) zeroed.push_back(p->grad);
+  for (size_t i = first; i < end; ++i)
+    if (*params()[i]->stale_grad) zeroed.push_back(params()[i]->grad);
   zero_all(zeroed);
-  for (const auto& p : params()) *p->stale_grad = false;
+  for (size_t i = first; i < end; ++i) *params()[i]->stale_grad = false;
 }
 
 // Batches may arrive on the host; they move to the model's device here (a no-op
 // when they are there already).
 void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq,
-                                     const Tensor& loss_scale, Tensor& loss_sums) {
+                                     const Tensor& loss_scale, Tensor& loss_sums, GradientReady* ready) {
   activations_.reset();
   scratch_.reset();
   AMBER_CHECK(loss_sums.numel() == step_slot::objective_end - step_slot::objective_begin,
@@ -125,7 +129,19 @@ void LanguageModel::forward_backward(const Tensor& tokens, const Tensor& targets
   Backbone::Saved saved;
   const Tensor hidden = backbone_.forward(tokens.to(device_), layout, saved, activations_, scratch_);
   const Tensor dhidden = head_.forward_backward(hidden, targets.to(device_), loss_scale, activations_, head_sums);
-  backbone_.backward(dhidden, layout, saved, activations_, scratch_);
+  if (!ready) {
+    backbone_.backward(dhidden, layout, saved, activations_, scratch_);
+    return;
+  }
+  // A gradient nothing wrote this step is zeroed before it is reported final.
+  size_t settled = params().size();
+  const auto finished = [&](size_t first) {
+    settle_grads(first, settled);
+    settled = std::min(settled, first);
+    ready->gradients_final(first);
+  };
+  if (head_first_ < params().size()) finished(head_first_);
+  backbone_.backward(dhidden, layout, saved, activations_, scratch_, finished);
 }
 
 LMHead::Loss LanguageModel::evaluate(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq) {

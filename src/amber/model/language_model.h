@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "amber/model/backbone.h"
+#include "amber/model/gradient_ready.h"
 #include "amber/model/lm_head.h"
 
 namespace amber {
@@ -63,9 +64,11 @@ class LanguageModel {
   // loss))/d(params). `loss_sums` is f64 [4] on this device: the head's sums
   // (LMHead::Loss) and the MoE routers' auxiliary loss sum, each added to, so a step of
   // several micro-batches reads its loss from the device once. loss_scale is one f64
-  // element on this device.
+  // element on this device. A step's last micro-batch may pass `ready`: its backward
+  // then tells it as the head, the final norm, each block and the embedding finish their
+  // gradients (GradientReady), each part settled first (settle_grads, for its parameters).
   void forward_backward(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq, const Tensor& loss_scale,
-                        Tensor& loss_sums);
+                        Tensor& loss_sums, GradientReady* ready = nullptr);
   // Loss without gradients (validation), read back to the host.
   LMHead::Loss evaluate(const Tensor& tokens, const Tensor& targets, const SeqInfo& seq);
   // Materialised logits [T, V] (sampling, tests).
@@ -85,8 +88,12 @@ class LanguageModel {
   DType dtype_;
   Device device_;
   DType compute_;
+  // settle_grads for the parameters [first, end) of the declaration order.
+  void settle_grads(size_t first, size_t end);
+
   ParamStore store_;  // declared into by backbone_ and head_, allocated once they are built
   Backbone backbone_;
+  size_t head_first_;  // the head's first parameter (params().size() when it has none: tied)
   LMHead head_;
   Arena activations_, scratch_;
   std::vector<std::string> routing_layers_;

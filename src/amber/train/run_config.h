@@ -35,6 +35,9 @@ struct TrainConfig {
   bool tensorboard = true;  // every record also as TensorBoard events in out_dir/tensorboard/
   int zero = 0;  // data parallel: 1 shards the optimizer state across the processes (ZeRO-1)
   double comm_timeout_s = 600;  // data parallel: a collective waiting longer ends the run
+  // Data parallel: each gradient bucket's sum starts during the backward; false sums
+  // them after it (the same result), to measure the overlap against.
+  bool overlap_grad_sums = true;
 
   template <class Fn>
   void fields(Fn&& v) {
@@ -60,6 +63,7 @@ struct TrainConfig {
     v("tensorboard", tensorboard);
     v("zero", zero);
     v("comm_timeout_s", comm_timeout_s);
+    v("overlap_grad_sums", overlap_grad_sums);
   }
 };
 

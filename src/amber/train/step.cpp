@@ -218,7 +218,8 @@ struct TrainStep::Slots {
 TrainStep::TrainStep(LanguageModel& model, Optimizer* optimizer, StepOptions options)
     : model_(model), optimizer_(optimizer), options_(options), stats_(model) {
   AMBER_CHECK(!options_.shard || options_.communicator, "a ZeRO-1 step needs the communicator of its shard");
-  if (options_.communicator && !options_.shard) buckets_.emplace(model_.store(), dist::kDefaultBucketElements);
+  if (options_.communicator && !options_.shard) buckets_.emplace(model_.store(), options_.bucket_elements);
+  if (buckets_ && options_.overlap_gradient_sums) overlap_.emplace(*buckets_, *options_.communicator);
 }
 
 TrainStep::~TrainStep() = default;
@@ -231,12 +232,22 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   }
   Tensor sums = stats_.objective();
   const Tensor scale = stats_.loss_scale();
-  for (const data::Batch& b : micro_batches) model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums);
+  // Only the last micro-batch's backward finishes gradients, so only it reports them
+  // to the overlapped bucket sums.
+  if (overlap_) overlap_->arm();
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const data::Batch& b = micro_batches[i];
+    GradientReady* ready = overlap_ && i + 1 == micro_batches.size() ? &*overlap_ : nullptr;
+    model_.forward_backward(b.tokens, b.targets, b.seq, scale, sums, ready);
+  }
   model_.settle_grads();
   if (options_.communicator) {
     // Every rank then measures the same norm and makes the same update (of its shard).
     if (options_.shard) options_.shard->reduce_scatter_gradients(*options_.communicator);
-    if (buckets_) buckets_->all_reduce(*options_.communicator);
+    if (overlap_)
+      overlap_->finish();
+    else if (buckets_)
+      buckets_->all_reduce(*options_.communicator);
     Tensor objective = stats_.objective(), votes = stats_.stop_votes();
     options_.communicator->all_reduce_sum(objective);
     options_.communicator->all_reduce_sum(votes);
@@ -303,8 +314,7 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
     slots_->eager_runs = 0;
   }
   if (slots_->graph) {
-    cuda::launch_graph(slots_->graph);
-    replayed_ = true;
+    launch_graph();
     return;
   }
   const bool capture = options_.cuda_graph && slots_->eager_runs >= 2;
@@ -330,8 +340,20 @@ void TrainStep::run(std::span<const data::Batch> micro_batches, double lr_multip
   }
   slots_->graph = cuda::end_capture();
   slots_->arena_version = model_.arena_version();
-  cuda::launch_graph(slots_->graph);
+  launch_graph();
+}
+
+void TrainStep::launch_graph() {
   replayed_ = true;
+  ++launches_;
+  if (!options_.communicator) {
+    cuda::launch_graph(slots_->graph);
+    return;
+  }
+  // The communicator sees its collectives issued only while the graph is captured, so
+  // their deadline covers each launch as a whole.
+  options_.communicator->watch(concat("the step's graph, launch ", launches_, " (its collectives run inside it)"),
+                               [&] { cuda::launch_graph(slots_->graph); });
 }
 
 }  // namespace amber

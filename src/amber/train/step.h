@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "amber/data/batch.h"
+#include "amber/dist/bucket_overlap.h"
 #include "amber/dist/data_parallel.h"
 #include "amber/dist/zero_shard.h"
 #include "amber/model/language_model.h"
@@ -103,9 +104,15 @@ struct StepOptions {
   // On a GPU, the tokens a micro-batch's device buffers hold (the loader's budget), so
   // every run of a config captures its step at the same shapes; 0: the first batch's.
   int64_t micro_batch_tokens = 0;
-  // Data parallel: the ranks whose gradients and loss sums each step adds up after its
-  // backward (dist/data_parallel.h); nullptr or a world of one: this process alone.
+  // Data parallel: the ranks whose gradients and loss sums each step adds up
+  // (dist/data_parallel.h); nullptr or a world of one: this process alone.
   dist::Communicator* communicator = nullptr;
+  // Data parallel without ZeRO: each gradient bucket's sum starts as soon as the last
+  // micro-batch's backward has finished it (dist/bucket_overlap.h); false sums the
+  // buckets after the backward, with the same result, to measure the overlap against.
+  bool overlap_gradient_sums = true;
+  // The most gradient entries one bucket's sum carries.
+  int64_t bucket_elements = dist::kDefaultBucketElements;
   // ZeRO-1 (with a communicator): each rank's gradients are summed into the ranges this
   // shard owns only (a reduce-scatter), which the sharded optimizer reads.
   const dist::StoreShard* shard = nullptr;
@@ -143,14 +150,18 @@ class TrainStep {
   struct Slots;  // the GPU's fixed-address batch buffers and their pinned staging
 
   void issue(std::span<const data::Batch> micro_batches);
+  // Replays the captured step, under the communicator's deadline.
+  void launch_graph();
 
   LanguageModel& model_;
   Optimizer* optimizer_;
   StepOptions options_;
   StepStats stats_;
-  std::optional<dist::GradientBuckets> buckets_;  // data parallel without ZeRO
+  std::optional<dist::GradientBuckets> buckets_;   // data parallel without ZeRO
+  std::optional<dist::OverlappedBuckets> overlap_;  // their sums during the backward
   std::unique_ptr<Slots> slots_;
   bool replayed_ = false;
+  int64_t launches_ = 0;  // graph launches so far, which name a step in deadline errors
 };
 
 }  // namespace amber

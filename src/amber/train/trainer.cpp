@@ -118,6 +118,7 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
                                                        .cuda_graph = c.train.cuda_graph,
                                                        .micro_batch_tokens = c.train.micro_batch_tokens,
                                                        .communicator = comm.get(),
+                                                       .overlap_gradient_sums = c.train.overlap_grad_sums,
                                                        .shard = shard ? &*shard : nullptr});
   schedule = make_schedule(c.schedule, c.train.steps);
   checkpointer.emplace(c, options.resume, options.resume_from, role);

@@ -1,6 +1,7 @@
 // The MPI backend's collectives, run under mpirun (tests/CMakeLists.txt starts 3 ranks):
 // every rank checks the values it receives against what each rank sent, with sizes that
-// differ per rank where the collective allows it.
+// differ per rank where the collective allows it; and data-parallel steps whose bucket
+// sums overlap the backward against steps that sum after it.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -8,7 +9,11 @@
 #include <vector>
 
 #include "amber/core/error.h"
+#include "amber/core/random.h"
+#include "amber/data/batch.h"
 #include "amber/dist/mpi/mpi_communicator.h"
+#include "amber/train/step.h"
+#include "tiny_model.h"
 
 namespace amber::dist {
 namespace {
@@ -106,6 +111,73 @@ TEST(MpiCommunicator, MismatchedBlocksAreAnErrorBeforeAnyTransfer) {
   Tensor bf = Tensor::zeros({2}, DType::bf16);
   EXPECT_THROW(comm->all_reduce_sum(bf), Error);
   comm->barrier();
+}
+
+// Several reductions in flight at once give each the sum all_reduce_sum gives, bit for
+// bit (random f32 values, whose sums round, so another order of adding would show).
+TEST(MpiCommunicator, StartedAllReducesSumLikeAllReduce) {
+  std::vector<Tensor> started, blocking;
+  for (int64_t n : {1, 1000, 70000, 3}) {
+    Tensor t = Tensor::empty({n}, DType::f32);
+    fill_normal(t, 11 + static_cast<uint64_t>(n), static_cast<uint64_t>(comm->rank()) << 32);
+    started.push_back(t.clone());
+    blocking.push_back(t);
+  }
+  for (Tensor& t : started) comm->all_reduce_sum_start(t);
+  comm->all_reduce_sum_wait();
+  for (Tensor& t : blocking) comm->all_reduce_sum(t);
+  for (size_t i = 0; i < started.size(); ++i) EXPECT_EQ(started[i].to_doubles(), blocking[i].to_doubles()) << i;
+}
+
+// Each rank's own micro-batches: documents of every length from 3 on, tokens from the
+// rank and the step.
+std::vector<data::Batch> rank_batches(int rank, int step, int vocab) {
+  std::vector<data::Batch> out;
+  for (int m = 0; m < 2; ++m) {
+    std::vector<std::vector<int32_t>> docs;
+    for (int d = 0; d < 6; ++d) {
+      std::vector<int32_t> doc;
+      for (int i = 0; i < 3 + 5 * d + rank; ++i) doc.push_back((rank * 37 + step * 11 + m * 7 + d * 3 + i * i) % vocab);
+      docs.push_back(doc);
+    }
+    out.push_back(data::pack_documents(docs));
+  }
+  return out;
+}
+
+// The weights after a few data-parallel AdamW steps: the same whether each bucket's sum
+// starts during the backward or after it, bit for bit, and alike on every rank.
+TEST(DataParallel, OverlappedBucketSumsGiveTheWeightsOfSumsAfterTheBackward) {
+  ModelConfig c = testing::tiny_model();
+  c.depth = 3;
+  std::vector<std::vector<double>> weights;
+  for (bool overlap : {true, false}) {
+    LanguageModel model(c);
+    model.init_weights(9);
+    OptimizerConfig oc;
+    oc.lr = 1e-2;
+    auto optimizer = build_optimizer(oc, model.store());
+    TrainStep step(model, optimizer.get(),
+                   {.grad_clip = 1.0, .communicator = comm, .overlap_gradient_sums = overlap, .bucket_elements = 900});
+    for (int s = 0; s < 3; ++s) {
+      const std::vector<data::Batch> batches = rank_batches(comm->rank(), s, c.vocab_size);
+      Tensor tokens = Tensor::full({1}, 0.0, DType::i64);
+      for (const data::Batch& b : batches) tokens.data<int64_t>()[0] += b.trained_tokens;
+      comm->all_reduce_sum(tokens);
+      step.run(batches, 1.0, tokens.data<int64_t>()[0]);
+      ASSERT_TRUE(step.read().applied);
+    }
+    std::vector<double> all;
+    for (const auto& p : model.params()) {
+      const std::vector<double> v = p->value.to_doubles();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    weights.push_back(all);
+  }
+  EXPECT_EQ(weights[0], weights[1]);
+  Tensor rank0 = Tensor::from_vector(weights[0], {static_cast<int64_t>(weights[0].size())});
+  comm->broadcast(rank0, 0);
+  EXPECT_EQ(rank0.to_doubles(), weights[0]) << "rank " << comm->rank() << " holds other weights than rank 0";
 }
 
 }  // namespace

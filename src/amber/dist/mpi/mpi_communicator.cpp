@@ -1,9 +1,10 @@
 // Each collective is MPI's non-blocking form, polled until it completes or its deadline
-// passes: a blocking MPI call waits forever for a rank that hangs, and Open MPI's
-// mpirun ends a job only when a rank exits. Polling sleeps between tests, so ranks that
-// share cores (mpirun --oversubscribe) leave them to the ranks still computing. Rank 0
-// knows which collective every rank reached (MpiArrivals) and reports first: the other
-// ranks' deadline is half as long again, so the error names the rank that hangs.
+// passes (an overlapped all-reduce's from when all_reduce_sum_wait reaches it): a
+// blocking MPI call waits forever for a rank that hangs, and Open MPI's mpirun ends a
+// job only when a rank exits. Polling sleeps between tests, so ranks that share cores
+// (mpirun --oversubscribe) leave them to the ranks still computing. Rank 0 knows which
+// collective every rank reached (MpiArrivals) and reports first: the other ranks'
+// deadline is half as long again, so the error names the rank that hangs.
 #include "amber/dist/mpi/mpi_communicator.h"
 
 #include <mpi.h>
@@ -80,6 +81,28 @@ class MpiCommunicator final : public Communicator {
     wait(op, r);
   }
 
+  // The same MPI_Iallreduce as all_reduce_sum's, so the sum is the same. Each start also
+  // tests the reductions started before it: Open MPI advances a non-blocking collective
+  // only inside MPI calls, and the backward between two starts makes none.
+  void all_reduce_sum_start(Tensor& tensor) override {
+    const char* op = "all_reduce_sum_start";
+    check_cpu(op, tensor);
+    Started s;
+    MPI_Iallreduce(MPI_IN_PLACE, tensor.raw(), mpi_count(op, tensor.numel()), reduce_type(op, tensor.dtype()),
+                   MPI_SUM, MPI_COMM_WORLD, &s.request);
+    s.number = enter();
+    for (Started& before : started_) {
+      int done = 0;
+      MPI_Test(&before.request, &done, MPI_STATUS_IGNORE);
+    }
+    started_.push_back(s);
+  }
+
+  void all_reduce_sum_wait() override {
+    for (Started& s : started_) wait("all_reduce_sum_start", s.request, s.number);
+    started_.clear();
+  }
+
   void reduce_scatter_sum(const Tensor& input, Tensor& output, std::span<const int64_t> counts) override {
     const char* op = "reduce_scatter_sum";
     check_blocks(op, input, output, counts, rank_, world_);
@@ -153,13 +176,20 @@ class MpiCommunicator final : public Communicator {
     return c;
   }
 
-  // Polls the request; a first stretch of tight polls keeps short collectives fast,
-  // then each test is followed by a sleep.
-  void wait(const char* collective, MPI_Request& request) {
-    using Clock = std::chrono::steady_clock;
+  // Numbers the collective just issued and tells rank 0 of it.
+  int64_t enter() {
     const int64_t number = ++collectives_;
     arrivals_->enter(number);
     arrivals_->poll();  // at every collective, so that rank 0's arrivals never pile up
+    return number;
+  }
+
+  void wait(const char* collective, MPI_Request& request) { wait(collective, request, enter()); }
+
+  // Polls the request of collective `number`; a first stretch of tight polls keeps short
+  // collectives fast, then each test is followed by a sleep.
+  void wait(const char* collective, MPI_Request& request, int64_t number) {
+    using Clock = std::chrono::steady_clock;
     const double limit = rank_ == 0 ? timeout_ : 1.5 * timeout_;
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     for (int polls = 0;; ++polls) {
@@ -192,6 +222,11 @@ class MpiCommunicator final : public Communicator {
   bool owns_mpi_ = false;
   int64_t collectives_ = 0;  // issued so far, alike on every rank
   std::unique_ptr<MpiArrivals> arrivals_;
+  struct Started {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int64_t number = 0;
+  };
+  std::vector<Started> started_;  // all_reduce_sum_start's, not yet waited for
 };
 
 }  // namespace

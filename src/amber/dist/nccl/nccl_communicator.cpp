@@ -1,8 +1,9 @@
 // Each collective: an event on the issuing stream that the communicator's stream waits
 // for, the NCCL call on that stream, and an event there that the issuing stream waits
-// for. Blocks of unequal size (reduce-scatter, all-gather) are one NCCL group of a
-// reduce or a broadcast per rank, NCCL having no "v" forms. Host tensors are staged
-// through device memory and waited for (a step's few host scalars, never its gradients).
+// for; the NCCL call, and the device work it queues, under NcclWatch's deadline. Blocks
+// of unequal size (reduce-scatter, all-gather) are one NCCL group of a reduce or a
+// broadcast per rank, NCCL having no "v" forms. Host tensors are staged through device
+// memory and waited for (a step's few host scalars, never its gradients).
 #include "amber/dist/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -15,6 +16,7 @@
 #include "amber/core/stream.h"
 #include "amber/dist/collective_checks.h"
 #include "amber/dist/mpi/mpi_communicator.h"
+#include "amber/dist/nccl/nccl_watch.h"
 #include "amber/dist/tcp_rendezvous.h"
 
 namespace amber::dist {
@@ -50,7 +52,11 @@ char* bytes_at(const Tensor& t, int64_t elements) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const LaunchEnv& env, int device, double timeout_s)
-      : rank_(env.rank), world_(env.world_size), local_rank_(env.local_rank), device_(device) {
+      : rank_(env.rank),
+        world_(env.world_size),
+        local_rank_(env.local_rank),
+        device_(device),
+        watch_(std::make_unique<NcclWatch>(env.rank, env.world_size, device, timeout_s)) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id{};
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -71,7 +77,9 @@ class NcclCommunicator final : public Communicator {
       bootstrap_->broadcast(bytes, 0);
       std::memcpy(&id, bytes.raw(), sizeof(id));
     }
-    check_nccl(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank");
+    watch_->run("ncclCommInitRank (connecting to the other ranks)", nullptr,
+                [&] { check_nccl(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank"); });
+    watch_->connected(comm_);
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
@@ -79,7 +87,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
-    cudaStreamSynchronize(stream_);
+    watch_->run("the collectives still in flight at the end", nullptr, [&] { cudaStreamSynchronize(stream_); });
+    watch_.reset();
     ncclCommDestroy(comm_);
     cudaEventDestroy(done_);
     cudaEventDestroy(issued_);
@@ -101,6 +110,30 @@ class NcclCommunicator final : public Communicator {
                  op);
     });
     unstage(tensor, on_device);
+  }
+
+  // The fork of `run` without its join: the communicator's stream waits for the issuing
+  // stream's work so far, and the issuing stream goes on with the backward meanwhile.
+  void all_reduce_sum_start(Tensor& tensor) override {
+    const char* op = "all_reduce_sum_start";
+    check_device(op, tensor);
+    watch_->run(numbered(op), stream_, [&] {
+      check_cuda(cudaEventRecord(issued_, cuda::current_stream()), op);
+      check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), op);
+      check_nccl(ncclAllReduce(tensor.raw(), tensor.raw(), static_cast<size_t>(tensor.numel()),
+                               nccl_type(op, tensor.dtype()), ncclSum, comm_, stream_),
+                 op);
+    });
+    started_ = true;
+  }
+
+  // The join: the communicator's stream runs its collectives in order, so one event
+  // after the last covers them all.
+  void all_reduce_sum_wait() override {
+    if (!started_) return;
+    started_ = false;
+    check_cuda(cudaEventRecord(done_, stream_), "all_reduce_sum_wait");
+    check_cuda(cudaStreamWaitEvent(cuda::current_stream(), done_, 0), "all_reduce_sum_wait");
   }
 
   void reduce_scatter_sum(const Tensor& input, Tensor& output, std::span<const int64_t> counts) override {
@@ -179,6 +212,12 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
+  // A step's graph, whose collectives the watch does not see launched: its device work
+  // as a whole under the deadline.
+  void watch(const std::string& what, const std::function<void()>& work) override {
+    watch_->run(what, cuda::current_stream(), work);
+  }
+
  private:
   void check_device(const char* collective, const Tensor& t) const {
     check_operand(collective, t);
@@ -204,18 +243,27 @@ class NcclCommunicator final : public Communicator {
   template <class Call>
   void run(const char* collective, Call&& call) {
     const cudaStream_t issuing = cuda::current_stream();
-    check_cuda(cudaEventRecord(issued_, issuing), collective);
-    check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), collective);
-    call();
-    check_cuda(cudaEventRecord(done_, stream_), collective);
-    check_cuda(cudaStreamWaitEvent(issuing, done_, 0), collective);
+    watch_->run(numbered(collective), stream_, [&] {
+      check_cuda(cudaEventRecord(issued_, issuing), collective);
+      check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), collective);
+      call();
+      check_cuda(cudaEventRecord(done_, stream_), collective);
+      check_cuda(cudaStreamWaitEvent(issuing, done_, 0), collective);
+    });
   }
 
+  // "all_reduce_sum (collective 12)": the collectives this rank has issued, alike on
+  // every rank, so the ranks' messages point at the same one.
+  std::string numbered(const char* collective) { return concat(collective, " (collective ", ++collectives_, ")"); }
+
   int rank_, world_, local_rank_, device_;
+  std::unique_ptr<NcclWatch> watch_;
+  int64_t collectives_ = 0;
   std::unique_ptr<Communicator> bootstrap_;  // MPI, kept initialised for the run
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t issued_ = nullptr, done_ = nullptr;
+  bool started_ = false;  // an all_reduce_sum_start not yet joined
   Tensor scratch_;
 };
 
