@@ -185,7 +185,7 @@ TEST(NcclGpu, CollectiveThatNeverCompletesEndsTheRankWithinItsDeadline) {
   REQUIRE_NCCL();
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh, CUDA and all
   EXPECT_EXIT(stall_an_all_reduce(), ::testing::ExitedWithCode(1),
-              "rank 0 of 1: all_reduce_sum \\(collective 1\\) has not completed .* the limit is 10 s.*"
+              "rank 0 of 1: all_reduce_sum \\(collective 1\\) has not completed .*\\(the limit is 10 s\\).*"
               "aborting NCCL and ending this rank");
 }
 #endif
