@@ -40,7 +40,9 @@ void run_tokenize(TokenizeArgs a) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << "tokenize: train " << r.train_docs << " documents / " << r.train_tokens << " tokens, val "
             << r.val_docs << " documents / " << r.val_tokens << " tokens; " << r.shards_written << " shards written, "
-            << r.shards_reused << " kept; " << r.text_bytes / 1e6 / seconds << " MB/s over " << seconds << " s\n";
+            << r.shards_reused << " kept; ";
+  if (r.null_values > 0) std::cerr << r.null_values << " null texts skipped; ";
+  std::cerr << r.text_bytes / 1e6 / seconds << " MB/s over " << seconds << " s\n";
 }
 
 }  // namespace
@@ -52,11 +54,14 @@ void add_tokenize_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--input", args->inputs,
-                  "Corpus files or folders, plain or gzip/zstd-compressed (default: Debian's fortunes); "
-                  "PATH:WEIGHT writes each of its documents WEIGHT times on average (0.5: about half of them)");
-  cmd->add_option("--format", args->format, "Corpus format: auto, lines, paragraphs, jsonl, fortune")
+                  "Corpus files or folders: text or JSONL, plain or gzip/zstd-compressed, or Parquet (default: "
+                  "Debian's fortunes); PATH:WEIGHT writes each of its documents WEIGHT times on average (0.5: about "
+                  "half of them)");
+  cmd->add_option("--format", args->format,
+                  "Format of text files: auto, lines, paragraphs, jsonl, fortune (Parquet is known by its bytes)")
       ->capture_default_str();
-  cmd->add_option("--field", args->options.corpus.jsonl_field, "JSONL field holding the text")->capture_default_str();
+  cmd->add_option("--field", args->options.corpus.field, "JSONL field or Parquet column holding the text")
+      ->capture_default_str();
   cmd->add_option("--max-invalid-utf8", args->options.corpus.max_invalid_utf8,
                   "Largest share of a file's document bytes that may be invalid UTF-8 (replaced by U+FFFD)")
       ->capture_default_str()

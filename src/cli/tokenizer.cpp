@@ -45,7 +45,7 @@ void run_train(const TrainArgs& a) {
 
   data::CorpusOptions corpus;
   corpus.format = data::corpus_format_from_name(a.format);
-  corpus.jsonl_field = a.field;
+  corpus.field = a.field;
   corpus.max_invalid_utf8 = a.max_invalid_utf8;
   std::vector<std::string> batch;
   const data::CorpusStats stats = data::read_corpus(data::corpus_files(a.inputs), corpus, [&](std::string&& doc) {
@@ -81,10 +81,12 @@ void add_tokenizer_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   auto* train = cmd->add_subcommand("train", "Learn byte-level BPE merges from a corpus and write tokenizer.json");
   train->add_option("--input", args->inputs,
-                    "Corpus files or folders, plain or gzip/zstd-compressed (default: Debian's fortunes)");
-  train->add_option("--format", args->format, "Corpus format: auto, lines, paragraphs, jsonl, fortune")
+                    "Corpus files or folders: text or JSONL, plain or gzip/zstd-compressed, or Parquet (default: "
+                    "Debian's fortunes)");
+  train->add_option("--format", args->format,
+                    "Format of text files: auto, lines, paragraphs, jsonl, fortune (Parquet is known by its bytes)")
       ->capture_default_str();
-  train->add_option("--field", args->field, "JSONL field holding the text")->capture_default_str();
+  train->add_option("--field", args->field, "JSONL field or Parquet column holding the text")->capture_default_str();
   train->add_option("--max-invalid-utf8", args->max_invalid_utf8,
                     "Largest share of a file's document bytes that may be invalid UTF-8 (replaced by U+FFFD)")
       ->capture_default_str()

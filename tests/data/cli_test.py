@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """End-to-end checks of the data subcommands through the `amber` binary: train a
 tokenizer, round-trip text through encode/decode, tokenize into shards, restart
-(every shard kept), compressed inputs giving the plain file's shards, mixture
-weights, binary and mis-encoded inputs refused, and the exit codes and messages of bad
-arguments."""
+(every shard kept), compressed and Parquet inputs giving the plain file's shards,
+mixture weights, binary and mis-encoded inputs refused, and the exit codes and messages
+of bad arguments."""
 import glob
 import gzip
 import json
@@ -130,6 +130,88 @@ def check_compressed_inputs(checks, tmp, tok):
         expect(got == reference, f"{name} input gives the plain JSONL's shards: {sorted(got)} vs {sorted(reference)}")
 
 
+def tokenize_shards(checks, tmp, tok, path, name, extra=()):
+    """Tokenizes path into tmp/NAME; the shards and token counts by file name, and stderr."""
+    out = os.path.join(tmp, name)
+    r = checks.run(["tokenize", "--tokenizer", tok, "--input", path, "--out", out, "--shard-mb", "0.02"] + list(extra))
+    checks.expect(r.returncode == 0, f"tokenize {name}: {r.stderr[-400:]}")
+    files = sorted(glob.glob(os.path.join(out, "*.bin"))) + [os.path.join(out, "train-token-counts.json")]
+    return {os.path.basename(p): open(p, "rb").read() for p in files if os.path.exists(p)}, r.stderr
+
+
+def check_parquet_inputs(checks, tmp, tok):
+    """Parquet files written by pyarrow tokenize to the very shards of the plain JSONL of
+    the same rows (nulls skipped and counted) with each codec, with and without a
+    dictionary, data page v1 and v2, in several row groups of several pages, the text
+    column behind an integer and a nested column; what amber cannot read is refused
+    naming the file, the column and what to do."""
+    run, expect = checks.run, checks.expect
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        expect(False, "pyarrow is missing; scripts/setup installs it")
+        return
+    with open(FORTUNE, encoding="utf-8") as f:
+        fortunes = [t.strip() for t in f.read().split("\n%\n") if t.strip()]
+    texts = [None if i % 37 == 5 else t for i, t in enumerate(fortunes)]
+    plain = os.path.join(tmp, "table.jsonl")
+    with open(plain, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"text": t}) + "\n" for t in texts if t is not None))
+    nulls = texts.count(None)
+    table = pa.table({
+        "id": pa.array(range(len(texts)), pa.int64()),
+        "tags": pa.array([["a", "b"][: i % 3] for i in range(len(texts))], pa.list_(pa.string())),
+        "text": pa.array(texts, pa.string()),
+    })
+    reference, _ = tokenize_shards(checks, tmp, tok, plain, "pq-reference")
+    expect(sum(name.startswith("train-") for name in reference) >= 3, f"several train shards: {sorted(reference)}")
+    # Every codec with and without a dictionary, every pair of the three settings once.
+    cases = [("none", True, "1.0"), ("none", False, "2.0"), ("snappy", True, "2.0"), ("snappy", False, "1.0"),
+             ("gzip", True, "1.0"), ("gzip", False, "2.0"), ("zstd", True, "2.0"), ("zstd", False, "1.0")]
+    for codec, dictionary, version in cases:
+        name = f"table-{codec}-{'dict' if dictionary else 'plain'}-v{version[0]}.parquet"
+        path = os.path.join(tmp, name)
+        pq.write_table(table, path, compression=codec, use_dictionary=dictionary, data_page_version=version,
+                       row_group_size=150, data_page_size=4096)
+        meta = pq.ParquetFile(path).metadata
+        pages = meta.row_group(0).column(2)  # id, tags.list.element, text
+        expect(meta.num_row_groups >= 3 and pages.compression.lower() == ("uncompressed" if codec == "none" else codec)
+               and pages.has_dictionary_page == dictionary, f"{name}: {meta.num_row_groups} row groups, {pages}")
+        got, err = tokenize_shards(checks, tmp, tok, path, "pq-" + name)
+        expect(got == reference, f"{name} gives the plain JSONL's shards: {sorted(got)} vs {sorted(reference)}")
+        expect(f"{nulls} null texts skipped" in err, f"{name}: the {nulls} nulls are reported: {err[-300:]!r}")
+    required = os.path.join(tmp, "required.parquet")
+    schema = pa.schema([pa.field("text", pa.string(), nullable=False)])
+    pq.write_table(pa.table({"text": [t for t in texts if t is not None]}, schema=schema), required,
+                   row_group_size=200)
+    got, _ = tokenize_shards(checks, tmp, tok, required, "pq-required")
+    expect(got == reference, "a required (non-null) text column gives the plain JSONL's shards")
+
+    def refused(path, fragments, extra=()):
+        out = os.path.join(tmp, "refused-" + os.path.basename(path) + "-" + "-".join(extra).strip("-"))
+        r = run(["tokenize", "--tokenizer", tok, "--input", path, "--out", out] + list(extra))
+        expect(r.returncode == 1 and all(f in r.stderr for f in fragments + [path]),
+               f"{os.path.basename(path)} {extra} is refused: exit {r.returncode}, {r.stderr[-400:]!r}")
+
+    lz4 = os.path.join(tmp, "lz4.parquet")
+    pq.write_table(table, lz4, compression="lz4")
+    refused(lz4, ["column \"text\"", "LZ4", "zstd"])
+    delta = os.path.join(tmp, "delta.parquet")
+    pq.write_table(table, delta, use_dictionary=False, column_encoding={"text": "DELTA_BYTE_ARRAY"})
+    refused(delta, ["column \"text\"", "DELTA_BYTE_ARRAY", "pyarrow"])
+    some = os.path.join(tmp, "table-zstd-plain-v1.parquet")
+    refused(some, ["no column \"body\"", "--field", "text"], ["--field", "body"])
+    refused(some, ["column \"id\"", "INT64", "not a string column"], ["--field", "id"])
+    refused(some, ["column \"tags\"", "nested", "JSONL"], ["--field", "tags"])
+    cut = os.path.join(tmp, "cut.parquet")
+    with open(some, "rb") as f:
+        data = f.read()
+    with open(cut, "wb") as f:
+        f.write(data[: len(data) // 2])
+    refused(cut, ["truncated"])
+
+
 def check_mixture_weights(checks, tmp, tok):
     """--input PATH:WEIGHT writes each document of a weight-2 input twice and about half
     of a weight-0.5 input's, and says so per file."""
@@ -158,7 +240,7 @@ def check_refused_inputs(checks, tmp, tok):
     what is wrong; --max-invalid-utf8 lets the latter through."""
     run, expect = checks.run, checks.expect
     cases = [
-        ("table.parquet", b"PAR1" + bytes(range(256)) + b"PAR1", ["Parquet", "JSONL"]),
+        ("table.parquet", b"PAR1" + bytes(range(256)) + b"PAR1", ["damaged"]),
         ("archive.zip", b"PK\x03\x04" + bytes(100), ["zip archive"]),
         ("blob.txt", b"abc" + bytes(range(256)), ["looks binary"]),
     ]
@@ -220,6 +302,7 @@ def main():
                    for e in manifest["train"] + manifest["val"]), "the manifest records each shard's checksum")
         check_train_inputs(checks, tmp, tok, out)
         check_compressed_inputs(checks, tmp, tok)
+        check_parquet_inputs(checks, tmp, tok)
         check_mixture_weights(checks, tmp, tok)
         check_refused_inputs(checks, tmp, tok)
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "amber/core/error.h"
+#include "amber/data/parquet_reader.h"
 #include "amber/data/text_stream.h"
 #include "amber/data/utf8.h"
 
@@ -100,14 +101,31 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
     on_document(std::move(doc));
     doc.clear();
   };
+  auto check_repairs = [&](const std::string& path) {
+    stats.repaired_bytes += file_repaired;
+    const double invalid = file_bytes > 0 ? static_cast<double>(file_repaired) / static_cast<double>(file_bytes) : 0;
+    AMBER_CHECK(invalid <= options.max_invalid_utf8, "corpus file ", path, ": ", file_repaired, " of its ", file_bytes,
+                " document bytes (a fraction of ", invalid, ") are not valid UTF-8, more than --max-invalid-utf8 ",
+                options.max_invalid_utf8, " allows; it is in another encoding (convert it, e.g. iconv -f LATIN1 -t ",
+                "UTF-8) or not text. Raise --max-invalid-utf8 to replace them with U+FFFD instead");
+  };
   for (const std::string& path : files) {
-    TextStream in(path);
     stats.files += 1;
+    std::string doc;
+    file_bytes = file_repaired = 0;
+    if (is_parquet_file(path)) {
+      const ParquetColumnStats s = read_parquet_column(path, options.field, [&](std::string_view text) {
+        doc.assign(text);
+        emit(doc);
+      });
+      stats.null_values += s.nulls;
+      check_repairs(path);
+      continue;
+    }
+    TextStream in(path);
     const CorpusFormat format = options.format == CorpusFormat::automatic ? detect_format(path) : options.format;
     std::string line;
-    std::string doc;
     int64_t line_no = 0;
-    file_bytes = file_repaired = 0;
     while (in.getline(line)) {
       ++line_no;
       switch (format) {
@@ -139,11 +157,11 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
           } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number past a double
             fail(path, ":", line_no, ": not valid JSON (", e.what(), ")");
           }
-          AMBER_CHECK(j.is_object() && j.contains(options.jsonl_field), path, ":", line_no, ": no field \"",
-                      options.jsonl_field, "\"; choose the text field with --field");
-          AMBER_CHECK(j[options.jsonl_field].is_string(), path, ":", line_no, ": field \"", options.jsonl_field,
+          AMBER_CHECK(j.is_object() && j.contains(options.field), path, ":", line_no, ": no field \"", options.field,
+                      "\"; choose the text field with --field");
+          AMBER_CHECK(j[options.field].is_string(), path, ":", line_no, ": field \"", options.field,
                       "\" is not a string");
-          doc = j[options.jsonl_field].get<std::string>();
+          doc = j[options.field].get<std::string>();
           emit(doc);
           break;
         }
@@ -153,12 +171,7 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
     }
     strip_trailing(doc, "\n");
     emit(doc);
-    stats.repaired_bytes += file_repaired;
-    const double invalid = file_bytes > 0 ? static_cast<double>(file_repaired) / static_cast<double>(file_bytes) : 0;
-    AMBER_CHECK(invalid <= options.max_invalid_utf8, "corpus file ", path, ": ", file_repaired, " of its ", file_bytes,
-                " document bytes (a fraction of ", invalid, ") are not valid UTF-8, more than --max-invalid-utf8 ",
-                options.max_invalid_utf8, " allows; it is in another encoding (convert it, e.g. iconv -f LATIN1 -t ",
-                "UTF-8) or not text. Raise --max-invalid-utf8 to replace them with U+FFFD instead");
+    check_repairs(path);
   }
   return stats;
 }

@@ -95,7 +95,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   settings["input_sizes"] = sizes;
   if (weighted) settings["input_weights"] = weights;  // absent when unweighted, as older amber wrote it
   settings["format"] = corpus_format_name(options.corpus.format);
-  settings["jsonl_field"] = options.corpus.jsonl_field;
+  settings["jsonl_field"] = options.corpus.field;  // the key older amber wrote, so their restarts still match
   settings["val_fraction"] = options.val_fraction;
   settings["val_seed"] = options.val_seed;
   settings["shard_bytes"] = options.shard_bytes;
@@ -220,10 +220,12 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
     stats.documents += s.documents;
     stats.bytes += s.bytes;
     stats.repaired_bytes += s.repaired_bytes;
+    stats.null_values += s.null_values;
   }
   flush(train);
   flush(val);
   report.text_bytes = stats.bytes;
+  report.null_values = stats.null_values;
   AMBER_CHECK(stats.documents > 0, "tokenize: the corpus holds no documents; check --input and --format");
   AMBER_CHECK(report.train_docs + report.val_docs > 0, "tokenize: the mixture weights kept none of the corpus's ",
               stats.documents, " documents; raise the --input weights");
@@ -249,6 +251,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   manifest["val_tokens"] = report.val_tokens;
   manifest["train_token_counts"] = counts_file;
   manifest["repaired_utf8_bytes"] = stats.repaired_bytes;
+  manifest["null_values_skipped"] = stats.null_values;
   write_json_atomically(manifest_path, manifest);
   return report;
 }
