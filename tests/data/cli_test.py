@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """End-to-end checks of the data subcommands through the `amber` binary: train a
 tokenizer, round-trip text through encode/decode, tokenize into shards, restart
-(every shard kept), compressed and Parquet inputs giving the plain file's shards,
-mixture weights, binary and mis-encoded inputs refused, and the exit codes and messages
-of bad arguments."""
+(every shard kept), compressed and Parquet inputs giving the plain file's shards, chat
+messages rendered by a template, mixture weights, binary and mis-encoded inputs
+refused, and the exit codes and messages of bad arguments."""
 import glob
 import gzip
 import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -204,12 +205,84 @@ def check_parquet_inputs(checks, tmp, tok):
     refused(some, ["no column \"body\"", "--field", "text"], ["--field", "body"])
     refused(some, ["column \"id\"", "INT64", "not a string column"], ["--field", "id"])
     refused(some, ["column \"tags\"", "nested", "JSONL"], ["--field", "tags"])
+    refused(some, ["Parquet", "chat messages", "JSONL"], ["--chat-template", "chatml"])
     cut = os.path.join(tmp, "cut.parquet")
     with open(some, "rb") as f:
         data = f.read()
     with open(cut, "wb") as f:
         f.write(data[: len(data) // 2])
     refused(cut, ["truncated"])
+
+
+def shard_documents(path):
+    """The documents of a token shard (docs/data.md's layout), as lists of ids."""
+    data = open(path, "rb").read()
+    width, docs, tokens = struct.unpack_from("<IQQ", data, 12)
+    ids = struct.unpack_from("<" + ("H" if width == 2 else "I") * tokens, data, 64)
+    offsets = struct.unpack_from(f"<{docs + 1}Q", data, 64 + (tokens * width + 7) // 8 * 8)
+    return [list(ids[offsets[d]:offsets[d + 1]]) for d in range(docs)]
+
+
+def check_chat_inputs(checks, tmp):
+    """JSONL chat rows render with --chat-template to exactly the template's text, its
+    markers single tokens when the tokenizer has them as added tokens (a notice when it
+    has not); a bad template name, a message without content and messages that are not
+    a list are refused naming the file and line."""
+    run, expect = checks.run, checks.expect
+    tok = os.path.join(tmp, "chat-tok.json")
+    r = run(["tokenizer", "train", "--input", "/usr/share/games/fortunes/wisdom", "--vocab-size", "700",
+             "--special", "<|im_start|>,<|im_end|>", "--out", tok])
+    expect(r.returncode == 0, f"chat tokenizer: {r.stderr[-300:]}")
+    added = {t["content"]: t["id"] for t in json.load(open(tok, encoding="utf-8"))["added_tokens"]}
+    chats = [
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+         {"role": "assistant", "content": "Hello! 数字"}],
+        [{"role": "user", "content": "  Two\nlines \n"}, {"role": "assistant", "content": "ok"}],
+    ]
+    path = os.path.join(tmp, "chat.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"id": i, "messages": m}) + "\n" for i, m in enumerate(chats)))
+    expected = {
+        "chatml": ["<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                   "<|im_start|>assistant\nHello! 数字<|im_end|>\n",
+                   "<|im_start|>user\n  Two\nlines \n<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"],
+        "llama3": ["<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\nHello! 数字<|eot_id|>",
+                   "<|start_header_id|>user<|end_header_id|>\n\nTwo\nlines<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\nok<|eot_id|>"],
+    }
+    for name, texts in expected.items():
+        shards, err = tokenize_shards(checks, tmp, tok, path, "chat-" + name,
+                                      ["--chat-template", name, "--val-fraction", "0"])
+        docs = shard_documents(os.path.join(tmp, "chat-" + name, "train-00000.bin")) if shards else []
+        decoded = [run(["tokenizer", "decode", "--tokenizer", tok], json.dumps(d)).stdout for d in docs]
+        expect(decoded == texts, f"{name} renders exactly the template's text: {decoded!r}")
+        if name == "chatml":
+            expect(docs and docs[0].count(added["<|im_start|>"]) == 3 and docs[0].count(added["<|im_end|>"]) == 3,
+                   f"chatml's markers are single added tokens: {docs[:1]}")
+            expect("not added tokens" not in err, f"no notice when the markers are added tokens: {err[-300:]!r}")
+        else:
+            expect("<|start_header_id|>,<|end_header_id|>,<|eot_id|> are not added tokens" in err and
+                   "--special" in err, f"llama3's markers are noted as not added tokens: {err[-400:]!r}")
+
+    def refused(rows, fragments, extra=("--chat-template", "chatml")):
+        bad = os.path.join(tmp, "bad-chat.jsonl")
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write("".join(json.dumps(row) + "\n" for row in rows))
+        out = os.path.join(tmp, "bad-chat-out")
+        shutil.rmtree(out, ignore_errors=True)
+        r = run(["tokenize", "--tokenizer", tok, "--input", bad, "--out", out] + list(extra))
+        expect(r.returncode == 1 and all(f in r.stderr for f in fragments),
+               f"{rows!r} {extra} is refused: exit {r.returncode}, {r.stderr[-300:]!r}")
+
+    good = {"messages": chats[0]}
+    refused([good], ["unknown chat template \"zephyr\"", "chatml", "llama3"], ["--chat-template", "zephyr"])
+    refused([good, {"messages": [{"role": "user"}]}], ["bad-chat.jsonl:2", "message 0", "\"content\""])
+    refused([{"messages": "hello"}], ["bad-chat.jsonl:1", "not a list of messages"])
+    refused([{"messages": [{"role": "user", "content": ["a"]}]}], ["bad-chat.jsonl:1", "\"content\""])
+    refused([{"text": "x"}], ["bad-chat.jsonl:1", "no field \"messages\""])
+    refused([good], ["bad-chat.jsonl:1", "no field \"text\"", "--chat-template"], [])
 
 
 def check_mixture_weights(checks, tmp, tok):
@@ -303,6 +376,7 @@ def main():
         check_train_inputs(checks, tmp, tok, out)
         check_compressed_inputs(checks, tmp, tok)
         check_parquet_inputs(checks, tmp, tok)
+        check_chat_inputs(checks, tmp)
         check_mixture_weights(checks, tmp, tok)
         check_refused_inputs(checks, tmp, tok)
 

@@ -43,6 +43,25 @@ CorpusFormat detect_format(const std::string& path) {
   return CorpusFormat::lines;
 }
 
+// A JSONL row's messages, checked: a list of objects with string role and content.
+std::vector<ChatMessage> chat_messages(const nlohmann::json& row, const std::string& field, const std::string& where) {
+  AMBER_CHECK(row.is_object() && row.contains(field), where, ": no field \"", field, "\" (the chat messages); name ",
+              "the messages field with --field");
+  const nlohmann::json& list = row[field];
+  AMBER_CHECK(list.is_array(), where, ": field \"", field, "\" is not a list of messages; a chat row holds ",
+              "[{\"role\": ..., \"content\": ...}, ...]");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& m = list[i];
+    for (const char* key : {"role", "content"}) {
+      AMBER_CHECK(m.is_object() && m.contains(key) && m[key].is_string(), where, ": message ", i, " of \"", field,
+                  "\" has no string \"", key, "\"; every message needs a string role and content");
+    }
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
+}
+
 void strip_trailing(std::string& s, std::string_view chars) {
   while (!s.empty() && chars.find(s.back()) != std::string_view::npos) s.pop_back();
 }
@@ -109,11 +128,15 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
                 options.max_invalid_utf8, " allows; it is in another encoding (convert it, e.g. iconv -f LATIN1 -t ",
                 "UTF-8) or not text. Raise --max-invalid-utf8 to replace them with U+FFFD instead");
   };
+  const bool chat = options.chat_template != ChatTemplate::none;
   for (const std::string& path : files) {
     stats.files += 1;
     std::string doc;
     file_bytes = file_repaired = 0;
     if (is_parquet_file(path)) {
+      AMBER_CHECK(!chat, "corpus file ", path, " is Parquet, whose chat messages (a list column) amber does not read; ",
+                  "convert it to JSONL, e.g. python3 -c \"import pandas; pandas.read_parquet('", path, "').to_json('",
+                  path, ".jsonl', orient='records', lines=True, force_ascii=False)\", and pass that file");
       const ParquetColumnStats s = read_parquet_column(path, options.field, [&](std::string_view text) {
         doc.assign(text);
         emit(doc);
@@ -124,6 +147,9 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
     }
     TextStream in(path);
     const CorpusFormat format = options.format == CorpusFormat::automatic ? detect_format(path) : options.format;
+    AMBER_CHECK(!chat || format == CorpusFormat::jsonl, "corpus file ", path, " is read as ",
+                corpus_format_name(format), ", but --chat-template renders the messages of JSONL rows; name the ",
+                "file .jsonl or pass --format jsonl");
     std::string line;
     int64_t line_no = 0;
     while (in.getline(line)) {
@@ -157,10 +183,18 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
           } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number past a double
             fail(path, ":", line_no, ": not valid JSON (", e.what(), ")");
           }
+          if (chat) {
+            doc = render_chat(options.chat_template, chat_messages(j, options.field, concat(path, ":", line_no)));
+            emit(doc);
+            break;
+          }
+          const bool has_messages = j.is_object() && j.contains("messages") && j["messages"].is_array();
           AMBER_CHECK(j.is_object() && j.contains(options.field), path, ":", line_no, ": no field \"", options.field,
-                      "\"; choose the text field with --field");
+                      "\"; choose the text field with --field",
+                      has_messages ? " (a chat row: render its messages with --chat-template chatml or llama3)" : "");
           AMBER_CHECK(j[options.field].is_string(), path, ":", line_no, ": field \"", options.field,
-                      "\" is not a string");
+                      "\" is not a string",
+                      has_messages ? " (a chat row: render its messages with --chat-template chatml or llama3)" : "");
           doc = j[options.field].get<std::string>();
           emit(doc);
           break;

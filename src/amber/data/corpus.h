@@ -1,7 +1,7 @@
 // Corpus readers: turn files into documents. Plain text (one document per line, or
-// blank-line separated paragraphs), JSONL with a chosen field, and fortune files, each
-// plain or gzip/zstd-compressed (recognised by magic bytes; text_stream.h); and Parquet
-// files' text column (parquet_reader.h).
+// blank-line separated paragraphs), JSONL with a chosen field or chat messages rendered
+// by a template, and fortune files, each plain or gzip/zstd-compressed (recognised by
+// magic bytes; text_stream.h); and Parquet files' text column (parquet_reader.h).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "amber/data/chat_template.h"
 
 namespace amber::data {
 
@@ -29,11 +31,14 @@ std::string_view corpus_format_name(CorpusFormat format);
 
 struct CorpusOptions {
   CorpusFormat format = CorpusFormat::automatic;
-  // The JSONL field or Parquet column holding each document's text.
+  // The JSONL field or Parquet column holding each document's text; with a chat
+  // template, the JSONL field holding its messages.
   std::string field = "text";
   // A file in which a larger share of the document bytes is invalid UTF-8 is refused: it
   // is in another encoding or not text, and repairing it would train on U+FFFD.
   double max_invalid_utf8 = 0.01;
+  // Set: each JSONL row's messages are rendered into its document (chat_template.h).
+  ChatTemplate chat_template = ChatTemplate::none;
 };
 
 struct CorpusStats {

@@ -96,6 +96,10 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   if (weighted) settings["input_weights"] = weights;  // absent when unweighted, as older amber wrote it
   settings["format"] = corpus_format_name(options.corpus.format);
   settings["jsonl_field"] = options.corpus.field;  // the key older amber wrote, so their restarts still match
+  // Absent without a template, as older amber wrote it.
+  if (options.corpus.chat_template != ChatTemplate::none) {
+    settings["chat_template"] = chat_template_name(options.corpus.chat_template);
+  }
   settings["val_fraction"] = options.val_fraction;
   settings["val_seed"] = options.val_seed;
   settings["shard_bytes"] = options.shard_bytes;
@@ -115,6 +119,21 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   }
   const std::string manifest_path = (fs::path(options.out_dir) / "manifest.json").string();
   fs::remove(manifest_path, ec);
+
+  if (options.corpus.chat_template != ChatTemplate::none && on_progress) {
+    std::string missing;
+    for (std::string_view marker : chat_template_markers(options.corpus.chat_template)) {
+      const auto& added = tokenizer.added_tokens();
+      if (std::none_of(added.begin(), added.end(), [&](const AddedToken& t) { return t.content == marker; })) {
+        missing += concat(missing.empty() ? "" : ",", marker);
+      }
+    }
+    if (!missing.empty()) {
+      on_progress(concat("chat template ", chat_template_name(options.corpus.chat_template), ": ", missing,
+                         " are not added tokens of the tokenizer, so they are tokenized as text; to make each one ",
+                         "token, train the tokenizer with --special ", missing));
+    }
+  }
 
   TokenizeCorpusReport report;
   std::vector<ShardEntry> train_shards, val_shards;
