@@ -167,14 +167,16 @@ def check_parquet_inputs(checks, tmp, tok):
     })
     reference, _ = tokenize_shards(checks, tmp, tok, plain, "pq-reference")
     expect(sum(name.startswith("train-") for name in reference) >= 3, f"several train shards: {sorted(reference)}")
-    # Every codec with and without a dictionary, every pair of the three settings once.
+    # Every codec with and without a dictionary, every pair of the three settings once; and
+    # a dictionary that overflows its 2 KiB limit, so each chunk goes on in PLAIN pages.
     cases = [("none", True, "1.0"), ("none", False, "2.0"), ("snappy", True, "2.0"), ("snappy", False, "1.0"),
-             ("gzip", True, "1.0"), ("gzip", False, "2.0"), ("zstd", True, "2.0"), ("zstd", False, "1.0")]
-    for codec, dictionary, version in cases:
-        name = f"table-{codec}-{'dict' if dictionary else 'plain'}-v{version[0]}.parquet"
+             ("gzip", True, "1.0"), ("gzip", False, "2.0"), ("zstd", True, "2.0"), ("zstd", False, "1.0"),
+             ("zstd", True, "1.0", 2048)]
+    for codec, dictionary, version, *limit in cases:
+        name = f"table-{codec}-{'dict' if dictionary else 'plain'}-v{version[0]}{'-fallback' if limit else ''}.parquet"
         path = os.path.join(tmp, name)
         pq.write_table(table, path, compression=codec, use_dictionary=dictionary, data_page_version=version,
-                       row_group_size=150, data_page_size=4096)
+                       row_group_size=150, data_page_size=4096, dictionary_pagesize_limit=(limit or [1 << 20])[0])
         meta = pq.ParquetFile(path).metadata
         pages = meta.row_group(0).column(2)  # id, tags.list.element, text
         expect(meta.num_row_groups >= 3 and pages.compression.lower() == ("uncompressed" if codec == "none" else codec)
