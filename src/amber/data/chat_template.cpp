@@ -1,6 +1,7 @@
 // The templates are written out as code rather than parsed from Jinja: each is a few
-// string concatenations, identical to what the model's tokenizer_config.json template
-// renders for a conversation without a generation prompt.
+// string concatenations, identical to what the reference template (plain ChatML, Llama
+// 3.0's tokenizer_config.json) renders for a conversation without a generation prompt,
+// less begin-of-text. Messages are rendered as given: no default system message is added.
 #include "amber/data/chat_template.h"
 
 #include <algorithm>
