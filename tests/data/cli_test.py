@@ -190,6 +190,11 @@ def check_parquet_inputs(checks, tmp, tok):
                    row_group_size=200)
     got, _ = tokenize_shards(checks, tmp, tok, required, "pq-required")
     expect(got == reference, "a required (non-null) text column gives the plain JSONL's shards")
+    empty, nulls_only = os.path.join(tmp, "empty.parquet"), os.path.join(tmp, "nulls.parquet")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty)
+    pq.write_table(pa.table({"text": pa.array([None] * 5, pa.string())}), nulls_only)
+    got, _ = tokenize_shards(checks, tmp, tok, empty, "pq-with-empty", ["--input", required])
+    expect(got == reference, "an empty table (a row group without rows) adds nothing")
 
     def refused(path, fragments, extra=()):
         out = os.path.join(tmp, "refused-" + os.path.basename(path) + "-" + "-".join(extra).strip("-"))
@@ -214,6 +219,9 @@ def check_parquet_inputs(checks, tmp, tok):
     with open(cut, "wb") as f:
         f.write(data[: len(data) // 2])
     refused(cut, ["truncated"])
+    r = run(["tokenize", "--tokenizer", tok, "--input", nulls_only, "--out", os.path.join(tmp, "pq-nulls")])
+    expect(r.returncode == 1 and "no documents (5 null texts skipped)" in r.stderr and "--field" in r.stderr,
+           f"a column of nulls is refused as no documents, counting them: {r.stderr[-300:]!r}")
 
 
 def shard_documents(path):

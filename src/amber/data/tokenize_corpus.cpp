@@ -245,7 +245,9 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   flush(val);
   report.text_bytes = stats.bytes;
   report.null_values = stats.null_values;
-  AMBER_CHECK(stats.documents > 0, "tokenize: the corpus holds no documents; check --input and --format");
+  AMBER_CHECK(stats.documents > 0, "tokenize: the corpus holds no documents",
+              stats.null_values > 0 ? concat(" (", stats.null_values, " null texts skipped)") : "",
+              "; check --input, --format and --field");
   AMBER_CHECK(report.train_docs + report.val_docs > 0, "tokenize: the mixture weights kept none of the corpus's ",
               stats.documents, " documents; raise the --input weights");
 
