@@ -18,14 +18,19 @@ struct TokenizeArgs {
   std::vector<std::string> inputs{data::kDefaultCorpus};
   data::TokenizeCorpusOptions options;
   std::string format = "auto";
+  std::string chat_template;
   double shard_mb = 256;
   int threads = 0;
 };
 
-void run_tokenize(TokenizeArgs a) {
+void run_tokenize(TokenizeArgs a, bool field_given) {
   const auto start = std::chrono::steady_clock::now();
   if (a.threads > 0) omp_set_num_threads(a.threads);
   a.options.corpus.format = data::corpus_format_from_name(a.format);
+  if (!a.chat_template.empty()) {
+    a.options.corpus.chat_template = data::chat_template_from_name(a.chat_template);
+    if (!field_given) a.options.corpus.field = "messages";
+  }
   a.options.inputs.clear();
   for (const std::string& input : a.inputs) a.options.inputs.push_back(data::parse_corpus_input(input));
   // Bounded (NaN included) so that the byte count fits int64 and a shard is at least one byte.
@@ -40,7 +45,9 @@ void run_tokenize(TokenizeArgs a) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << "tokenize: train " << r.train_docs << " documents / " << r.train_tokens << " tokens, val "
             << r.val_docs << " documents / " << r.val_tokens << " tokens; " << r.shards_written << " shards written, "
-            << r.shards_reused << " kept; " << r.text_bytes / 1e6 / seconds << " MB/s over " << seconds << " s\n";
+            << r.shards_reused << " kept; ";
+  if (r.null_values > 0) std::cerr << r.null_values << " null texts skipped; ";
+  std::cerr << r.text_bytes / 1e6 / seconds << " MB/s over " << seconds << " s\n";
 }
 
 }  // namespace
@@ -52,11 +59,18 @@ void add_tokenize_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--input", args->inputs,
-                  "Corpus files or folders, plain or gzip/zstd-compressed (default: Debian's fortunes); "
-                  "PATH:WEIGHT writes each of its documents WEIGHT times on average (0.5: about half of them)");
-  cmd->add_option("--format", args->format, "Corpus format: auto, lines, paragraphs, jsonl, fortune")
+                  "Corpus files or folders: text or JSONL, plain or gzip/zstd-compressed, or Parquet (default: "
+                  "Debian's fortunes); PATH:WEIGHT writes each of its documents WEIGHT times on average (0.5: about "
+                  "half of them)");
+  cmd->add_option("--format", args->format,
+                  "Format of text files: auto, lines, paragraphs, jsonl, fortune (Parquet is known by its bytes)")
       ->capture_default_str();
-  cmd->add_option("--field", args->options.corpus.jsonl_field, "JSONL field holding the text")->capture_default_str();
+  auto* field = cmd->add_option("--field", args->options.corpus.field,
+                                "JSONL field or Parquet column holding the text (with --chat-template: the JSONL "
+                                "field holding the messages, default messages)")
+                    ->capture_default_str();
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Render each JSONL row's messages ([{role, content}, ...]) as one document: chatml or llama3");
   cmd->add_option("--max-invalid-utf8", args->options.corpus.max_invalid_utf8,
                   "Largest share of a file's document bytes that may be invalid UTF-8 (replaced by U+FFFD)")
       ->capture_default_str()
@@ -68,7 +82,7 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_option("--val-seed", args->options.val_seed, "Seed of the validation hash")->capture_default_str();
   cmd->add_option("--shard-mb", args->shard_mb, "Text megabytes per shard, 0.001 to 1048576")->capture_default_str();
   cmd->add_option("--threads", args->threads, "Tokenizer threads (default: all cores)");
-  cmd->callback([args] { run_tokenize(*args); });
+  cmd->callback([args, field] { run_tokenize(*args, field->count() > 0); });
 }
 
 }  // namespace amber::cli

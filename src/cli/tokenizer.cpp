@@ -21,6 +21,8 @@ struct TrainArgs {
   std::vector<std::string> inputs{data::kDefaultCorpus};
   std::string format = "auto";
   std::string field = "text";
+  bool field_given = false;
+  std::string chat_template;
   double max_invalid_utf8 = data::CorpusOptions{}.max_invalid_utf8;
   int32_t vocab_size = 8192;
   std::vector<std::string> specials;
@@ -45,7 +47,11 @@ void run_train(const TrainArgs& a) {
 
   data::CorpusOptions corpus;
   corpus.format = data::corpus_format_from_name(a.format);
-  corpus.jsonl_field = a.field;
+  corpus.field = a.field;
+  if (!a.chat_template.empty()) {
+    corpus.chat_template = data::chat_template_from_name(a.chat_template);
+    if (!a.field_given) corpus.field = "messages";
+  }
   corpus.max_invalid_utf8 = a.max_invalid_utf8;
   std::vector<std::string> batch;
   const data::CorpusStats stats = data::read_corpus(data::corpus_files(a.inputs), corpus, [&](std::string&& doc) {
@@ -81,10 +87,18 @@ void add_tokenizer_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   auto* train = cmd->add_subcommand("train", "Learn byte-level BPE merges from a corpus and write tokenizer.json");
   train->add_option("--input", args->inputs,
-                    "Corpus files or folders, plain or gzip/zstd-compressed (default: Debian's fortunes)");
-  train->add_option("--format", args->format, "Corpus format: auto, lines, paragraphs, jsonl, fortune")
+                    "Corpus files or folders: text or JSONL, plain or gzip/zstd-compressed, or Parquet (default: "
+                    "Debian's fortunes)");
+  train->add_option("--format", args->format,
+                    "Format of text files: auto, lines, paragraphs, jsonl, fortune (Parquet is known by its bytes)")
       ->capture_default_str();
-  train->add_option("--field", args->field, "JSONL field holding the text")->capture_default_str();
+  auto* field = train->add_option("--field", args->field,
+                                  "JSONL field or Parquet column holding the text (with --chat-template: the JSONL "
+                                  "field holding the messages, default messages)")
+                    ->capture_default_str();
+  train->add_option("--chat-template", args->chat_template,
+                    "Render each JSONL row's messages ([{role, content}, ...]) as one document: chatml or llama3 "
+                    "(pass its markers as --special too)");
   train->add_option("--max-invalid-utf8", args->max_invalid_utf8,
                     "Largest share of a file's document bytes that may be invalid UTF-8 (replaced by U+FFFD)")
       ->capture_default_str()
@@ -101,7 +115,10 @@ void add_tokenizer_command(CLI::App& app) {
   train->add_option("--min-frequency", args->min_frequency, "Never merge a pair seen fewer times")
       ->capture_default_str();
   train->add_option("--out", args->out, "Where to write tokenizer.json")->required();
-  train->callback([args] { run_train(*args); });
+  train->callback([args, field] {
+    args->field_given = field->count() > 0;
+    run_train(*args);
+  });
 
   auto tokenizer_path = std::make_shared<std::string>();
   auto* encode = cmd->add_subcommand("encode", "Read UTF-8 text on stdin, print its token ids as a JSON array");

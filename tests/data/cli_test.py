@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """End-to-end checks of the data subcommands through the `amber` binary: train a
 tokenizer, round-trip text through encode/decode, tokenize into shards, restart
-(every shard kept), compressed inputs giving the plain file's shards, mixture
-weights, binary and mis-encoded inputs refused, and the exit codes and messages of bad
-arguments."""
+(every shard kept), compressed and Parquet inputs giving the plain file's shards, chat
+messages rendered by a template, mixture weights, binary and mis-encoded inputs
+refused, and the exit codes and messages of bad arguments."""
 import glob
 import gzip
 import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -130,6 +131,170 @@ def check_compressed_inputs(checks, tmp, tok):
         expect(got == reference, f"{name} input gives the plain JSONL's shards: {sorted(got)} vs {sorted(reference)}")
 
 
+def tokenize_shards(checks, tmp, tok, path, name, extra=()):
+    """Tokenizes path into tmp/NAME; the shards and token counts by file name, and stderr."""
+    out = os.path.join(tmp, name)
+    r = checks.run(["tokenize", "--tokenizer", tok, "--input", path, "--out", out, "--shard-mb", "0.02"] + list(extra))
+    checks.expect(r.returncode == 0, f"tokenize {name}: {r.stderr[-400:]}")
+    files = sorted(glob.glob(os.path.join(out, "*.bin"))) + [os.path.join(out, "train-token-counts.json")]
+    return {os.path.basename(p): open(p, "rb").read() for p in files if os.path.exists(p)}, r.stderr
+
+
+def check_parquet_inputs(checks, tmp, tok):
+    """Parquet files written by pyarrow tokenize to the very shards of the plain JSONL of
+    the same rows (nulls skipped and counted) with each codec, with and without a
+    dictionary, data page v1 and v2, in several row groups of several pages, the text
+    column behind an integer and a nested column; what amber cannot read is refused
+    naming the file, the column and what to do."""
+    run, expect = checks.run, checks.expect
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        expect(False, "pyarrow is missing; scripts/setup installs it")
+        return
+    with open(FORTUNE, encoding="utf-8") as f:
+        fortunes = [t.strip() for t in f.read().split("\n%\n") if t.strip()]
+    texts = [None if i % 37 == 5 else t for i, t in enumerate(fortunes)]
+    plain = os.path.join(tmp, "table.jsonl")
+    with open(plain, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"text": t}) + "\n" for t in texts if t is not None))
+    nulls = texts.count(None)
+    table = pa.table({
+        "id": pa.array(range(len(texts)), pa.int64()),
+        "tags": pa.array([["a", "b"][: i % 3] for i in range(len(texts))], pa.list_(pa.string())),
+        "text": pa.array(texts, pa.string()),
+    })
+    reference, _ = tokenize_shards(checks, tmp, tok, plain, "pq-reference")
+    expect(sum(name.startswith("train-") for name in reference) >= 3, f"several train shards: {sorted(reference)}")
+    # Every codec with and without a dictionary, every pair of the three settings once; and
+    # a dictionary that overflows its 2 KiB limit, so each chunk goes on in PLAIN pages.
+    cases = [("none", True, "1.0"), ("none", False, "2.0"), ("snappy", True, "2.0"), ("snappy", False, "1.0"),
+             ("gzip", True, "1.0"), ("gzip", False, "2.0"), ("zstd", True, "2.0"), ("zstd", False, "1.0"),
+             ("zstd", True, "1.0", 2048)]
+    for codec, dictionary, version, *limit in cases:
+        name = f"table-{codec}-{'dict' if dictionary else 'plain'}-v{version[0]}{'-fallback' if limit else ''}.parquet"
+        path = os.path.join(tmp, name)
+        pq.write_table(table, path, compression=codec, use_dictionary=dictionary, data_page_version=version,
+                       row_group_size=150, data_page_size=4096, dictionary_pagesize_limit=(limit or [1 << 20])[0])
+        meta = pq.ParquetFile(path).metadata
+        pages = meta.row_group(0).column(2)  # id, tags.list.element, text
+        expect(meta.num_row_groups >= 3 and pages.compression.lower() == ("uncompressed" if codec == "none" else codec)
+               and pages.has_dictionary_page == dictionary, f"{name}: {meta.num_row_groups} row groups, {pages}")
+        got, err = tokenize_shards(checks, tmp, tok, path, "pq-" + name)
+        expect(got == reference, f"{name} gives the plain JSONL's shards: {sorted(got)} vs {sorted(reference)}")
+        expect(f"{nulls} null texts skipped" in err, f"{name}: the {nulls} nulls are reported: {err[-300:]!r}")
+    required = os.path.join(tmp, "required.parquet")
+    schema = pa.schema([pa.field("text", pa.string(), nullable=False)])
+    pq.write_table(pa.table({"text": [t for t in texts if t is not None]}, schema=schema), required,
+                   row_group_size=200)
+    got, _ = tokenize_shards(checks, tmp, tok, required, "pq-required")
+    expect(got == reference, "a required (non-null) text column gives the plain JSONL's shards")
+    empty, nulls_only = os.path.join(tmp, "empty.parquet"), os.path.join(tmp, "nulls.parquet")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty)
+    pq.write_table(pa.table({"text": pa.array([None] * 5, pa.string())}), nulls_only)
+    got, _ = tokenize_shards(checks, tmp, tok, empty, "pq-with-empty", ["--input", required])
+    expect(got == reference, "an empty table (a row group without rows) adds nothing")
+
+    def refused(path, fragments, extra=()):
+        out = os.path.join(tmp, "refused-" + os.path.basename(path) + "-" + "-".join(extra).strip("-"))
+        r = run(["tokenize", "--tokenizer", tok, "--input", path, "--out", out] + list(extra))
+        expect(r.returncode == 1 and all(f in r.stderr for f in fragments + [path]),
+               f"{os.path.basename(path)} {extra} is refused: exit {r.returncode}, {r.stderr[-400:]!r}")
+
+    lz4 = os.path.join(tmp, "lz4.parquet")
+    pq.write_table(table, lz4, compression="lz4")
+    refused(lz4, ["column \"text\"", "LZ4", "zstd"])
+    delta = os.path.join(tmp, "delta.parquet")
+    pq.write_table(table, delta, use_dictionary=False, column_encoding={"text": "DELTA_BYTE_ARRAY"})
+    refused(delta, ["column \"text\"", "DELTA_BYTE_ARRAY", "pyarrow"])
+    some = os.path.join(tmp, "table-zstd-plain-v1.parquet")
+    refused(some, ["no column \"body\"", "--field", "text"], ["--field", "body"])
+    refused(some, ["column \"id\"", "INT64", "not a string column"], ["--field", "id"])
+    refused(some, ["column \"tags\"", "nested", "JSONL"], ["--field", "tags"])
+    refused(some, ["Parquet", "chat messages", "JSONL"], ["--chat-template", "chatml"])
+    cut = os.path.join(tmp, "cut.parquet")
+    with open(some, "rb") as f:
+        data = f.read()
+    with open(cut, "wb") as f:
+        f.write(data[: len(data) // 2])
+    refused(cut, ["truncated"])
+    r = run(["tokenize", "--tokenizer", tok, "--input", nulls_only, "--out", os.path.join(tmp, "pq-nulls")])
+    expect(r.returncode == 1 and "no documents (5 null texts skipped)" in r.stderr and "--field" in r.stderr,
+           f"a column of nulls is refused as no documents, counting them: {r.stderr[-300:]!r}")
+
+
+def shard_documents(path):
+    """The documents of a token shard (docs/data.md's layout), as lists of ids."""
+    data = open(path, "rb").read()
+    width, docs, tokens = struct.unpack_from("<IQQ", data, 12)
+    ids = struct.unpack_from("<" + ("H" if width == 2 else "I") * tokens, data, 64)
+    offsets = struct.unpack_from(f"<{docs + 1}Q", data, 64 + (tokens * width + 7) // 8 * 8)
+    return [list(ids[offsets[d]:offsets[d + 1]]) for d in range(docs)]
+
+
+def check_chat_inputs(checks, tmp):
+    """JSONL chat rows render with --chat-template to exactly the template's text, its
+    markers single tokens when the tokenizer has them as added tokens (a notice when it
+    has not); a bad template name, a message without content and messages that are not
+    a list are refused naming the file and line."""
+    run, expect = checks.run, checks.expect
+    tok = os.path.join(tmp, "chat-tok.json")
+    r = run(["tokenizer", "train", "--input", "/usr/share/games/fortunes/wisdom", "--vocab-size", "700",
+             "--special", "<|im_start|>,<|im_end|>", "--out", tok])
+    expect(r.returncode == 0, f"chat tokenizer: {r.stderr[-300:]}")
+    added = {t["content"]: t["id"] for t in json.load(open(tok, encoding="utf-8"))["added_tokens"]}
+    chats = [
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+         {"role": "assistant", "content": "Hello! 数字"}],
+        [{"role": "user", "content": "  Two\nlines \n"}, {"role": "assistant", "content": "ok"}],
+    ]
+    path = os.path.join(tmp, "chat.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"id": i, "messages": m}) + "\n" for i, m in enumerate(chats)))
+    expected = {
+        "chatml": ["<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                   "<|im_start|>assistant\nHello! 数字<|im_end|>\n",
+                   "<|im_start|>user\n  Two\nlines \n<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"],
+        "llama3": ["<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\nHello! 数字<|eot_id|>",
+                   "<|start_header_id|>user<|end_header_id|>\n\nTwo\nlines<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\nok<|eot_id|>"],
+    }
+    for name, texts in expected.items():
+        shards, err = tokenize_shards(checks, tmp, tok, path, "chat-" + name,
+                                      ["--chat-template", name, "--val-fraction", "0"])
+        docs = shard_documents(os.path.join(tmp, "chat-" + name, "train-00000.bin")) if shards else []
+        decoded = [run(["tokenizer", "decode", "--tokenizer", tok], json.dumps(d)).stdout for d in docs]
+        expect(decoded == texts, f"{name} renders exactly the template's text: {decoded!r}")
+        if name == "chatml":
+            expect(docs and docs[0].count(added["<|im_start|>"]) == 3 and docs[0].count(added["<|im_end|>"]) == 3,
+                   f"chatml's markers are single added tokens: {docs[:1]}")
+            expect("not added tokens" not in err, f"no notice when the markers are added tokens: {err[-300:]!r}")
+        else:
+            expect("<|start_header_id|>,<|end_header_id|>,<|eot_id|> are not added tokens" in err and
+                   "--special" in err, f"llama3's markers are noted as not added tokens: {err[-400:]!r}")
+
+    def refused(rows, fragments, extra=("--chat-template", "chatml")):
+        bad = os.path.join(tmp, "bad-chat.jsonl")
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write("".join(json.dumps(row) + "\n" for row in rows))
+        out = os.path.join(tmp, "bad-chat-out")
+        shutil.rmtree(out, ignore_errors=True)
+        r = run(["tokenize", "--tokenizer", tok, "--input", bad, "--out", out] + list(extra))
+        expect(r.returncode == 1 and all(f in r.stderr for f in fragments),
+               f"{rows!r} {extra} is refused: exit {r.returncode}, {r.stderr[-300:]!r}")
+
+    good = {"messages": chats[0]}
+    refused([good], ["unknown chat template \"zephyr\"", "chatml", "llama3"], ["--chat-template", "zephyr"])
+    refused([good, {"messages": [{"role": "user"}]}], ["bad-chat.jsonl:2", "message 0", "\"content\""])
+    refused([{"messages": "hello"}], ["bad-chat.jsonl:1", "not a list of messages"])
+    refused([{"messages": [{"role": "user", "content": ["a"]}]}], ["bad-chat.jsonl:1", "\"content\""])
+    refused([{"text": "x"}], ["bad-chat.jsonl:1", "no field \"messages\""])
+    refused([good], ["bad-chat.jsonl:1", "no field \"text\"", "--chat-template"], [])
+
+
 def check_mixture_weights(checks, tmp, tok):
     """--input PATH:WEIGHT writes each document of a weight-2 input twice and about half
     of a weight-0.5 input's, and says so per file."""
@@ -158,7 +323,7 @@ def check_refused_inputs(checks, tmp, tok):
     what is wrong; --max-invalid-utf8 lets the latter through."""
     run, expect = checks.run, checks.expect
     cases = [
-        ("table.parquet", b"PAR1" + bytes(range(256)) + b"PAR1", ["Parquet", "JSONL"]),
+        ("table.parquet", b"PAR1" + bytes(range(256)) + b"PAR1", ["damaged"]),
         ("archive.zip", b"PK\x03\x04" + bytes(100), ["zip archive"]),
         ("blob.txt", b"abc" + bytes(range(256)), ["looks binary"]),
     ]
@@ -220,6 +385,8 @@ def main():
                    for e in manifest["train"] + manifest["val"]), "the manifest records each shard's checksum")
         check_train_inputs(checks, tmp, tok, out)
         check_compressed_inputs(checks, tmp, tok)
+        check_parquet_inputs(checks, tmp, tok)
+        check_chat_inputs(checks, tmp)
         check_mixture_weights(checks, tmp, tok)
         check_refused_inputs(checks, tmp, tok)
 

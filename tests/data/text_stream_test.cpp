@@ -92,7 +92,7 @@ TEST(TextStream, BinaryFilesAreRefusedNamingTheFormat) {
   testing::TempDir dir;
   const std::string rest(200, 'a');
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {"PAR1" + rest, {"Parquet", "not read yet", "JSONL"}},
+      {"PAR1" + rest, {"Parquet", "a table"}},
       {std::string("PK\x03\x04", 4) + rest, {"zip archive"}},
       {"%PDF-1.7\n" + rest, {"PDF", "pdftotext"}},
       {std::string("\x7f" "ELF\x02\x01", 6) + rest, {"ELF"}},

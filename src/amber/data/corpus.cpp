@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "amber/core/error.h"
+#include "amber/data/parquet_reader.h"
 #include "amber/data/text_stream.h"
 #include "amber/data/utf8.h"
 
@@ -40,6 +41,25 @@ CorpusFormat detect_format(const std::string& path) {
     if (line == "%") return CorpusFormat::fortune;
   }
   return CorpusFormat::lines;
+}
+
+// A JSONL row's messages, checked: a list of objects with string role and content.
+std::vector<ChatMessage> chat_messages(const nlohmann::json& row, const std::string& field, const std::string& where) {
+  AMBER_CHECK(row.is_object() && row.contains(field), where, ": no field \"", field, "\" (the chat messages); name ",
+              "the messages field with --field");
+  const nlohmann::json& list = row[field];
+  AMBER_CHECK(list.is_array(), where, ": field \"", field, "\" is not a list of messages; a chat row holds ",
+              "[{\"role\": ..., \"content\": ...}, ...]");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& m = list[i];
+    for (const char* key : {"role", "content"}) {
+      AMBER_CHECK(m.is_object() && m.contains(key) && m[key].is_string(), where, ": message ", i, " of \"", field,
+                  "\" has no string \"", key, "\"; every message needs a string role and content");
+    }
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
 }
 
 void strip_trailing(std::string& s, std::string_view chars) {
@@ -100,14 +120,38 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
     on_document(std::move(doc));
     doc.clear();
   };
+  auto check_repairs = [&](const std::string& path) {
+    stats.repaired_bytes += file_repaired;
+    const double invalid = file_bytes > 0 ? static_cast<double>(file_repaired) / static_cast<double>(file_bytes) : 0;
+    AMBER_CHECK(invalid <= options.max_invalid_utf8, "corpus file ", path, ": ", file_repaired, " of its ", file_bytes,
+                " document bytes (a fraction of ", invalid, ") are not valid UTF-8, more than --max-invalid-utf8 ",
+                options.max_invalid_utf8, " allows; it is in another encoding (convert it, e.g. iconv -f LATIN1 -t ",
+                "UTF-8) or not text. Raise --max-invalid-utf8 to replace them with U+FFFD instead");
+  };
+  const bool chat = options.chat_template != ChatTemplate::none;
   for (const std::string& path : files) {
-    TextStream in(path);
     stats.files += 1;
-    const CorpusFormat format = options.format == CorpusFormat::automatic ? detect_format(path) : options.format;
-    std::string line;
     std::string doc;
-    int64_t line_no = 0;
     file_bytes = file_repaired = 0;
+    if (is_parquet_file(path)) {
+      AMBER_CHECK(!chat, "corpus file ", path, " is Parquet, whose chat messages (a list column) amber does not read; ",
+                  "convert it to JSONL, e.g. python3 -c \"import pandas; pandas.read_parquet('", path, "').to_json('",
+                  path, ".jsonl', orient='records', lines=True, force_ascii=False)\", and pass that file");
+      const ParquetColumnStats s = read_parquet_column(path, options.field, [&](std::string_view text) {
+        doc.assign(text);
+        emit(doc);
+      });
+      stats.null_values += s.nulls;
+      check_repairs(path);
+      continue;
+    }
+    TextStream in(path);
+    const CorpusFormat format = options.format == CorpusFormat::automatic ? detect_format(path) : options.format;
+    AMBER_CHECK(!chat || format == CorpusFormat::jsonl, "corpus file ", path, " is read as ",
+                corpus_format_name(format), ", but --chat-template renders the messages of JSONL rows; name the ",
+                "file .jsonl or pass --format jsonl");
+    std::string line;
+    int64_t line_no = 0;
     while (in.getline(line)) {
       ++line_no;
       switch (format) {
@@ -139,11 +183,19 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
           } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number past a double
             fail(path, ":", line_no, ": not valid JSON (", e.what(), ")");
           }
-          AMBER_CHECK(j.is_object() && j.contains(options.jsonl_field), path, ":", line_no, ": no field \"",
-                      options.jsonl_field, "\"; choose the text field with --field");
-          AMBER_CHECK(j[options.jsonl_field].is_string(), path, ":", line_no, ": field \"", options.jsonl_field,
-                      "\" is not a string");
-          doc = j[options.jsonl_field].get<std::string>();
+          if (chat) {
+            doc = render_chat(options.chat_template, chat_messages(j, options.field, concat(path, ":", line_no)));
+            emit(doc);
+            break;
+          }
+          const bool has_messages = j.is_object() && j.contains("messages") && j["messages"].is_array();
+          AMBER_CHECK(j.is_object() && j.contains(options.field), path, ":", line_no, ": no field \"", options.field,
+                      "\"; choose the text field with --field",
+                      has_messages ? " (a chat row: render its messages with --chat-template chatml or llama3)" : "");
+          AMBER_CHECK(j[options.field].is_string(), path, ":", line_no, ": field \"", options.field,
+                      "\" is not a string",
+                      has_messages ? " (a chat row: render its messages with --chat-template chatml or llama3)" : "");
+          doc = j[options.field].get<std::string>();
           emit(doc);
           break;
         }
@@ -153,12 +205,7 @@ CorpusStats read_corpus(const std::vector<std::string>& files, const CorpusOptio
     }
     strip_trailing(doc, "\n");
     emit(doc);
-    stats.repaired_bytes += file_repaired;
-    const double invalid = file_bytes > 0 ? static_cast<double>(file_repaired) / static_cast<double>(file_bytes) : 0;
-    AMBER_CHECK(invalid <= options.max_invalid_utf8, "corpus file ", path, ": ", file_repaired, " of its ", file_bytes,
-                " document bytes (a fraction of ", invalid, ") are not valid UTF-8, more than --max-invalid-utf8 ",
-                options.max_invalid_utf8, " allows; it is in another encoding (convert it, e.g. iconv -f LATIN1 -t ",
-                "UTF-8) or not text. Raise --max-invalid-utf8 to replace them with U+FFFD instead");
+    check_repairs(path);
   }
   return stats;
 }

@@ -2,6 +2,8 @@
 // afterwards by the NUL-byte check on the decoded text.
 #include "amber/data/file_sniff.h"
 
+#include <fstream>
+
 #include "amber/core/error.h"
 
 namespace amber::data {
@@ -17,7 +19,7 @@ struct Refused {
 
 constexpr std::string_view kParquet = "PAR1";
 
-// Formats a corpus may arrive in that amber cannot read (yet), each with a way out.
+// Formats a corpus may arrive in that amber cannot read, each with a way out.
 const Refused kRefused[] = {
     {"ARROW1", "an Arrow IPC file", "write its text column out as JSONL (pyarrow.ipc.open_file(...).read_pandas())"},
     {std::string_view("PK\x03\x04", 4), "a zip archive", "unpack it and pass the files inside"},
@@ -39,10 +41,8 @@ Compression sniff_compression(std::string_view head, const std::string& path) {
   if (starts_with(head, "\x1f\x8b")) return Compression::gzip;
   if (starts_with(head, "\x28\xb5\x2f\xfd")) return Compression::zstd;
   if (starts_with(head, kParquet)) {
-    fail("corpus file ", path, " is Parquet, which amber does not read yet; convert it to JSONL, e.g. ",
-         "python3 -c \"import pandas; pandas.read_parquet('", path, "').to_json('", path,
-         ".jsonl', orient='records', lines=True, force_ascii=False)\", and pass that file (--field names the text ",
-         "column)");
+    fail("corpus file ", path, " is Parquet, a table, not a text stream; read_corpus reads its text column ",
+         "(--field) with the Parquet reader");
   }
   for (const Refused& r : kRefused) {
     if (starts_with(head, r.magic)) fail("corpus file ", path, " is ", r.what, ", not text; ", r.advice);
@@ -60,6 +60,13 @@ void check_text_start(std::string_view text, int64_t offset, const std::string& 
   fail("corpus file ", path, " looks binary, not text: byte ", offset + static_cast<int64_t>(nul),
        " (after any decompression) is NUL; amber reads UTF-8 text and JSONL, plain or gzip/zstd-compressed ",
        "(UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8)");
+}
+
+bool is_parquet_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4] = {};
+  in.read(head, sizeof(head));
+  return in.gcount() == 4 && std::string_view(head, 4) == kParquet;
 }
 
 std::string_view compression_name(Compression compression) {

@@ -95,7 +95,11 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   settings["input_sizes"] = sizes;
   if (weighted) settings["input_weights"] = weights;  // absent when unweighted, as older amber wrote it
   settings["format"] = corpus_format_name(options.corpus.format);
-  settings["jsonl_field"] = options.corpus.jsonl_field;
+  settings["jsonl_field"] = options.corpus.field;  // the key older amber wrote, so their restarts still match
+  // Absent without a template, as older amber wrote it.
+  if (options.corpus.chat_template != ChatTemplate::none) {
+    settings["chat_template"] = chat_template_name(options.corpus.chat_template);
+  }
   settings["val_fraction"] = options.val_fraction;
   settings["val_seed"] = options.val_seed;
   settings["shard_bytes"] = options.shard_bytes;
@@ -115,6 +119,21 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   }
   const std::string manifest_path = (fs::path(options.out_dir) / "manifest.json").string();
   fs::remove(manifest_path, ec);
+
+  if (options.corpus.chat_template != ChatTemplate::none && on_progress) {
+    std::string missing;
+    for (std::string_view marker : chat_template_markers(options.corpus.chat_template)) {
+      const auto& added = tokenizer.added_tokens();
+      if (std::none_of(added.begin(), added.end(), [&](const AddedToken& t) { return t.content == marker; })) {
+        missing += concat(missing.empty() ? "" : ",", marker);
+      }
+    }
+    if (!missing.empty()) {
+      on_progress(concat("chat template ", chat_template_name(options.corpus.chat_template), ": ", missing,
+                         " are not added tokens of the tokenizer, so they are tokenized as text; to make each one ",
+                         "token, train the tokenizer with --special ", missing));
+    }
+  }
 
   TokenizeCorpusReport report;
   std::vector<ShardEntry> train_shards, val_shards;
@@ -220,11 +239,15 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
     stats.documents += s.documents;
     stats.bytes += s.bytes;
     stats.repaired_bytes += s.repaired_bytes;
+    stats.null_values += s.null_values;
   }
   flush(train);
   flush(val);
   report.text_bytes = stats.bytes;
-  AMBER_CHECK(stats.documents > 0, "tokenize: the corpus holds no documents; check --input and --format");
+  report.null_values = stats.null_values;
+  AMBER_CHECK(stats.documents > 0, "tokenize: the corpus holds no documents",
+              stats.null_values > 0 ? concat(" (", stats.null_values, " null texts skipped)") : "",
+              "; check --input, --format and --field");
   AMBER_CHECK(report.train_docs + report.val_docs > 0, "tokenize: the mixture weights kept none of the corpus's ",
               stats.documents, " documents; raise the --input weights");
 
@@ -249,6 +272,7 @@ TokenizeCorpusReport tokenize_corpus(const Tokenizer& tokenizer, const TokenizeC
   manifest["val_tokens"] = report.val_tokens;
   manifest["train_token_counts"] = counts_file;
   manifest["repaired_utf8_bytes"] = stats.repaired_bytes;
+  manifest["null_values_skipped"] = stats.null_values;
   write_json_atomically(manifest_path, manifest);
   return report;
 }

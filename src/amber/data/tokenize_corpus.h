@@ -27,6 +27,7 @@ struct TokenizeCorpusReport {
   int64_t train_docs = 0, val_docs = 0;
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t text_bytes = 0;
+  int64_t null_values = 0;  // Parquet rows with a null text, skipped
   int shards_written = 0, shards_reused = 0;
 };
 
