@@ -17,8 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from doc_lengths import parse_range, spread_lengths
-from step_torch import Model
+from step_torch import Batch, Model, add_model_arguments
 
 
 def sdpa_by_document(q, k, v, cu, max_len):
@@ -40,42 +39,20 @@ def sdpa_by_document(q, k, v, cu, max_len):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dim", type=int, required=True)
-    p.add_argument("--depth", type=int, required=True)
-    p.add_argument("--heads", type=int, required=True)
-    p.add_argument("--kv-heads", type=int, required=True)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--mlp-hidden", type=int, required=True)
-    p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--tokens", type=int, default=4096)
-    p.add_argument("--doc-len", default="512", help="length or MIN-MAX (the fixed spread amber uses too)")
+    add_model_arguments(p, vocab=4096, tokens=4096, doc_len="512")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     a.moe_experts = 0  # step_torch.Model's dense blocks
 
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(a.threads)
-    torch.manual_seed(a.seed)
-    g = torch.Generator().manual_seed(a.seed)
-    lengths = spread_lengths(a.tokens, *parse_range(a.doc_len))
-    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
-    positions = torch.cat([torch.arange(n) for n in lengths])
-    tokens = torch.randint(0, a.vocab, (a.tokens,), generator=g)
-    targets = torch.full((a.tokens,), -100, dtype=torch.long)
-    start = 0
-    for n in lengths:
-        targets[start:start + n - 1] = tokens[start + 1:start + n]
-        start += n
-    n_targets = int((targets != -100).sum())
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, a.head_dim, 2).float() / a.head_dim))
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
-    max_len = max(lengths)
+    b = Batch(a, "cpu")
+    tokens, targets, cos, sin, cu, max_len, n_targets, lengths = (
+        b.tokens, b.targets, b.cos, b.sin, b.cu, b.max_len, b.n_targets, b.lengths)
 
     model = Model(a, attention=sdpa_by_document)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)

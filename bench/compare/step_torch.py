@@ -19,7 +19,6 @@ MFU counts active parameters (router, top-k and shared experts), as amber does.
 
 import argparse
 import inspect
-import math
 import time
 
 import torch
@@ -155,17 +154,48 @@ def sparse(a, layer):
     return a.moe_experts > 0 and layer >= a.moe_first_dense and (layer - a.moe_first_dense) % a.moe_every == 0
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_model_arguments(p, vocab, tokens, doc_len):
+    """The model's shape, the batch and the seed, as both PyTorch references take them."""
     p.add_argument("--dim", type=int, required=True)
     p.add_argument("--depth", type=int, required=True)
     p.add_argument("--heads", type=int, required=True)
     p.add_argument("--kv-heads", type=int, required=True)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--mlp-hidden", type=int, required=True)
-    p.add_argument("--vocab", type=int, default=65536)
-    p.add_argument("--tokens", type=int, default=16384)
-    p.add_argument("--doc-len", default="2048", help="length or MIN-MAX (the fixed spread amber uses too)")
+    p.add_argument("--vocab", type=int, default=vocab)
+    p.add_argument("--tokens", type=int, default=tokens)
+    p.add_argument("--doc-len", default=doc_len, help="length or MIN-MAX (the fixed spread amber uses too)")
+    p.add_argument("--seed", type=int, default=1)
+
+
+class Batch:
+    """The packed batch of both references, on device `dev`: random tokens in documents of
+    amber's lengths, next-token targets within each document, RoPE's cos and sin at each
+    token's position in its document. Seeds torch from a.seed."""
+
+    def __init__(self, a, dev):
+        torch.manual_seed(a.seed)
+        g = torch.Generator().manual_seed(a.seed)
+        self.lengths = spread_lengths(a.tokens, *parse_range(a.doc_len))
+        self.cu = torch.tensor([0] + list(torch.tensor(self.lengths).cumsum(0)), dtype=torch.int32, device=dev)
+        positions = torch.cat([torch.arange(n) for n in self.lengths]).to(dev)
+        tokens = torch.randint(0, a.vocab, (a.tokens,), generator=g)
+        targets = torch.full((a.tokens,), -100, dtype=torch.long)
+        start = 0
+        for n in self.lengths:
+            targets[start:start + n - 1] = tokens[start + 1:start + n]
+            start += n
+        self.tokens, self.targets = tokens.to(dev), targets.to(dev)
+        self.n_targets = int((targets != -100).sum())
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, a.head_dim, 2, device=dev).float() / a.head_dim))
+        angles = positions.float()[:, None] * inv_freq[None, :]
+        self.cos, self.sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
+        self.max_len = max(self.lengths)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_arguments(p, vocab=65536, tokens=16384, doc_len="2048")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--warmup-seconds", type=float, default=2.0,
@@ -177,7 +207,6 @@ def main():
     p.add_argument("--grad-clip", type=float, default=0.0,
                    help="clip the global gradient norm to this before the update "
                         "(torch.nn.utils.clip_grad_norm_); 0: no clipping")
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--moe-experts", type=int, default=0, help="routed experts per MoE layer; 0: a dense model")
     p.add_argument("--moe-top-k", type=int, default=8)
     p.add_argument("--moe-hidden", type=int, default=384, help="width of one expert")
@@ -187,24 +216,10 @@ def main():
     p.add_argument("--moe-bias-update-rate", type=float, default=0.001)
     a = p.parse_args()
 
-    torch.manual_seed(a.seed)
-    g = torch.Generator().manual_seed(a.seed)
-    lengths = spread_lengths(a.tokens, *parse_range(a.doc_len))
     dev = "cuda"
-    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device=dev)
-    positions = torch.cat([torch.arange(n) for n in lengths]).to(dev)
-    tokens = torch.randint(0, a.vocab, (a.tokens,), generator=g).to(dev)
-    targets = torch.full((a.tokens,), -100, dtype=torch.long)
-    start = 0
-    for n in lengths:
-        targets[start:start + n - 1] = tokens[start + 1:start + n].cpu()
-        start += n
-    targets = targets.to(dev)
-    n_targets = int((targets != -100).sum())
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, a.head_dim, 2, device=dev).float() / a.head_dim))
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
-    max_len = max(lengths)
+    b = Batch(a, dev)
+    tokens, targets, cos, sin, cu, max_len, n_targets, lengths = (
+        b.tokens, b.targets, b.cos, b.sin, b.cu, b.max_len, b.n_targets, b.lengths)
 
     model = Model(a).to(dev)
     moe_layers = [m for m in model.modules() if isinstance(m, MoeMlp)]
