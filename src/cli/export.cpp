@@ -1,6 +1,7 @@
-// `amber export hf|gguf`: a checkpoint as a Hugging Face model folder that stock
-// transformers loads (export/hf_folder.h), or as a GGUF file llama.cpp runs
-// (export/gguf_export.h); docs/interop.md says what maps to what.
+// `amber export hf|gguf|weights`: a checkpoint as a Hugging Face model folder that
+// stock transformers loads (export/hf_folder.h), as a GGUF file llama.cpp runs
+// (export/gguf_export.h), or as a weights-only amber checkpoint for release
+// (train/checkpoint.h); docs/interop.md says what maps to what.
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -58,6 +59,15 @@ void run_export_hf(const ExportArgs& a) {
             << ") to " << a.out << "\n";
 }
 
+void run_export_weights(const ExportArgs& a) {
+  const OpenedCheckpoint opened = open_checkpoint(a.checkpoint, a.tokenizer);
+  LanguageModel model(opened.config.model);
+  load_checkpoint(opened.dir, model, nullptr);
+  save_weights_checkpoint(a.out, model, opened.state, dtype_from_name(a.dtype), opened.tokenizer_path);
+  std::cout << "exported the weights of " << opened.dir << " (" << a.dtype << ") to " << a.out
+            << ": amber sample, eval and export read it; it cannot resume training\n";
+}
+
 void run_export_gguf(const ExportArgs& a) {
   const Exported e = open_export(a, [](const ModelConfig& c) { gguf_architecture(c); });
   AMBER_CHECK(!std::filesystem::exists(a.out), a.out, " already exists; choose another --out or remove it");
@@ -69,7 +79,8 @@ void run_export_gguf(const ExportArgs& a) {
 }  // namespace
 
 void add_export_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("export", "Write a checkpoint in another framework's format (docs/interop.md)");
+  auto* cmd = app.add_subcommand(
+      "export", "Write a checkpoint in another framework's format, or as weights only (docs/interop.md)");
   cmd->require_subcommand(1);
   auto a = std::make_shared<ExportArgs>();
   auto* hf = cmd->add_subcommand("hf", "A Hugging Face folder (Llama, Qwen3 or Gemma3 layout) that transformers loads");
@@ -86,6 +97,21 @@ void add_export_command(CLI::App& app) {
   hf->add_option("--tokenizer", a->tokenizer,
                  "tokenizer.json (default: the checkpoint's copy, else the path the run config names)");
   hf->callback([a] { run_export_hf(*a); });
+
+  auto w = std::make_shared<ExportArgs>();
+  w->dtype = "bf16";
+  auto* weights = cmd->add_subcommand(
+      "weights", "A weights-only amber checkpoint for release: the weights (bf16 by default), tokenizer and run "
+                 "config, without the optimizer state; amber sample, eval and export read it");
+  weights->add_option("--checkpoint", w->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
+      ->required();
+  weights->add_option("--out", w->out, "Folder to write (must not exist or be empty)")->required();
+  weights->add_option("--dtype", w->dtype, "Stored weights: bf16 (half the size) or f32 (exact)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  weights->add_option("--tokenizer", w->tokenizer,
+                      "tokenizer.json (default: the checkpoint's copy, else the path the run config names)");
+  weights->callback([w] { run_export_weights(*w); });
 
   auto g = std::make_shared<ExportArgs>();
   auto* gguf = cmd->add_subcommand("gguf", "A GGUF file (llama.cpp's llama or qwen3 architecture) with the tokenizer");

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""`amber export hf`, `amber eval` and `amber train --init-from` through the binary,
+"""`amber export hf|weights`, `amber eval` and `amber train --init-from` through the binary,
 without torch: the exported folder's files and their contents, export from a copied run
 folder in another directory with the run's tokenizer gone, the evaluation equal to the
 run's logged val_loss, and the messages of what is refused (an existing --out, a bad
 --dtype, a model no stock class computes, a folder whose config.json or tensors do not
-fit the run's model, --init-from on a resumed run)."""
+fit the run's model, --init-from on a resumed run); a weights-only release evaluates within
+bf16's rounding of the run, samples from another directory, and refuses a resume."""
 import json
 import os
 import re
@@ -99,6 +100,32 @@ def main():
             generation = json.load(open(os.path.join(hf, "generation_config.json"), encoding="utf-8"))
             expect(generation.get("eos_token_id") == config_json["eos_token_id"] is not None,
                    f"generation_config's eos: {generation}")
+
+        # A weights-only release: half the training checkpoint's weights file, the run's
+        # evaluation within bf16's rounding, sampling from another directory, no resume.
+        release = os.path.join(tmp, "release")
+        r = run(["export", "weights", "--checkpoint", run_dir, "--out", release])
+        expect(r.returncode == 0 and sorted(os.listdir(release)) == ["model.safetensors", "tokenizer.json",
+                                                                      "trainer_state.json"],
+               f"export weights: {r.stderr[-300:]} {os.listdir(release) if os.path.isdir(release) else None}")
+        latest = os.path.join(run_dir, "checkpoints", open(os.path.join(run_dir, "checkpoints", "latest")).read().strip())
+        full, half = (os.path.getsize(os.path.join(d, "model.safetensors")) for d in (latest, release))
+        expect(half < 0.6 * full, f"bf16 weights take about half the f32 file: {half} of {full} bytes")
+        r = run(["eval", "--checkpoint", release])
+        m = re.search(r"val_loss (\S+) over", r.stdout)
+        expect(r.returncode == 0 and m is not None and abs(float(m.group(1)) - logged) <= 2e-2 * logged,
+               f"the release evaluates near the run's {logged}: {r.stdout[-200:]!r} {r.stderr[-300:]!r}")
+        far = subprocess.run([os.path.abspath(amber), "sample", "--checkpoint", release, "--prompt", "a",
+                              "--max-tokens", "5"], capture_output=True, encoding="utf-8", errors="replace",
+                             cwd=os.path.join(tmp, "elsewhere"))
+        expect(far.returncode == 0, f"sample a release from another directory: {far.stderr[-300:]}")
+        resumed = os.path.join(tmp, "resumed")
+        os.makedirs(os.path.join(resumed, "checkpoints"))
+        shutil.copytree(release, os.path.join(resumed, "checkpoints", "step-00000002"))
+        with open(os.path.join(resumed, "checkpoints", "latest"), "w", encoding="utf-8") as f:
+            f.write("step-00000002")
+        _, r = train("resumed", args=["--resume"])
+        expect(r.returncode == 1 and "weights-only checkpoint" in r.stderr, f"resume from a release: {r.stderr[-300:]}")
 
         expect_failure(["export", "hf", "--checkpoint", run_dir, "--out", hf], 1, "already exists",
                        "choose another --out")

@@ -139,6 +139,34 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
   return final_dir.string();
 }
 
+void save_weights_checkpoint(const std::string& dir, const LanguageModel& model, const nlohmann::json& trainer_state,
+                             DType dtype, const std::string& tokenizer) {
+  AMBER_CHECK(dtype == DType::f32 || dtype == DType::bf16, "a weights-only checkpoint stores f32 or bf16, not ",
+              dtype_name(dtype));
+  fs::path root = fs::path(dir).lexically_normal();
+  if (root.filename().empty()) root = root.parent_path();  // "out/" names the folder "out"
+  AMBER_CHECK(!fs::exists(root) || (fs::is_directory(root) && fs::is_empty(root)), dir,
+              " already exists and is not an empty folder; choose another --out or remove it");
+  // Written beside its final name and renamed when complete, as training checkpoints are.
+  const fs::path temporary = root.string() + ".tmp-" + std::to_string(getpid());
+  fs::remove_all(temporary);
+  fs::create_directories(temporary);
+  std::vector<NamedTensor> weights;
+  for (const auto& p : model.params()) weights.push_back({p->name, p->value.to(Device::cpu()).to(dtype)});
+  for (const auto& [name, tensor] : model.buffers()) weights.push_back({name, tensor});
+  save_safetensors((temporary / "model.safetensors").string(), weights,
+                   {{"format", "pt"}, {"amber.model_config", model_config_to_toml(model.config())}});
+  if (!tokenizer.empty()) fs::copy_file(tokenizer, temporary / "tokenizer.json");
+  nlohmann::json meta = {{"format_version", kFormatVersion},
+                         {"weights_only", true},
+                         {"config", trainer_state.at("config")},
+                         {"step", trainer_state.value("step", int64_t{0})}};
+  meta["checksums"]["model.safetensors"] = file_checksum((temporary / "model.safetensors").string());
+  write_text_atomically(temporary / "trainer_state.json", meta.dump(2));
+  if (fs::exists(root)) fs::remove(root);  // empty, checked above
+  fs::rename(temporary, root);
+}
+
 std::string latest_checkpoint(const std::string& out_dir) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
   std::ifstream in(root / "latest");
@@ -200,6 +228,10 @@ nlohmann::json load_checkpoint(const std::string& dir, LanguageModel& model, Opt
   load_tensors((fs::path(dir) / "model.safetensors").string(), weights, "model");
   model.refresh_working_copies();
   if (optimizer) {
+    AMBER_CHECK(!state.value("weights_only", false), dir,
+                " is a weights-only checkpoint (amber export weights): it holds no optimizer state or data position "
+                "to resume from; resume from the training checkpoint it was made from, or sample, evaluate or export "
+                "it");
     std::vector<std::pair<std::string, Tensor*>> tensors;
     for (const StateTensor& s : optimizer->state()) tensors.emplace_back(s.name, s.tensor);
     verify_checksum(state, dir, "optimizer.safetensors");

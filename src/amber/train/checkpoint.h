@@ -27,6 +27,15 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
                             Optimizer& optimizer, const nlohmann::json& trainer_state, int keep_last,
                             const std::string& tokenizer = "");
 
+// A weights-only checkpoint for release in `dir` (which must not exist, or be empty):
+// model.safetensors with every parameter in `dtype` (f32, exact; or bf16, half the
+// size) and the model's buffers (balance biases) in f32, a copy of the tokenizer, and
+// a trainer_state.json holding the run config and step of `trainer_state` with
+// "weights_only": true. amber sample, eval and export read it as they read any
+// checkpoint; a resume refuses it (it holds no optimizer state or data position).
+void save_weights_checkpoint(const std::string& dir, const LanguageModel& model, const nlohmann::json& trainer_state,
+                             DType dtype, const std::string& tokenizer);
+
 // The checkpoint `latest` names under <out_dir>/checkpoints, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);
 
