@@ -149,28 +149,35 @@ TEST(Gemm, BatchOfProductsMatchesOneAtATime) {
 
 // cuBLASLt's algorithms (bench kernel gemm) exist on a GPU only: CPU tensors get an
 // error that says so, not a silent empty answer.
-// The CPU splits a product into one BLAS call per thread; the bits of every element
-// must not depend on that split (the thread count), for every transpose and for shapes
-// of the training step's products, ragged ones included.
+// The CPU splits a product into BLAS calls over its threads; the bits of every element
+// must not depend on the thread count, for every transpose, written or accumulated,
+// at shapes of the training step's products, ragged token counts included (128 x 32 x
+// 458 caught a split by threads: OpenBLAS sums differently in calls of other rows).
 TEST(Gemm, ThreadCountDoesNotChangeBits) {
   const int saved = omp_get_max_threads();
   struct Dims {
     int64_t m, n, k;
   };
-  for (const Dims s : {Dims{1000, 384, 128}, Dims{384, 1000, 300}, Dims{77, 1500, 33}, Dims{2048, 96, 512}})
+  for (const Dims s : {Dims{1000, 384, 128}, Dims{384, 1000, 300}, Dims{77, 1500, 33}, Dims{2048, 96, 512},
+                       Dims{192, 32, 512}, Dims{32, 192, 512}, Dims{512, 32, 4096}, Dims{4096, 32, 512},
+                       Dims{512, 4096, 32}, Dims{512, 128, 32}, Dims{128, 32, 512}, Dims{128, 32, 458}})
     for (const bool ta : {false, true})
       for (const bool tb : {false, true}) {
         const Tensor a = random_tensor(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, DType::f32, 7);
         const Tensor b = random_tensor(tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, DType::f32, 8);
-        std::vector<std::vector<double>> results;
-        for (const int threads : {1, 2, 3, 8}) {
-          omp_set_num_threads(threads);
-          Tensor c = Tensor::empty({s.m, s.n}, DType::f32);
-          gemm(a, ta, b, tb, c);
-          results.push_back(c.to_doubles());
+        const Tensor c0 = random_tensor({s.m, s.n}, DType::f32, 9);
+        for (const double beta : {0.0, 1.0}) {  // written, or added to (a gradient accumulating)
+          std::vector<std::vector<double>> results;
+          for (const int threads : {1, 2, 3, 8}) {
+            omp_set_num_threads(threads);
+            Tensor c = c0.clone();
+            gemm(a, ta, b, tb, c, 1.0, beta);
+            results.push_back(c.to_doubles());
+          }
+          for (size_t i = 1; i < results.size(); ++i)
+            EXPECT_EQ(results[i], results[0])
+                << s.m << "x" << s.n << "x" << s.k << " ta " << ta << " tb " << tb << " beta " << beta;
         }
-        for (size_t i = 1; i < results.size(); ++i)
-          EXPECT_EQ(results[i], results[0]) << s.m << "x" << s.n << "x" << s.k << " ta " << ta << " tb " << tb;
       }
   omp_set_num_threads(saved);
 }

@@ -2,7 +2,6 @@
 #include "amber/ops/cpu/gemm.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 
@@ -22,17 +21,18 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
               alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Rows (or columns) per BLAS call: the split side in one part per thread, rounded up
-// to a multiple of 64. Each call packs the whole other operand again, so fewer, larger
-// calls pack less: on two cores a 25M model's step took 2089 ms with 64-row calls cut
-// into eighths, 2001 ms in quarters and 1957 ms in halves (docs/perf/cpu.md). The
-// split never changes a result: OpenBLAS sums each output element over k in the same
-// order whatever the rows of the call (Gemm.ThreadCountDoesNotChangeBits pins it).
-constexpr int64_t kTileQuantum = 64;
+// Rows (or columns) per BLAS call: the split side in four parts, rounded up to a
+// multiple of 64 and at most 1024. A function of the product's shape alone, never of
+// the thread count: OpenBLAS's sum for an element can depend on the rows of the call
+// (a 128 x 32 x 458 product as two 64-row calls differs from one call), so a split by
+// threads changed bits with the thread count (Gemm.ThreadCountDoesNotChangeBits). Each call packs the whole other operand again,
+// so fewer, larger calls pack less: on two cores a 25M model's step took 2089 ms with
+// 64-row calls cut into eighths, 2001 ms in quarters and 1957 ms in halves
+// (docs/perf/cpu.md); quarters still keep four threads busy.
+constexpr int64_t kTileQuantum = 64, kMaxTile = 1024, kParts = 4;
 int64_t tile_of(int64_t extent) {
-  const int64_t parts = std::max(1, omp_get_max_threads());
-  const int64_t part = (extent + parts - 1) / parts;
-  return std::max(kTileQuantum, (part + kTileQuantum - 1) / kTileQuantum * kTileQuantum);
+  const int64_t part = (extent + kParts - 1) / kParts;
+  return std::clamp((part + kTileQuantum - 1) / kTileQuantum * kTileQuantum, kTileQuantum, kMaxTile);
 }
 
 // OpenBLAS runs single-threaded and amber splits the product into fixed tiles over
