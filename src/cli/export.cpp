@@ -76,6 +76,14 @@ void run_export_gguf(const ExportArgs& a) {
             << ") to " << a.out << "\n";
 }
 
+// The options every export takes: the checkpoint, where to write, the tokenizer.
+void add_common_options(CLI::App* sub, ExportArgs& a, const std::string& out_help) {
+  sub->add_option("--checkpoint", a.checkpoint, "Checkpoint directory, or a run folder (uses its latest)")->required();
+  sub->add_option("--out", a.out, out_help)->required();
+  sub->add_option("--tokenizer", a.tokenizer,
+                  "tokenizer.json (default: the checkpoint's copy, else the path the run config names)");
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& app) {
@@ -84,9 +92,7 @@ void add_export_command(CLI::App& app) {
   cmd->require_subcommand(1);
   auto a = std::make_shared<ExportArgs>();
   auto* hf = cmd->add_subcommand("hf", "A Hugging Face folder (Llama, Qwen3 or Gemma3 layout) that transformers loads");
-  hf->add_option("--checkpoint", a->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
-      ->required();
-  hf->add_option("--out", a->out, "Folder to write (must not exist or be empty)")->required();
+  add_common_options(hf, *a, "Folder to write (must not exist or be empty)");
   hf->add_option("--dtype", a->dtype, "Stored weights: f32 (exact) or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
@@ -94,8 +100,6 @@ void add_export_command(CLI::App& app) {
                  "Weights above this many MiB go to several files with model.safetensors.index.json")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  hf->add_option("--tokenizer", a->tokenizer,
-                 "tokenizer.json (default: the checkpoint's copy, else the path the run config names)");
   hf->callback([a] { run_export_hf(*a); });
 
   auto w = std::make_shared<ExportArgs>();
@@ -103,26 +107,18 @@ void add_export_command(CLI::App& app) {
   auto* weights = cmd->add_subcommand(
       "weights", "A weights-only amber checkpoint for release: the weights (bf16 by default), tokenizer and run "
                  "config, without the optimizer state; amber sample, eval and export read it");
-  weights->add_option("--checkpoint", w->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
-      ->required();
-  weights->add_option("--out", w->out, "Folder to write (must not exist or be empty)")->required();
+  add_common_options(weights, *w, "Folder to write (must not exist or be empty)");
   weights->add_option("--dtype", w->dtype, "Stored weights: bf16 (half the size) or f32 (exact)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
-  weights->add_option("--tokenizer", w->tokenizer,
-                      "tokenizer.json (default: the checkpoint's copy, else the path the run config names)");
   weights->callback([w] { run_export_weights(*w); });
 
   auto g = std::make_shared<ExportArgs>();
   auto* gguf = cmd->add_subcommand("gguf", "A GGUF file (llama.cpp's llama or qwen3 architecture) with the tokenizer");
-  gguf->add_option("--checkpoint", g->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
-      ->required();
-  gguf->add_option("--out", g->out, "File to write (must not exist)")->required();
+  add_common_options(gguf, *g, "File to write (must not exist)");
   gguf->add_option("--dtype", g->dtype, "Stored matrices: f32 (exact), f16 or bf16 (vectors stay f32)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  gguf->add_option("--tokenizer", g->tokenizer,
-                   "tokenizer.json (default: the checkpoint's copy, else the path the run config names)");
   gguf->callback([g] { run_export_gguf(*g); });
 }
 
