@@ -92,6 +92,19 @@ void load_tensors(const std::string& path, const std::vector<std::pair<std::stri
               "' is not part of the configured model; the checkpoint belongs to a different configuration");
 }
 
+// What using a checkpoint needs, into `dir`: model.safetensors (each parameter as
+// `stored` gives it, the buffers as they are, the model config in the metadata) and,
+// given its path, a copy of the tokenizer.
+template <class Stored>
+void save_model_files(const fs::path& dir, const LanguageModel& model, Stored stored, const std::string& tokenizer) {
+  std::vector<NamedTensor> weights;
+  for (const auto& p : model.params()) weights.push_back({p->name, stored(p->value)});
+  for (const auto& [name, tensor] : model.buffers()) weights.push_back({name, tensor});
+  save_safetensors((dir / "model.safetensors").string(), weights,
+                   {{"format", "pt"}, {"amber.model_config", model_config_to_toml(model.config())}});
+  if (!tokenizer.empty()) fs::copy_file(tokenizer, dir / "tokenizer.json");
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& out_dir, int64_t step, const LanguageModel& model,
@@ -106,12 +119,7 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Lang
   fs::remove_all(temporary);
   fs::create_directories(temporary);
 
-  std::vector<NamedTensor> weights;
-  for (const auto& p : model.params()) weights.push_back({p->name, p->value});
-  for (const auto& [name, tensor] : model.buffers()) weights.push_back({name, tensor});
-  save_safetensors((temporary / "model.safetensors").string(), weights,
-                   {{"format", "pt"}, {"amber.model_config", model_config_to_toml(model.config())}});
-  if (!tokenizer.empty()) fs::copy_file(tokenizer, temporary / "tokenizer.json");
+  save_model_files(temporary, model, [](const Tensor& value) { return value; }, tokenizer);
   std::vector<NamedTensor> state;
   for (const StateTensor& s : optimizer.state()) state.push_back({s.name, *s.tensor});
   save_safetensors((temporary / "optimizer.safetensors").string(), state);
@@ -151,12 +159,8 @@ void save_weights_checkpoint(const std::string& dir, const LanguageModel& model,
   const fs::path temporary = root.string() + ".tmp-" + std::to_string(getpid());
   fs::remove_all(temporary);
   fs::create_directories(temporary);
-  std::vector<NamedTensor> weights;
-  for (const auto& p : model.params()) weights.push_back({p->name, p->value.to(Device::cpu()).to(dtype)});
-  for (const auto& [name, tensor] : model.buffers()) weights.push_back({name, tensor});
-  save_safetensors((temporary / "model.safetensors").string(), weights,
-                   {{"format", "pt"}, {"amber.model_config", model_config_to_toml(model.config())}});
-  if (!tokenizer.empty()) fs::copy_file(tokenizer, temporary / "tokenizer.json");
+  save_model_files(temporary, model, [dtype](const Tensor& value) { return value.to(Device::cpu()).to(dtype); },
+                   tokenizer);
   nlohmann::json meta = {{"format_version", kFormatVersion},
                          {"weights_only", true},
                          {"config", trainer_state.at("config")},
