@@ -1,25 +1,13 @@
 // CPU GEMM and linear layers on OpenBLAS (sgemm/dgemm: fp32 or fp64 accumulate).
 #include "amber/ops/cpu/gemm.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 
+#include "amber/ops/cpu/blas.h"
 #include "amber/ops/cpu/dispatch.h"
 
 namespace amber::cpu {
 namespace {
-
-void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const float* a,
-               int64_t lda, const float* b, int64_t ldb, double beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
-              static_cast<float>(alpha), a, lda, b, ldb, static_cast<float>(beta), c, ldc);
-}
-void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-               int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, a, lda, b, ldb, beta, c, ldc);
-}
 
 // Rows (or columns) per BLAS call: the split side in four parts, rounded up to a
 // multiple of 64 and at most 1024. A function of the product's shape alone, never of
@@ -35,14 +23,10 @@ int64_t tile_of(int64_t extent) {
   return std::clamp((part + kTileQuantum - 1) / kTileQuantum * kTileQuantum, kTileQuantum, kMaxTile);
 }
 
-// OpenBLAS runs single-threaded and amber splits the product into fixed tiles over
-// its own OpenMP pool: two thread pools spinning against each other on few cores
-// cost 1.6-1.8x on the demo model (docs/perf/cpu.md).
+// The product in fixed tiles over amber's OpenMP pool, one single-threaded BLAS call each.
 template <class T>
 void tiled_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda,
                 const T* b, int64_t ldb, double beta, T* c) {
-  static const bool single_threaded_blas = (openblas_set_num_threads(1), true);
-  (void)single_threaded_blas;
   const bool parallel = m * n * k >= (int64_t{1} << 20);
   if (m >= n) {
     const int64_t tile = tile_of(m), tiles = (m + tile - 1) / tile;

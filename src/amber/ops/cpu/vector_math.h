@@ -100,18 +100,24 @@ template <class T>
   return fixed_order_sum_of<T>(n, [x](int64_t i) { return x[i]; });
 }
 
-// The largest of x[0..n), n >= 1 (max is exact, so the lanes change nothing).
+// The largest of x[0..n), n >= 1 (max is exact, so the lanes change nothing). The
+// comparison is written on whole vectors: the compiler leaves std::max over an array of
+// lanes as scalar code.
 template <class T>
 [[gnu::always_inline]] inline T max_of(const T* x, int64_t n) {
-  constexpr int64_t kLanes = 16;
-  T lane[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) lane[l] = x[0];
-  const int64_t whole = n - n % kLanes;
-  for (int64_t i = 0; i < whole; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], x[i + l]);
-  for (int64_t i = whole; i < n; ++i) lane[0] = std::max(lane[0], x[i]);
-  T m = lane[0];
-  for (int64_t l = 1; l < kLanes; ++l) m = std::max(m, lane[l]);
+  using V = typename Lanes<T>::type;
+  constexpr int64_t L = Lanes<T>::count;
+  T m = x[0];
+  const int64_t whole = n - n % L;
+  if (whole > 0) {
+    V lane = load_lanes(x);
+    for (int64_t i = L; i < whole; i += L) {
+      const V v = load_lanes(x + i);
+      lane = lane < v ? v : lane;
+    }
+    for (int64_t l = 0; l < L; ++l) m = std::max(m, lane[l]);
+  }
+  for (int64_t i = whole; i < n; ++i) m = std::max(m, x[i]);
   return m;
 }
 
