@@ -19,7 +19,7 @@
 namespace amber {
 namespace {
 
-// The CPU kernel tiles by 32 rows; these lengths sit on both sides of 32- and 64-row
+// The kernels work in 32- and 64-row blocks; these lengths sit on both sides of 32- and 64-row
 // tiles, include a single-token document and one longer than two 64-row tiles.
 const std::vector<int32_t> kLengths = {1, 31, 32, 33, 63, 64, 65, 130, 7};
 

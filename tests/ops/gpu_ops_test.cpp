@@ -463,7 +463,7 @@ TEST(RopeGpu, QkNormRopeMatchesTheTwoOps) {
           gb[side] = {gpu(dy), gf[side].x, gf[side].weight, gf[side].rstd, g_stack.slice(1, h0, h1),
                       affine ? gpu(dw0) : Tensor()};
         }
-        qk_norm_rope_forward(cf[0], cf[1], pos, table);  // the CPU: the two ops per side
+        qk_norm_rope_forward(cf[0], cf[1], pos, table);
         qk_norm_rope_forward(gf[0], gf[1], gpos, table);
         for (int side = 0; side < 2; ++side) {
           const std::string which = tag + (side == 0 ? " q" : " k");

@@ -112,7 +112,7 @@ TEST(Rope, BackwardMatchesFiniteDifferencesAndPositionsRestartPerDocument) {
   EXPECT_EQ(y.item(3 * 16 + 7), x.item(3 * 16 + 7));  // pass-through channel
 }
 
-// QK-norm fused with RoPE (on the CPU the two ops per side): q and k as token-strided
+// QK-norm fused with RoPE (one pass per head row): q and k as token-strided
 // heads of one stacked tensor, each side with its own gain, against float64 from the
 // definition, and the backward (dq and dk into the stacked gradient, the gains'
 // gradients) against finite differences.

@@ -8,7 +8,6 @@
 #include "amber/ops/cpu/rope.h"
 #include "amber/ops/cuda/rope/rope.h"
 #include "amber/ops/device_switch.h"
-#include "amber/ops/norm.h"
 
 namespace amber {
 
@@ -67,6 +66,11 @@ void check_rope(const Tensor& x, const Tensor& positions, const RopeTable& table
               ": positions must be int32 [", x.size(0), "], got ", positions.shape());
 }
 
+void check_shared_dtype(const Tensor& q, const Tensor& k, const char* op) {
+  AMBER_CHECK(q.dtype() == k.dtype(), op, ": q is ", dtype_name(q.dtype()), " and k ", dtype_name(k.dtype()),
+              "; they must share a dtype");
+}
+
 }  // namespace
 
 void rope_forward(const Tensor& x, const Tensor& positions, const RopeTable& table, Tensor& y) {
@@ -87,6 +91,7 @@ void rope_backward(const Tensor& dy, const Tensor& positions, const RopeTable& t
 void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k, const Tensor& positions,
                           const RopeTable& table) {
   const char* op = "qk_norm_rope_forward";
+  check_shared_dtype(q.x, k.x, op);
   for (const QkNormRopeForward* s : {&q, &k}) {
     check_rope(s->x, positions, table, s->y, op);
     AMBER_CHECK(s->rstd.numel() == s->x.size(0) * s->x.size(1), op, ": rstd needs ", s->x.size(0) * s->x.size(1),
@@ -94,17 +99,13 @@ void qk_norm_rope_forward(const QkNormRopeForward& q, const QkNormRopeForward& k
   }
   const Device device = ops::common_device(op, {&q.x, &q.weight, &q.y, &q.rstd, &k.x, &k.weight, &k.y, &k.rstd,
                                                 &positions});
-  AMBER_ON_DEVICE(device, op, cuda::qk_norm_rope_forward(q, k, positions, table), ([&] {
-                    for (const QkNormRopeForward* s : {&q, &k}) {
-                      Tensor y = s->y, rstd = s->rstd;
-                      rmsnorm_forward(s->x, s->weight, s->eps, y, rstd);
-                      rope_forward(y, positions, table, y);
-                    }
-                  }()));
+  AMBER_ON_DEVICE(device, op, cuda::qk_norm_rope_forward(q, k, positions, table),
+                  cpu::qk_norm_rope_forward(q, k, positions, table));
 }
 
 Device check_qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward& k,
                                    const Tensor& positions, const RopeTable& table, const char* op) {
+  check_shared_dtype(q.x, k.x, op);
   for (const QkNormRopeBackward* s : {&q, &k}) {
     check_rope(s->x, positions, table, s->dy, op);
     require_same_shape(s->x, s->dx, op);
@@ -119,14 +120,8 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
                            const RopeTable& table) {
   const char* op = "qk_norm_rope_backward";
   const Device device = check_qk_norm_rope_backward(q, k, positions, table, op);
-  AMBER_ON_DEVICE(device, op, cuda::qk_norm_rope_backward(q, k, positions, table), ([&] {
-                    for (const QkNormRopeBackward* s : {&q, &k}) {
-                      Tensor unrotated = Tensor::empty(s->dy.shape(), s->dy.dtype());
-                      Tensor dx = s->dx, dweight = s->dweight;
-                      rope_backward(s->dy, positions, table, unrotated);
-                      rmsnorm_backward(unrotated, s->x, s->weight, s->rstd, dx, dweight);
-                    }
-                  }()));
+  AMBER_ON_DEVICE(device, op, cuda::qk_norm_rope_backward(q, k, positions, table),
+                  cpu::qk_norm_rope_backward(q, k, positions, table));
 }
 
 }  // namespace amber

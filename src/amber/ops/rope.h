@@ -42,9 +42,8 @@ void rope_backward(const Tensor& dy, const Tensor& positions, const RopeTable& t
 // y = rope(rmsnorm(x) * weight) over each head. x [T, H, head_dim] may be a
 // token-strided view (the heads of a stacked projection); weight [head_dim] or
 // undefined; y contiguous, rstd [T * H] f32 (f64 for f64 inputs), both written. q and k
-// share head_dim, positions and the table. The GPU does not round between the norm and
-// the rotation, and forms each token's cos/sin once for both sides; the CPU runs the
-// two ops.
+// share head_dim, dtype, positions and the table. Neither device rounds between the
+// norm and the rotation, and each forms the cos/sin once for both sides.
 struct QkNormRopeForward {
   Tensor x, weight;
   double eps = 1e-6;

@@ -43,9 +43,7 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& 
 #pragma omp parallel for if (r.n * r.d > 65536)
     for (int64_t i = 0; i < r.n; ++i) {
       const T* row = px + i * r.d;
-      T ss = 0;
-      for (int64_t j = 0; j < r.d; ++j) ss += row[j] * row[j];
-      const T inv = T(1) / std::sqrt(ss / static_cast<T>(r.d) + static_cast<T>(eps));
+      const T inv = rms_scale(row, r.d, eps);
       pr[i] = inv;
       for (int64_t j = 0; j < r.d; ++j) py[i * r.d + j] = row[j] * inv * (pw ? pw[j] : T(1));
     }
@@ -71,12 +69,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
       for (int64_t i = b * kRowBlock; i < std::min(r.n, (b + 1) * kRowBlock); ++i) {
         const T *row = px + i * r.d, *g = pg + i * r.d;
         const T inv = pr[i];
-        // d/dx of x*inv: inv * (gw - x * inv^2 * mean(gw * x)), gw = g * weight.
-        T dot = 0;
-        for (int64_t j = 0; j < r.d; ++j) dot += g[j] * (pw ? pw[j] : T(1)) * row[j];
-        const T c = dot * inv * inv / static_cast<T>(r.d);
-        for (int64_t j = 0; j < r.d; ++j)
-          pdx[i * r.d + j] = (accumulate ? pdx[i * r.d + j] : T(0)) + inv * (g[j] * (pw ? pw[j] : T(1)) - row[j] * c);
+        rms_backward_row(g, row, pw, inv, r.d, pdx + i * r.d, accumulate);
         if (pw)
           for (int64_t j = 0; j < r.d; ++j) partial[b * r.d + j] += g[j] * row[j] * inv;
       }
