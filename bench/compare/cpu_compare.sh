@@ -6,6 +6,7 @@
 # run's output in OUT (default docs/perf/data/cpu-compare-DATE-COMMIT.txt).
 # Usage: bench/compare/cpu_compare.sh [AMBER_BINARY]
 #   THREADS="2 8": thread counts (default 2, and 8 when the machine has 8 cores)
+#   COMMIT: the commit to name (default: the checkout's HEAD)
 #   ROUNDS=3: processes per arm; each arm's figure is its fastest round (other work on
 #   a shared machine only ever slows a round down)
 set -euo pipefail
@@ -15,7 +16,7 @@ root=$(cd "$here/../.." && pwd)
 cores=$(nproc)
 threads=${THREADS:-$( ((cores >= 8)) && echo "2 8" || echo 2)}
 rounds=${ROUNDS:-3}
-commit=$(git -C "$root" rev-parse --short HEAD)
+commit=${COMMIT:-$(git -C "$root" rev-parse --short HEAD)}
 out=${OUT:-$root/docs/perf/data/cpu-compare-$(date -u +%F)-$commit.txt}
 mkdir -p "$(dirname "$out")"
 : >"$out"
@@ -52,7 +53,8 @@ for n in $threads; do
     e=$(best <<<"${runs[eager]}")
     c=$(best <<<"${runs[compiled]}")
     printf '| %s | %s | %s (%s) | %s | %s | %s | %.2fx | %.2fx |\n' "$(basename "$config" .toml)" "$n" "$tokens" \
-      "$docs" "$a" "$e" "$c" "$(bc -l <<<"$e / $a")" "$(bc -l <<<"$c / $a")"
+      "$docs" "$a" "$e" "$c" "$(awk -v x="$e" -v y="$a" 'BEGIN { print x / y }')" \
+      "$(awk -v x="$c" -v y="$a" 'BEGIN { print x / y }')"
   done
 done
 echo

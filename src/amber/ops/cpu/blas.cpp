@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <cstring>
+
 namespace amber::cpu {
 namespace {
 
@@ -25,6 +27,17 @@ void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
                const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   single_threaded_blas();
   cblas_dgemm(CblasRowMajor, op(transpose_a), op(transpose_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+std::string wider_blas_core() {
+#if defined(__x86_64__)
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  // Only a build with every kernel family (DYNAMIC_ARCH) can switch.
+  const bool switchable = std::strstr(openblas_get_config(), "DYNAMIC_ARCH") != nullptr;
+  if (avx512 && switchable && std::strcmp(openblas_get_corename(), "Haswell") == 0) return "SkylakeX";
+#endif
+  return {};
 }
 
 }  // namespace amber::cpu

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace amber::cpu {
 
@@ -14,5 +15,12 @@ void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
                const float* a, int64_t lda, const float* b, int64_t ldb, double beta, float* c, int64_t ldc);
 void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, double alpha,
                const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// The OPENBLAS_CORETYPE to set when OpenBLAS chose kernels narrower than the CPU's
+// vector units, else empty. Ubuntu 24.04's OpenBLAS 0.3.26 runs its AVX2 ("Haswell")
+// kernels on AVX-512 Xeons whose model it does not know, at half the speed of its
+// SkylakeX kernels (70 against 141 GFLOP/s a core for a 512 x 1024 x 512 sgemm).
+// OpenBLAS reads the variable once, when it loads, so a caller must start a new process.
+std::string wider_blas_core();
 
 }  // namespace amber::cpu

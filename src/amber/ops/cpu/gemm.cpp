@@ -9,17 +9,19 @@
 namespace amber::cpu {
 namespace {
 
-// Rows (or columns) per BLAS call: the split side in four parts, rounded up to a
-// multiple of 64 and at most 1024. A function of the product's shape alone, never of
-// the thread count: OpenBLAS's sum for an element can depend on the rows of the call
-// (a 128 x 32 x 458 product as two 64-row calls differs from one call), so a split by
-// threads changed bits with the thread count (Gemm.ThreadCountDoesNotChangeBits). Each call packs the whole other operand again,
-// so fewer, larger calls pack less: on two cores a 25M model's step took 2089 ms with
-// 64-row calls cut into eighths, 2001 ms in quarters and 1957 ms in halves
-// (docs/perf/cpu.md); quarters still keep four threads busy.
-constexpr int64_t kTileQuantum = 64, kMaxTile = 1024, kParts = 4;
-int64_t tile_of(int64_t extent) {
-  const int64_t part = (extent + kParts - 1) / kParts;
+// The tiles of a product: the larger side in four parts and the smaller in two, each
+// rounded up to a multiple of 64 and at most 1024. A function of the product's shape
+// alone, never of the thread count: OpenBLAS's sum for an element can depend on the
+// rows of the call (a 128 x 32 x 458 product as two 64-row calls differs from one
+// call), so a split by threads changed bits with the thread count
+// (Gemm.ThreadCountDoesNotChangeBits). Each call packs its operands again, so fewer,
+// larger calls pack less, and more calls keep more threads busy: a 25M model's step
+// (docs/perf/cpu.md) took 1812-1864 ms on two cores with the larger side in quarters
+// and 1905-1960 ms in eight tiles, while at 8 threads of a 16-core Xeon its products
+// took 1650 ms a step in quarters and 695 ms in eight tiles.
+constexpr int64_t kTileQuantum = 64, kMaxTile = 1024, kLargerParts = 4, kSmallerParts = 2;
+int64_t tile_of(int64_t extent, int64_t parts) {
+  const int64_t part = (extent + parts - 1) / parts;
   return std::clamp((part + kTileQuantum - 1) / kTileQuantum * kTileQuantum, kTileQuantum, kMaxTile);
 }
 
@@ -28,23 +30,17 @@ template <class T>
 void tiled_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda,
                 const T* b, int64_t ldb, double beta, T* c) {
   const bool parallel = m * n * k >= (int64_t{1} << 20);
-  if (m >= n) {
-    const int64_t tile = tile_of(m), tiles = (m + tile - 1) / tile;
+  const int64_t rows = tile_of(m, m >= n ? kLargerParts : kSmallerParts);
+  const int64_t cols = tile_of(n, m >= n ? kSmallerParts : kLargerParts);
+  const int64_t row_tiles = (m + rows - 1) / rows, col_tiles = (n + cols - 1) / cols;
 #pragma omp parallel for schedule(dynamic) if (parallel)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t r0 = t * tile, rows = std::min(tile, m - r0);
-      // Rows r0.. of op(A): rows of A, or columns of A when transposed.
-      const T* a_tile = ta ? a + r0 : a + r0 * lda;
-      blas_gemm(ta, tb, rows, n, k, alpha, a_tile, lda, b, ldb, beta, c + r0 * n, n);
-    }
-  } else {
-    const int64_t tile = tile_of(n), tiles = (n + tile - 1) / tile;
-#pragma omp parallel for schedule(dynamic) if (parallel)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t c0 = t * tile, cols = std::min(tile, n - c0);
-      const T* b_tile = tb ? b + c0 * ldb : b + c0;
-      blas_gemm(ta, tb, m, cols, k, alpha, a, lda, b_tile, ldb, beta, c + c0, n);
-    }
+  for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
+    const int64_t r0 = t / col_tiles * rows, c0 = t % col_tiles * cols;
+    // Rows r0.. of op(A): rows of A, or columns of A when transposed; likewise columns c0.. of op(B).
+    const T* a_tile = ta ? a + r0 : a + r0 * lda;
+    const T* b_tile = tb ? b + c0 * ldb : b + c0;
+    blas_gemm(ta, tb, std::min(rows, m - r0), std::min(cols, n - c0), k, alpha, a_tile, lda, b_tile, ldb, beta,
+              c + r0 * n + c0, n);
   }
 }
 
