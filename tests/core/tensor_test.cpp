@@ -48,6 +48,27 @@ TEST(Tensor, CopiesConvertAndWriteThroughViews) {
   EXPECT_EQ(t.item(10), 7.0);
 }
 
+// Copies between views whose rows are contiguous (the heads of a stacked projection),
+// large enough to run over several threads: every element lands where its index says,
+// and nothing outside the view is touched.
+TEST(Tensor, RowStridedCopiesGatherAndScatterEveryElement) {
+  const Tensor stacked = iota({300, 5, 64});
+  const Tensor heads = stacked.slice(1, 1, 4);
+  const Tensor gathered = heads.contiguous();
+  ASSERT_TRUE(gathered.is_contiguous());
+  for (int64_t t : {0, 151, 299})
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t d : {0, 33, 63})
+        EXPECT_EQ(gathered.item((t * 3 + h) * 64 + d), stacked.item((t * 5 + h + 1) * 64 + d));
+  Tensor into = Tensor::zeros({300, 5, 64}, DType::f32);
+  Tensor slot = into.slice(1, 1, 4);
+  slot.copy_from(gathered);
+  const Tensor expected_zero = into.slice(1, 4, 5).contiguous();
+  for (int64_t i = 0; i < expected_zero.numel(); ++i) ASSERT_EQ(expected_zero.item(i), 0.0) << i;
+  EXPECT_EQ(into.slice(1, 1, 4).contiguous().to_doubles(), gathered.to_doubles());
+  EXPECT_EQ(into.slice(1, 0, 1).contiguous().to_doubles(), std::vector<double>(300 * 64, 0.0));
+}
+
 TEST(Tensor, ErrorsNameTheShapes) {
   Tensor t = iota({2, 3});
   try {

@@ -131,6 +131,27 @@ void for_each_offset(const Shape& shape, const std::array<int64_t, kMaxDims>& st
   }
 }
 
+// dst = src on the CPU for views of one shape and dtype whose rows (the last dimension)
+// are contiguous on both sides: a memcpy per row, rows in parallel. Element by element,
+// a [2048, 8, 64] slice of a stacked projection took milliseconds on one thread.
+void copy_rows_cpu(char* dst, const std::array<int64_t, kMaxDims>& dst_strides, const char* src,
+                   const std::array<int64_t, kMaxDims>& src_strides, const Shape& shape, size_t element) {
+  const int n = shape.ndim();
+  const int64_t cols = shape[n - 1], rows = cols > 0 ? shape.numel() / cols : 0;
+#pragma omp parallel for if (shape.numel() > (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rest = r, to = 0, from = 0;
+    for (int d = n - 2; d >= 0; --d) {
+      const int64_t i = rest % shape[d];
+      rest /= shape[d];
+      to += i * dst_strides[d];
+      from += i * src_strides[d];
+    }
+    std::memcpy(dst + to * static_cast<int64_t>(element), src + from * static_cast<int64_t>(element),
+                static_cast<size_t>(cols) * element);
+  }
+}
+
 }  // namespace
 
 Tensor Tensor::contiguous() const {
@@ -163,6 +184,11 @@ void Tensor::copy_from(const Tensor& src) {
   if (src.device() == device() && device().is_cpu()) {
     if (src.is_contiguous() && is_contiguous()) {
       convert(src.raw(), src.dtype(), raw(), dtype_, static_cast<size_t>(numel()));
+      return;
+    }
+    if (src.dtype() == dtype_ && ndim() > 0 && stride(-1) == 1 && src.stride(-1) == 1) {
+      copy_rows_cpu(static_cast<char*>(raw()), strides_, static_cast<const char*>(src.raw()), src.strides_, shape_,
+                    dtype_size(dtype_));
       return;
     }
     // Strided: gather into a contiguous buffer of the source type, then convert.
