@@ -230,6 +230,51 @@ def main():
         c.expect(used > 0, "no byte-fallback token was used; the sample does not exercise byte fallback")
         c.compare("hf byte_fallback", pbf, bf, probe)
 
+        # SentencePiece-style BPE (Llama-2, Mistral, Gemma): spaces spelled "▁", byte
+        # fallback, <unk> fused. One model, trained with a Metaspace pre-tokenizer; the
+        # other spellings edit the file's normalizer, pre-tokenizer and decoder.
+        sp = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+        sp.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+        sp.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+        sp.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=1500, special_tokens=["<unk>"] + SPECIALS,
+                                                         show_progress=False))
+        psp0 = os.path.join(tmp, "metaspace0.json")
+        sp.save(psp0)
+        byte_decoders = [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                         {"type": "ByteFallback"}, {"type": "Fuse"}]
+
+        def spelling(normalizer, pre_tokenizer, decoder):
+            def edit(j):
+                vocab = j["model"]["vocab"]
+                for b in range(256):
+                    vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+                j["normalizer"], j["pre_tokenizer"], j["decoder"] = normalizer, pre_tokenizer, decoder
+            return edit
+
+        def metaspace(scheme, split):
+            return {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+
+        space_to_bar = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+        variants = [
+            ("Metaspace first, split (Mistral)", None, metaspace("first", True),
+             {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, metaspace("first", True)]}),
+            ("Metaspace always, unsplit", None, metaspace("always", False),
+             {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, metaspace("always", False)]}),
+            ("Prepend+Replace normalizer (Llama-2)",
+             {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, space_to_bar]}, None,
+             {"type": "Sequence", "decoders": byte_decoders + [{"type": "Strip", "content": " ", "start": 1,
+                                                                "stop": 0}]}),
+            ("Replace normalizer (Gemma)", space_to_bar, None, {"type": "Sequence", "decoders": byte_decoders}),
+        ]
+        for label, normalizer, pre, decoder in variants:
+            p = os.path.join(tmp, "sp.json")
+            hf = edit_json(psp0, p, spelling(normalizer, pre, decoder))
+            used = sum("<0x" in tok for t in probe for tok in hf.encode(t, add_special_tokens=False).tokens)
+            c.expect(used > 0, f"{label}: no byte-fallback token was used")
+            # A prepended "▁" is taken off again only at the text's start, so texts that
+            # begin with a space, or with an added token, do not come back unchanged.
+            c.compare(f"hf SentencePiece-style: {label}", p, hf, probe, round_trip="Gemma" in label)
+
         # (b) files written by amber, loaded by `tokenizers`.
         inputs = [os.path.join(FORTUNES, f) for f in files]
         for style in ["llama3", "gpt2"]:

@@ -128,6 +128,53 @@ bool get_bool(const nlohmann::json& j, const char* key, bool fallback, const std
   return j[key].get<bool>();
 }
 
+// SentencePiece's spelling of spaces: ' ' becomes the replacement ("▁"), which also
+// starts the text (prepend_scheme "first"), every piece ("always") or nothing ("never");
+// with split_words each replacement starts a new piece. Older files say
+// add_prefix_space: true for "always".
+PreTokenizer::Step metaspace_step(const nlohmann::json& j, const std::string& where) {
+  PreTokenizer::Step s;
+  s.kind = PreTokenizer::Step::Kind::metaspace;
+  AMBER_CHECK(!j.contains("replacement") ||
+                  (j["replacement"].is_string() && !j["replacement"].get<std::string>().empty()),
+              where, ".replacement must be a non-empty string");
+  s.pattern = j.value("replacement", std::string("\xe2\x96\x81"));  // U+2581, SentencePiece's "▁"
+  if (j.contains("prepend_scheme") && !j["prepend_scheme"].is_null()) {
+    AMBER_CHECK(j["prepend_scheme"].is_string(), where, ".prepend_scheme must be a string");
+    s.prepend_scheme = j["prepend_scheme"].get<std::string>();
+    AMBER_CHECK(s.prepend_scheme == "always" || s.prepend_scheme == "first" || s.prepend_scheme == "never", where,
+                ".prepend_scheme is \"", s.prepend_scheme, "\"; it must be \"always\", \"first\" or \"never\"");
+  } else {
+    s.prepend_scheme = get_bool(j, "add_prefix_space", true, where) ? "always" : "never";
+  }
+  s.split_words = get_bool(j, "split", true, where);
+  return s;
+}
+
+// `piece` in the Metaspace spelling, into scratch; `first` when it begins the text.
+void metaspace_pieces(const PreTokenizer::Step& s, std::string_view piece, bool first,
+                      std::vector<std::string_view>& out, std::deque<std::string>& scratch) {
+  std::string& text = scratch.emplace_back();
+  for (char c : piece) {
+    if (c == ' ') text += s.pattern;
+    else text += c;
+  }
+  const bool prepend = s.prepend_scheme == "always" || (s.prepend_scheme == "first" && first);
+  if (prepend && !std::string_view(text).starts_with(s.pattern)) text.insert(0, s.pattern);
+  const std::string_view all = text;
+  if (!s.split_words) {
+    if (!all.empty()) out.push_back(all);
+    return;
+  }
+  // Each replacement starts a piece (Hugging Face's MergedWithNext).
+  size_t begin = 0;
+  for (size_t at = all.find(s.pattern, 1); at != std::string_view::npos; at = all.find(s.pattern, at + 1)) {
+    out.push_back(all.substr(begin, at - begin));
+    begin = at;
+  }
+  if (begin < all.size()) out.push_back(all.substr(begin));
+}
+
 PreTokenizer::Step step_from_json(const nlohmann::json& j, const std::string& where) {
   AMBER_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where,
               " must be an object with a string \"type\"");
@@ -136,6 +183,7 @@ PreTokenizer::Step step_from_json(const nlohmann::json& j, const std::string& wh
     return byte_level_step(get_bool(j, "add_prefix_space", false, where), get_bool(j, "use_regex", true, where),
                            get_bool(j, "trim_offsets", true, where));
   }
+  if (type == "Metaspace") return metaspace_step(j, where);
   if (type == "Split") {
     AMBER_CHECK(j.contains("pattern") && j["pattern"].is_object(), where,
                 ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
@@ -150,7 +198,7 @@ PreTokenizer::Step step_from_json(const nlohmann::json& j, const std::string& wh
     return split_step(p.begin().value().get<std::string>(), literal, where + ".pattern");
   }
   fail(where, ".type is \"", type,
-       "\"; amber supports the pre-tokenizers ByteLevel, Split (Isolated) and a Sequence of them");
+       "\"; amber supports the pre-tokenizers ByteLevel, Split (Isolated), Metaspace and a Sequence of them");
 }
 
 }  // namespace
@@ -199,6 +247,11 @@ nlohmann::ordered_json PreTokenizer::to_json() const {
       j["add_prefix_space"] = s.add_prefix_space;
       j["trim_offsets"] = s.trim_offsets;
       j["use_regex"] = s.use_regex;
+    } else if (s.kind == Step::Kind::metaspace) {
+      j["type"] = "Metaspace";
+      j["replacement"] = s.pattern;
+      j["prepend_scheme"] = s.prepend_scheme;
+      j["split"] = s.split_words;
     } else {
       j["type"] = "Split";
       j["pattern"] = {{s.literal ? "String" : "Regex", s.pattern}};
@@ -219,14 +272,18 @@ bool PreTokenizer::byte_level() const {
   return !steps_.empty() && steps_.back().kind == Step::Kind::byte_level;
 }
 
-void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces,
-                         std::deque<std::string>& scratch) const {
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces, std::deque<std::string>& scratch,
+                         bool at_text_start) const {
   if (text.empty()) return;
   std::vector<std::string_view> current{text};
   std::vector<std::string_view> next;
   for (const Step& s : steps_) {
     next.clear();
     for (std::string_view piece : current) {
+      if (s.kind == Step::Kind::metaspace) {
+        metaspace_pieces(s, piece, at_text_start && piece.data() == text.data(), next, scratch);
+        continue;
+      }
       if (s.kind == Step::Kind::byte_level && s.add_prefix_space && piece.front() != ' ') {
         scratch.push_back(" ");
         scratch.back().append(piece);

@@ -1,5 +1,6 @@
 // Pre-tokenization: splits text into the pieces BPE merges within, as Hugging Face's
-// ByteLevel and Split(regex, Isolated) pre-tokenizers do, using PCRE2 with Unicode classes.
+// ByteLevel, Split(regex, Isolated) and Metaspace pre-tokenizers do, using PCRE2 with
+// Unicode classes.
 #pragma once
 
 #include <deque>
@@ -24,8 +25,10 @@ inline constexpr std::string_view kLlama3Pattern =
 class PreTokenizer {
  public:
   struct Step {
-    enum class Kind { split, byte_level } kind = Kind::split;
-    std::string pattern;  // split: the regex or literal string
+    enum class Kind { split, byte_level, metaspace } kind = Kind::split;
+    std::string pattern;  // split: the regex or literal string; metaspace: the replacement of ' '
+    std::string prepend_scheme;  // metaspace: "always", "first" (the text's first piece only) or "never"
+    bool split_words = true;     // metaspace: a piece before each replacement
     bool literal = false;  // split: pattern came from {"String": ...}
     bool add_prefix_space = false;  // byte_level
     bool use_regex = true;          // byte_level: split with kGpt2Pattern first
@@ -44,8 +47,9 @@ class PreTokenizer {
   bool byte_level() const;
   // Appends the pieces of `text` (valid UTF-8) to `pieces`. A view points into `text`
   // or into `scratch` (for pieces given a prefix space), which must outlive it.
-  void split(std::string_view text, std::vector<std::string_view>& pieces,
-             std::deque<std::string>& scratch) const;
+  // `at_text_start`: `text` begins the whole text (no added token before it).
+  void split(std::string_view text, std::vector<std::string_view>& pieces, std::deque<std::string>& scratch,
+             bool at_text_start = true) const;
 
  private:
   std::vector<Step> steps_;

@@ -28,10 +28,13 @@ struct PieceCache {
 
 }  // namespace
 
-Tokenizer::Tokenizer(BpeModel model, PreTokenizer pre_tokenizer, std::vector<AddedToken> added_tokens)
+Tokenizer::Tokenizer(BpeModel model, PreTokenizer pre_tokenizer, std::vector<AddedToken> added_tokens,
+                     Normalizer normalizer, SpaceDecoding spaces)
     : model_(std::move(model)),
       pre_tokenizer_(std::move(pre_tokenizer)),
       added_tokens_(std::move(added_tokens)),
+      normalizer_(std::move(normalizer)),
+      spaces_(std::move(spaces)),
       matcher_(added_tokens_),
       instance_(next_instance.fetch_add(1)) {
   AMBER_CHECK(model_.options().byte_level == pre_tokenizer_.byte_level(),
@@ -45,7 +48,7 @@ Tokenizer::Tokenizer(BpeModel model, PreTokenizer pre_tokenizer, std::vector<Add
   for (size_t i = 0; i < added_tokens_.size(); ++i) added_index_[added_tokens_[i].id] = static_cast<int32_t>(i);
 }
 
-void Tokenizer::encode_text(std::string_view segment, std::vector<int32_t>& out) const {
+void Tokenizer::encode_text(std::string_view segment, bool at_text_start, std::vector<int32_t>& out) const {
   thread_local PieceCache cache;
   if (cache.owner != instance_ || cache.ids.size() > PieceCache::kMaxEntries) {
     cache.ids.clear();
@@ -53,7 +56,8 @@ void Tokenizer::encode_text(std::string_view segment, std::vector<int32_t>& out)
   }
   std::vector<std::string_view> pieces;
   std::deque<std::string> scratch;
-  pre_tokenizer_.split(segment, pieces, scratch);
+  std::string normalized;
+  pre_tokenizer_.split(normalizer_.apply(segment, normalized), pieces, scratch, at_text_start);
   for (std::string_view piece : pieces) {
     auto it = cache.ids.find(piece);
     if (it == cache.ids.end()) {
@@ -70,7 +74,7 @@ void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
   AMBER_CHECK(bad == text.size(), "text to encode is not valid UTF-8 at byte ", bad,
               "; convert the input to UTF-8 first");
   matcher_.split(
-      text, [&](std::string_view segment) { encode_text(segment, out); },
+      text, [&](std::string_view segment) { encode_text(segment, segment.data() == text.data(), out); },
       [&](int32_t id) { out.push_back(id); });
 }
 
@@ -84,10 +88,26 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
   const bool byte_level = model_.options().byte_level;
   const bool byte_fallback = model_.options().byte_fallback;
-  for (int32_t id : ids) {
+  // A token's text with the spelled spaces turned back into spaces.
+  const auto append_text = [&](const std::string& token, bool first) {
+    if (spaces_.replacement.empty()) {
+      out += token;
+      return;
+    }
+    size_t from = 0;
+    for (size_t at = token.find(spaces_.replacement); at != std::string::npos;
+         at = token.find(spaces_.replacement, from)) {
+      out.append(token, from, at - from);
+      if (!(first && spaces_.first_token_drops)) out += ' ';
+      from = at + spaces_.replacement.size();
+    }
+    out.append(token, from);
+  };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
     AMBER_CHECK(id >= 0 && id < vocab_size_, "token id ", id, " is outside the vocabulary [0, ", vocab_size_, ")");
     if (added_index_[id] >= 0) {
-      out += added_tokens_[added_index_[id]].content;
+      append_text(added_tokens_[added_index_[id]].content, i == 0);
       continue;
     }
     AMBER_CHECK(id < model_.vocab_size() && !model_.id_to_token(id).empty(), "token id ", id,
@@ -95,9 +115,11 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
     const int byte = byte_fallback ? model_.byte_fallback_value(id) : -1;
     if (byte >= 0) out += static_cast<char>(byte);
     else if (byte_level) byte_level_decode(model_.id_to_token(id), out);
-    else out += model_.id_to_token(id);
+    else append_text(model_.id_to_token(id), i == 0);
   }
-  return out;
+  size_t strip = 0;
+  while (strip < out.size() && static_cast<int>(strip) < spaces_.strip_leading && out[strip] == ' ') ++strip;
+  return out.erase(0, strip);
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

@@ -11,13 +11,26 @@
 
 #include "amber/data/added_tokens.h"
 #include "amber/data/bpe_model.h"
+#include "amber/data/normalizer.h"
 #include "amber/data/pretokenizer.h"
 
 namespace amber::data {
 
+// How decoding undoes a SentencePiece-style spelling of spaces: `replacement` ("▁")
+// becomes ' ' in every token, then up to `strip_leading` spaces leave the start of the
+// text (a Strip decoder after Fuse). Hugging Face's Metaspace decoder instead drops every
+// replacement from the first token (`first_token_drops`). An empty replacement leaves
+// tokens as they are.
+struct SpaceDecoding {
+  std::string replacement;
+  int strip_leading = 0;
+  bool first_token_drops = false;
+};
+
 class Tokenizer {
  public:
-  Tokenizer(BpeModel model, PreTokenizer pre_tokenizer, std::vector<AddedToken> added_tokens);
+  Tokenizer(BpeModel model, PreTokenizer pre_tokenizer, std::vector<AddedToken> added_tokens,
+            Normalizer normalizer = {}, SpaceDecoding spaces = {});
 
   // `text` must be valid UTF-8 (the error gives the byte offset otherwise).
   std::vector<int32_t> encode(std::string_view text) const;
@@ -32,13 +45,18 @@ class Tokenizer {
   const BpeModel& model() const { return model_; }
   const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
   const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
+  const Normalizer& normalizer() const { return normalizer_; }
+  const SpaceDecoding& space_decoding() const { return spaces_; }
 
  private:
-  void encode_text(std::string_view segment, std::vector<int32_t>& out) const;
+  // `at_text_start`: the segment begins the text (no added token before it).
+  void encode_text(std::string_view segment, bool at_text_start, std::vector<int32_t>& out) const;
 
   BpeModel model_;
   PreTokenizer pre_tokenizer_;
   std::vector<AddedToken> added_tokens_;
+  Normalizer normalizer_;
+  SpaceDecoding spaces_;
   AddedTokenMatcher matcher_;
   std::vector<int32_t> added_index_;  // id -> index into added_tokens_, or -1
   int32_t vocab_size_ = 0;

@@ -41,18 +41,46 @@ bool optional_bool(const json& j, const char* key, const std::string& where) {
 }
 
 // The decoder only has to agree with how amber decodes: byte-level characters back
-// to bytes, <0xXX> tokens to their byte, everything else verbatim.
-void check_decoder(const json& j, const std::string& where) {
+// to bytes, <0xXX> tokens to their byte, everything else verbatim but for a
+// SentencePiece-style spelling of spaces, which `spaces` gathers from Replace, Strip and
+// Metaspace decoders.
+void read_decoder(const json& j, const std::string& where, SpaceDecoding& spaces) {
   if (j.is_null()) return;
   AMBER_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where, " must be an object with a \"type\"");
   const std::string type = j["type"].get<std::string>();
   if (type == "Sequence") {
     AMBER_CHECK(j.contains("decoders") && j["decoders"].is_array(), where, ".decoders must be an array");
-    for (size_t i = 0; i < j["decoders"].size(); ++i) check_decoder(j["decoders"][i], concat(where, ".decoders[", i, "]"));
+    for (size_t i = 0; i < j["decoders"].size(); ++i)
+      read_decoder(j["decoders"][i], concat(where, ".decoders[", i, "]"), spaces);
+    return;
+  }
+  if (type == "Replace") {
+    const json& pattern = j.value("pattern", json());
+    AMBER_CHECK(pattern.is_object() && pattern.contains("String") && pattern["String"].is_string() &&
+                    !pattern["String"].get<std::string>().empty() && j.value("content", json()) == " ",
+                where, ": amber decodes a Replace of a literal string by a space only (the spelling of spaces)");
+    spaces.replacement = pattern["String"].get<std::string>();
+    return;
+  }
+  if (type == "Strip") {
+    AMBER_CHECK(j.value("content", json()) == " " && j.value("stop", json()) == 0 && j.contains("start") &&
+                    j["start"].is_number_unsigned(),
+                where, ": amber decodes a Strip of leading spaces only (content \" \", start n, stop 0)");
+    spaces.strip_leading = j["start"].get<int>();
+    return;
+  }
+  if (type == "Metaspace") {
+    const std::string replacement = optional_string(j, "replacement", where);
+    spaces.replacement = replacement.empty() ? "\xe2\x96\x81" : replacement;  // U+2581 "▁"
+    const std::string scheme = optional_string(j, "prepend_scheme", where);
+    const bool prepends = scheme.empty() ? !j.contains("add_prefix_space") || optional_bool(j, "add_prefix_space", where)
+                                         : scheme != "never";
+    spaces.first_token_drops = prepends;
     return;
   }
   AMBER_CHECK(type == "ByteLevel" || type == "ByteFallback" || type == "Fuse", where, ".type is \"", type,
-              "\"; amber decodes ByteLevel, ByteFallback and Fuse decoders only");
+              "\"; amber decodes ByteLevel, ByteFallback, Fuse, Replace (of the space spelling), Strip and Metaspace "
+              "decoders only");
 }
 
 }  // namespace
@@ -72,13 +100,9 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
               ".end_of_word_suffix is set; amber supports byte-level BPE without word suffixes");
 
   PreTokenizer pre = PreTokenizer::from_json(j.value("pre_tokenizer", json()), where + ": pre_tokenizer");
-  // DeepSeek-style files spell "no normalizer" as an empty Sequence.
-  const json normalizer = j.value("normalizer", json());
-  const bool no_normalizer = normalizer.is_null() || (normalizer.value("type", std::string()) == "Sequence" &&
-                                                     normalizer.value("normalizers", json::array()).empty());
-  AMBER_CHECK(no_normalizer, where, ": normalizer is set; amber supports tokenizers without a normalizer (null or an "
-              "empty Sequence)");
-  check_decoder(j.value("decoder", json()), where + ": decoder");
+  Normalizer normalizer = Normalizer::from_json(j.value("normalizer", json()), where + ": normalizer");
+  SpaceDecoding spaces;
+  read_decoder(j.value("decoder", json()), where + ": decoder", spaces);
 
   BpeOptions options;
   options.byte_level = pre.byte_level();
@@ -168,7 +192,7 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
       added.push_back(std::move(a));
     }
   }
-  return Tokenizer(std::move(model), std::move(pre), std::move(added));
+  return Tokenizer(std::move(model), std::move(pre), std::move(added), std::move(normalizer), std::move(spaces));
 }
 
 Tokenizer load_tokenizer_json(const std::string& path) {
@@ -198,13 +222,25 @@ nlohmann::ordered_json tokenizer_to_json(const Tokenizer& tokenizer) {
                      {"rstrip", t.rstrip}, {"normalized", t.normalized}, {"special", t.special}});
   }
   j["added_tokens"] = added;
-  j["normalizer"] = nullptr;
+  j["normalizer"] = tokenizer.normalizer().to_json();
   j["pre_tokenizer"] = tokenizer.pre_tokenizer().to_json();
   j["post_processor"] = nullptr;
   if (m.options().byte_level) {
     j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
-  } else if (m.options().byte_fallback) {
-    j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+  } else if (m.options().byte_fallback || !tokenizer.space_decoding().replacement.empty()) {
+    const SpaceDecoding& spaces = tokenizer.space_decoding();
+    ojson decoders = ojson::array();
+    if (!spaces.replacement.empty() && !spaces.first_token_drops)
+      decoders.push_back({{"type", "Replace"}, {"pattern", {{"String", spaces.replacement}}}, {"content", " "}});
+    if (m.options().byte_fallback) decoders.push_back({{"type", "ByteFallback"}});
+    if (spaces.first_token_drops)
+      decoders.push_back({{"type", "Metaspace"}, {"replacement", spaces.replacement}, {"prepend_scheme", "always"},
+                          {"split", true}});
+    else
+      decoders.push_back({{"type", "Fuse"}});
+    if (spaces.strip_leading > 0)
+      decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", spaces.strip_leading}, {"stop", 0}});
+    j["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
   } else {
     j["decoder"] = nullptr;
   }
