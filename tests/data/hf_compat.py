@@ -2,8 +2,9 @@
 """Two-way compatibility between amber's tokenizer and Hugging Face `tokenizers`.
 
 (a) tokenizer.json files built by `tokenizers` (GPT-2 ByteLevel, ByteLevel with a
-prefix space, Llama-3 Split+ByteLevel with ignore_merges, byte fallback) must give the
-same ids in `amber tokenizer encode`; (b) files written by `amber tokenizer train` must
+prefix space, Llama-3 Split+ByteLevel with ignore_merges or a Unicode normalizer, byte
+fallback, SentencePiece-style spellings of spaces) must give the same ids in `amber
+tokenizer encode`; (b) files written by `amber tokenizer train` must
 load in `tokenizers` and give the same ids. decode(encode(x)) == x is checked on the
 varied sample and on the whole fortunes corpus. Exits 77 (ctest: skipped) without
 `tokenizers`.
@@ -167,6 +168,15 @@ def main():
         p0 = os.path.join(tmp, "llama3_plain.json")
         llama.save(p0)
         c.compare("hf llama3 Split+ByteLevel", p0, llama, probe)
+
+        # Unicode normalizers before the Llama-3 split (Qwen-family files use NFC).
+        for form in ["NFC", "NFKC", "NFD"]:
+            p = os.path.join(tmp, f"llama3_{form}.json")
+            normed = edit_json(p0, p, lambda j: j.update(normalizer={"type": form}))
+            changed = sum(normed.encode(t, add_special_tokens=False).ids != llama.encode(t, add_special_tokens=False).ids
+                          for t in probe)
+            c.expect(changed > 0, f"{form} changed no ids; the sample does not exercise it")
+            c.compare(f"hf {form} + llama3 Split+ByteLevel", p, normed, probe, round_trip=False)
 
         # DeepSeek-V3 style: several Splits (digits, CJK runs, then words) before ByteLevel,
         # and "no normalizer" written as an empty normalizer Sequence.

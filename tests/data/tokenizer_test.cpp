@@ -9,6 +9,7 @@
 #include "amber/data/bpe_trainer.h"
 #include "amber/data/byte_level.h"
 #include "amber/data/corpus.h"
+#include "amber/data/normalizer.h"
 #include "amber/data/tokenizer_json.h"
 #include "data/testing.h"
 
@@ -192,7 +193,7 @@ TEST(TokenizerJson, BadFilesNameTheFileAndKey) {
   testing::write_file(dir.file("merge.json"), base);
   expect_error([&] { load_tokenizer_json(dir.file("merge.json")); }, {"merge.json", "merge 0", "missing"});
   testing::write_file(dir.file("norm.json"),
-                      R"({"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {"a": 0}}})");
+                      R"({"normalizer": {"type": "Lowercase"}, "model": {"type": "BPE", "vocab": {"a": 0}}})");
   expect_error([&] { load_tokenizer_json(dir.file("norm.json")); }, {"norm.json", "normalizer"});
   testing::write_file(dir.file("pre.json"), R"({"pre_tokenizer": {"type": "Whitespace"},
       "model": {"type": "BPE", "vocab": {"a": 0}}})");
@@ -295,7 +296,28 @@ TEST(TokenizerJson, SentencePieceSpellingsOfSpacesEncodeAndDecode) {
   }
   expect_error([&] { with(R"({"type": "Replace", "pattern": {"Regex": " "}, "content": "x"})", "null", "null"); },
                {"test: normalizer", "pattern", "regex"});
-  expect_error([&] { with(R"({"type": "NFC"})", "null", "null"); }, {"normalizer", "NFC", "Prepend and Replace"});
+  expect_error([&] { with(R"({"type": "Lowercase"})", "null", "null"); }, {"normalizer", "Lowercase", "NFC, NFD"});
+}
+
+// The Unicode forms (through utf8proc) and the literal steps, alone and in a Sequence.
+TEST(Normalizer, UnicodeFormsAndLiteralSteps) {
+  const auto normalized = [](const char* json, const std::string& text) {
+    std::string storage;
+    return std::string(Normalizer::from_json(nlohmann::json::parse(json), "test").apply(text, storage));
+  };
+  const std::string e_acute = "\xc3\xa9", e_combining = "e\xcc\x81", fi_ligature = "\xef\xac\x81";
+  EXPECT_EQ(normalized(R"({"type": "NFC"})", e_combining + "!"), e_acute + "!");
+  EXPECT_EQ(normalized(R"({"type": "NFD"})", e_acute), e_combining);
+  EXPECT_EQ(normalized(R"({"type": "NFC"})", fi_ligature), fi_ligature);  // a compatibility mapping: NFKC's
+  EXPECT_EQ(normalized(R"({"type": "NFKC"})", fi_ligature + e_combining), "fi" + e_acute);
+  EXPECT_EQ(normalized(R"({"type": "NFKD"})", fi_ligature + e_acute), "fi" + e_combining);
+  // Text with a NUL in it keeps its length (utf8proc is given the length, not a C string).
+  EXPECT_EQ(normalized(R"({"type": "NFC"})", std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(normalized(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Prepend", "prepend": "_"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "_"}]})", e_combining + " x"),
+            "_" + e_acute + "_x");
+  EXPECT_EQ(normalized(R"({"type": "Prepend", "prepend": "_"})", ""), "");  // nothing to prepend to
+  EXPECT_EQ(normalized("null", e_combining), e_combining);
 }
 
 TEST(Tokenizer, WhitespaceRunPastPcre2DefaultLimitsEncodesAndRoundTrips) {

@@ -1,7 +1,8 @@
-// Normalization before pre-tokenization: the Hugging Face normalizers SentencePiece-
-// style files (Llama-2, Mistral, Gemma) spell spaces with, Prepend and Replace of a
-// literal string, alone or in a Sequence. Each text segment between added tokens is
-// normalized on its own, as Hugging Face does.
+// Normalization before pre-tokenization, as Hugging Face's normalizers: the Unicode
+// forms NFC, NFD, NFKC and NFKD (Qwen-family files use NFC; utf8proc does the work),
+// and Prepend and Replace of a literal string, with which SentencePiece-style files
+// (Llama-2, Mistral, Gemma) spell spaces; alone or in a Sequence. Each text segment
+// between added tokens is normalized on its own, as Hugging Face does.
 #pragma once
 
 #include <string>
@@ -25,8 +26,9 @@ class Normalizer {
 
  private:
   struct Step {
-    bool prepend = false;  // Prepend(content) to a non-empty text; else Replace(pattern -> content)
-    std::string pattern, content;
+    enum class Kind { unicode, prepend, replace } kind = Kind::replace;
+    std::string pattern;  // unicode: the form's name (NFC, ...); replace: the literal replaced
+    std::string content;  // prepend and replace: the text put in
   };
   std::vector<Step> steps_;
   bool sequence_ = false;  // written back as a Sequence even with one step
