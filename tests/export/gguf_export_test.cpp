@@ -37,6 +37,11 @@ TEST(GgufExport, ArchitectureFollowsQkNormAndWhatLlamaCppLacksIsRefused) {
   ModelConfig sinks = c;
   sinks.attn_sink = true;
   expect_error([&] { gguf_architecture(sinks); }, {"model.attn_sink"});
+  ModelConfig moe = testing::tiny_model();
+  moe.moe_experts = 4;
+  moe.moe_top_k = 2;
+  moe.moe_hidden = 16;
+  expect_error([&] { gguf_architecture(moe); }, {"model.moe_experts > 0", "amber export hf"});
 }
 
 TEST(GgufExport, TokenizerMetadataPadsTheVocabularyAndNamesThePreTokenizer) {

@@ -41,6 +41,16 @@ ModelConfig llama_with_biases() {
   return c;
 }
 
+// Qwen3-MoE's shape: a dense first layer, then softmax top-2 of 4 experts.
+ModelConfig qwen3_moe() {
+  ModelConfig c = testing::tiny_model();
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_hidden = 16;
+  c.moe_first_dense = 1;
+  return c;
+}
+
 // A random model (norm gains and biases too, so that a swapped or dropped vector shows).
 std::unique_ptr<LanguageModel> random_model(const ModelConfig& c, uint64_t seed) {
   auto model = std::make_unique<LanguageModel>(c);
@@ -78,7 +88,7 @@ void expect_same_weights(const LanguageModel& a, const LanguageModel& b) {
 }
 
 TEST(HfExport, ExportThenImportGivesIdenticalWeightsForQwen3AndLlama) {
-  for (const ModelConfig& c : {testing::tiny_model(), llama_with_biases()}) {
+  for (const ModelConfig& c : {testing::tiny_model(), llama_with_biases(), qwen3_moe()}) {
     TempDir tmp;
     const auto model = random_model(c, 7);
     write_hf_folder(*model, tokenizer_files(tmp.path / "tok"), (tmp.path / "hf").string(), {});
@@ -255,11 +265,25 @@ TEST(HfExport, WhatNoStockClassComputesIsRefusedNamingTheOption) {
       {[](ModelConfig& c) { c.mlp = "gelu"; }, "model.mlp = 'gelu'"},
       {[](ModelConfig& c) { c.attn_bias = true; }, "model.qk_norm with model.attn_bias"},
       {[](ModelConfig& c) {
-         c.moe_experts = 4;
-         c.moe_top_k = 2;
-         c.moe_hidden = 16;
+         c = qwen3_moe();
+         c.moe_shared_experts = 1;
        },
-       "model.moe_experts"},
+       "model.moe_shared_experts > 0"},
+      {[](ModelConfig& c) {
+         c = qwen3_moe();
+         c.moe_router = "sigmoid";
+       },
+       "model.moe_router = 'sigmoid'"},
+      {[](ModelConfig& c) {
+         c = qwen3_moe();
+         c.moe_bias_update_rate = 1e-3;
+       },
+       "model.moe_bias_update_rate"},
+      {[](ModelConfig& c) {
+         c = qwen3_moe();
+         c.qk_norm = false;
+       },
+       "model.moe_experts > 0 without model.qk_norm"},
   };
   for (const auto& [change, option] : cases) {
     ModelConfig c = testing::tiny_model();

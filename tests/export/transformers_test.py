@@ -111,9 +111,24 @@ global_layer_every = 2
 scale_residual_by_depth = true
 tie_embeddings = true
 init_std = 0.2""",
+    # Mixture of Experts, exported as Qwen3-MoE: a dense first layer, then softmax top-2
+    # of 4 experts with the chosen weights renormalised.
+    "qwen3-moe": """[model]
+vocab_size = 512
+dim = 64
+depth = 3
+heads = 4
+kv_heads = 2
+mlp_hidden = 128
+max_position = 256
+moe_experts = 4
+moe_top_k = 2
+moe_hidden = 32
+moe_first_dense = 1
+init_std = 0.2""",
 }
 CLASSES = {"tiny": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM", "qwen3-yarn": "Qwen3ForCausalLM",
-           "llama-ntk": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+           "llama-ntk": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM", "qwen3-moe": "Qwen3MoeForCausalLM"}
 
 
 def hf_loss(model, batches):
@@ -254,7 +269,12 @@ def main():
             expect(r.returncode == 0, f"{name}: --init-from a transformers checkpoint: {r.stderr[-400:]}")
             r = run(["export", "hf", "--checkpoint", from_stock, "--out", from_stock + "-hf"])
             back = load_file(os.path.join(from_stock + "-hf", "model.safetensors")) if r.returncode == 0 else {}
-            theirs_state = {k: v for k, v in stock.state_dict().items() if k in back}
+            # The files, not stock.state_dict(): transformers 5 holds a Qwen3-MoE layer's
+            # experts fused in memory and writes them one by one, as amber reads them.
+            saved = {}
+            for shard in sorted(f for f in os.listdir(stock_dir) if f.endswith(".safetensors")):
+                saved.update(load_file(os.path.join(stock_dir, shard)))
+            theirs_state = {k: v for k, v in saved.items() if k in back}
             expect(len(theirs_state) == len(back) and all(torch.allclose(back[k], v, rtol=1e-6, atol=1e-20)
                                                           for k, v in theirs_state.items()),
                    f"{name}: transformers' own checkpoint comes back tensor for tensor: {r.stderr[-300:]}")

@@ -226,7 +226,7 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
                 expected.dump(), "; set ", option, " to match the checkpoint");
   };
   AMBER_CHECK(have.is_object(), path.string(), " is not a JSON object");
-  field("model_type", "model.qk_norm (true: qwen3, false: llama)", nullptr);
+  field("model_type", "model.qk_norm (true: qwen3, false: llama) and model.moe_experts (qwen3_moe)", nullptr);
   field("vocab_size", "model.vocab_size", nullptr);
   field("hidden_size", "model.dim", nullptr);
   field("intermediate_size", "model.mlp_hidden", nullptr);
@@ -255,6 +255,15 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
   field("attention_bias", "model.attn_bias", false);
   if (want.contains("mlp_bias")) field("mlp_bias", "model.attn_bias (amber's biases cover the MLP too)", false);
   field("tie_word_embeddings", "model.tie_embeddings", false);
+  if (want.contains("num_experts")) {
+    // transformers 5 writes the count as num_local_experts.
+    field("num_experts", "model.moe_experts", have.value("num_local_experts", nlohmann::json(nullptr)));
+    field("num_experts_per_tok", "model.moe_top_k", nullptr);
+    field("moe_intermediate_size", "model.moe_hidden", nullptr);
+    field("norm_topk_prob", "model.moe_normalize", false);
+    field("decoder_sparse_step", "model.moe_every (amber writes 1 and lists the dense layers)", 1);
+    field("mlp_only_layers", "model.moe_first_dense and model.moe_every", nlohmann::json::array());
+  }
 }
 
 }  // namespace amber

@@ -26,10 +26,22 @@ int shared_window(const ModelConfig& c, const std::function<void(bool, const std
 // and why.
 void refuse_unheld(const ModelConfig& c) {
   const auto refuse = [](bool unheld, const std::string& what) {
-    AMBER_CHECK(!unheld, what, "; Hugging Face export covers what stock LlamaForCausalLM, Qwen3ForCausalLM and "
-                               "Gemma3ForCausalLM compute (docs/interop.md)");
+    AMBER_CHECK(!unheld, what, "; Hugging Face export covers what stock LlamaForCausalLM, Qwen3ForCausalLM, "
+                               "Qwen3MoeForCausalLM and Gemma3ForCausalLM compute (docs/interop.md)");
   };
-  refuse(c.moe_experts > 0, "model.moe_experts > 0: Mixture-of-Experts models have no Hugging Face export yet");
+  if (c.moe_experts > 0) {
+    const std::string moe = "a Mixture-of-Experts model exports as Qwen3-MoE, ";
+    refuse(!c.qk_norm || c.post_norm || c.embedding_scale, "model.moe_experts > 0 without model.qk_norm (or with "
+           "Gemma3-style norms): " + moe + "which has QK-norm and norms before the branches");
+    refuse(c.moe_router != "softmax", concat("model.moe_router = '", c.moe_router, "': ", moe,
+                                             "whose router takes the softmax of its logits"));
+    refuse(c.moe_shared_experts > 0, "model.moe_shared_experts > 0: " + moe + "which has no shared experts");
+    refuse(c.moe_routed_scaling != 1.0, concat("model.moe_routed_scaling = ", c.moe_routed_scaling, ": ", moe,
+                                               "which does not scale the routed experts"));
+    refuse(c.moe_bias_update_rate > 0, "model.moe_bias_update_rate > 0: " + moe +
+           "whose router has no balance bias in its choice of experts");
+    refuse(c.mlp != "swiglu", concat("model.mlp = '", c.mlp, "' with experts: ", moe, "whose MLPs are SwiGLU"));
+  }
   refuse(c.norm != "rmsnorm", concat("model.norm = '", c.norm, "': Llama, Qwen3 and Gemma3 normalise with RMSNorm"));
   refuse(c.mlp != "swiglu" && c.mlp != "geglu",
          concat("model.mlp = '", c.mlp, "': Llama, Qwen3 and Gemma3 MLPs are gated (swiglu or geglu)"));
@@ -72,6 +84,7 @@ double effective_rope_theta(const ModelConfig& c) {
 const char* class_name(HfArchitecture arch) {
   switch (arch) {
     case HfArchitecture::qwen3: return "Qwen3ForCausalLM";
+    case HfArchitecture::qwen3_moe: return "Qwen3MoeForCausalLM";
     case HfArchitecture::gemma3: return "Gemma3ForCausalLM";
     default: return "LlamaForCausalLM";
   }
@@ -96,10 +109,27 @@ void add_gemma3_fields(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["attn_logit_softcapping"] = nullptr;
 }
 
+// Qwen3-MoE's fields: the experts, their width, top-k and its renormalisation, and the
+// dense layers (amber's leading dense layers and those between every n-th sparse one).
+void add_qwen3_moe_fields(const ModelConfig& c, nlohmann::ordered_json& j) {
+  j["num_experts"] = c.moe_experts;
+  j["num_experts_per_tok"] = c.moe_top_k;
+  j["moe_intermediate_size"] = c.moe_hidden;
+  j["norm_topk_prob"] = c.moe_normalize;
+  j["decoder_sparse_step"] = 1;
+  nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+  for (int i = 0; i < c.depth; ++i)
+    if (!c.layer_is_sparse(i)) dense.push_back(i);
+  j["mlp_only_layers"] = dense;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = c.moe_balance_loss_weight;
+}
+
 }  // namespace
 
 HfArchitecture hf_architecture(const ModelConfig& c) {
   refuse_unheld(c);
+  if (c.moe_experts > 0) return HfArchitecture::qwen3_moe;
   if (gemma_style(c)) return HfArchitecture::gemma3;
   return c.qk_norm ? HfArchitecture::qwen3 : HfArchitecture::llama;
 }
@@ -107,6 +137,7 @@ HfArchitecture hf_architecture(const ModelConfig& c) {
 const char* hf_model_type(HfArchitecture arch) {
   switch (arch) {
     case HfArchitecture::qwen3: return "qwen3";
+    case HfArchitecture::qwen3_moe: return "qwen3_moe";
     case HfArchitecture::gemma3: return "gemma3_text";
     default: return "llama";
   }
@@ -132,7 +163,8 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, const HfSpecialToken
   j["rope_scaling"] = rope_scaling_json(c);
   j["attention_bias"] = c.attn_bias;
   if (arch == HfArchitecture::llama) j["mlp_bias"] = c.attn_bias;
-  if (arch == HfArchitecture::qwen3) j["use_sliding_window"] = false;
+  if (arch == HfArchitecture::qwen3 || arch == HfArchitecture::qwen3_moe) j["use_sliding_window"] = false;
+  if (arch == HfArchitecture::qwen3_moe) add_qwen3_moe_fields(c, j);
   if (arch == HfArchitecture::gemma3) add_gemma3_fields(c, j);
   j["attention_dropout"] = 0.0;
   j["tie_word_embeddings"] = c.tie_embeddings;
@@ -186,11 +218,22 @@ std::vector<HfTensorSource> hf_tensor_map(const ModelConfig& c) {
     } else {
       gain(h + "post_attention_layernorm.weight", a + "mlp_norm.weight");
     }
-    for (const char* part : parts) {
-      // gate_up_proj holds the gate's rows, then the value's (ops/activation.h).
-      map.push_back({h + "mlp.gate_proj." + part, a + "mlp.gate_up_proj." + part, 0, hidden, 1.0, 0.0, 0});
-      map.push_back({h + "mlp.up_proj." + part, a + "mlp.gate_up_proj." + part, hidden, 2 * hidden, 1.0, 0.0, 0});
-      add(h + "mlp.down_proj." + part, a + "mlp.down_proj." + part, projection_rs);
+    if (c.layer_is_sparse(i)) {
+      add(h + "mlp.gate.weight", a + "mlp.router.weight");
+      const int64_t width = c.moe_hidden;
+      for (int64_t e = 0; e < c.moe_experts; ++e) {
+        const std::string x = concat(h, "mlp.experts.", e, "."), stacked = a + "mlp.experts.";
+        map.push_back({x + "gate_proj.weight", stacked + "gate_up_proj", 0, width, 1.0, 0.0, 0, e});
+        map.push_back({x + "up_proj.weight", stacked + "gate_up_proj", width, 2 * width, 1.0, 0.0, 0, e});
+        map.push_back({x + "down_proj.weight", stacked + "down_proj", 0, 0, projection_rs, 0.0, 0, e});
+      }
+    } else {
+      for (const char* part : parts) {
+        // gate_up_proj holds the gate's rows, then the value's (ops/activation.h).
+        map.push_back({h + "mlp.gate_proj." + part, a + "mlp.gate_up_proj." + part, 0, hidden, 1.0, 0.0, 0});
+        map.push_back({h + "mlp.up_proj." + part, a + "mlp.gate_up_proj." + part, hidden, 2 * hidden, 1.0, 0.0, 0});
+        add(h + "mlp.down_proj." + part, a + "mlp.down_proj." + part, projection_rs);
+      }
     }
     if (c.post_norm) gain(h + "post_feedforward_layernorm.weight", a + "post_mlp_norm.weight", rs);
   }

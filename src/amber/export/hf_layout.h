@@ -18,7 +18,7 @@
 
 namespace amber {
 
-enum class HfArchitecture { llama, qwen3, gemma3 };
+enum class HfArchitecture { llama, qwen3, qwen3_moe, gemma3 };
 
 // Throws an Error naming the first option no stock class holds.
 HfArchitecture hf_architecture(const ModelConfig& c);
@@ -45,6 +45,7 @@ struct HfTensorSource {
   double scale = 1.0;
   double offset = 0.0;
   int64_t length = 0;
+  int64_t expert = -1;  // >= 0: rows of that expert of a stacked [experts, rows, ...] tensor
 };
 
 // Every tensor of the stock class's checkpoint for `c` (hf_architecture(c) must

@@ -17,6 +17,14 @@ Tensor rows_mapped(const Tensor& t, int64_t begin, int64_t end, double scale, do
   return out;
 }
 
+// Expert `e` of a stacked [experts, ...] tensor as a view; the tensor itself for e < 0.
+Tensor expert_of(const Tensor& t, int64_t e) {
+  if (e < 0) return t;
+  Shape rest;
+  for (int d = 1; d < t.ndim(); ++d) rest.push_back(t.size(d));
+  return t.slice(0, e, e + 1).view(rest);
+}
+
 // Tensors a Hugging Face checkpoint may hold that carry no weights: old Llama files
 // store RoPE's frequencies, which amber derives from the config.
 bool derived_buffer(const std::string& name) {
@@ -33,7 +41,8 @@ std::vector<NamedTensor> hf_tensors(const LanguageModel& model, DType dtype) {
   for (const HfTensorSource& s : hf_tensor_map(model.config())) {
     const Tensor t = s.amber_name.empty()
                          ? Tensor::full({s.length}, s.offset, DType::f32)
-                         : rows_mapped(model.param(s.amber_name).value, s.row_begin, s.row_end, s.scale, s.offset);
+                         : rows_mapped(expert_of(model.param(s.amber_name).value, s.expert), s.row_begin, s.row_end,
+                                       s.scale, s.offset);
     out.push_back({s.hf_name, dtype == DType::f32 ? t : t.to(dtype)});
   }
   return out;
@@ -60,7 +69,7 @@ void load_hf_tensors(const std::map<std::string, Tensor>& tensors, LanguageModel
                   "model.qk_norm_affine = true");
       continue;
     }
-    Tensor& value = model.param(s.amber_name).value;
+    const Tensor value = expert_of(model.param(s.amber_name).value, s.expert);
     Tensor target = s.row_begin == 0 && s.row_end == 0 ? value : value.slice(0, s.row_begin, s.row_end);
     AMBER_CHECK(t.shape() == target.shape(), origin, ": tensor '", s.hf_name, "' has shape ", t.shape(),
                 " but the run's model config needs ", target.shape(),
