@@ -51,15 +51,29 @@ ModelConfig qwen3_moe() {
   return c;
 }
 
+// GLM-4.5's (DeepSeek-V3's) MoE: sigmoid routing, a shared expert, a routed scale and
+// the balance bias.
+ModelConfig glm4_moe() {
+  ModelConfig c = qwen3_moe();
+  c.moe_router = "sigmoid";
+  c.moe_shared_experts = 1;
+  c.moe_routed_scaling = 2.5;
+  c.moe_bias_update_rate = 1e-3;
+  return c;
+}
+
 // A random model (norm gains and biases too, so that a swapped or dropped vector shows).
 std::unique_ptr<LanguageModel> random_model(const ModelConfig& c, uint64_t seed) {
   auto model = std::make_unique<LanguageModel>(c);
   model->init_weights(seed);
   uint64_t s = seed;
-  for (const auto& p : model->params()) {
-    if (p->value.ndim() != 1) continue;
-    float* v = p->value.data<float>();
-    for (int64_t i = 0; i < p->value.numel(); ++i) {
+  std::vector<Tensor> vectors;
+  for (const auto& p : model->params())
+    if (p->value.ndim() == 1) vectors.push_back(p->value);
+  for (const auto& [name, buffer] : model->buffers()) vectors.push_back(buffer);
+  for (Tensor& t : vectors) {
+    float* v = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
       s = s * 6364136223846793005ull + 1;
       v[i] = static_cast<float>((s >> 40) % 1000) / 500.0f;
     }
@@ -85,10 +99,13 @@ void expect_same_weights(const LanguageModel& a, const LanguageModel& b) {
   ASSERT_EQ(a.params().size(), b.params().size());
   for (size_t i = 0; i < a.params().size(); ++i)
     EXPECT_EQ(a.params()[i]->value.to_doubles(), b.params()[i]->value.to_doubles()) << a.params()[i]->name;
+  ASSERT_EQ(a.buffers().size(), b.buffers().size());
+  for (size_t i = 0; i < a.buffers().size(); ++i)
+    EXPECT_EQ(a.buffers()[i].second.to_doubles(), b.buffers()[i].second.to_doubles()) << a.buffers()[i].first;
 }
 
-TEST(HfExport, ExportThenImportGivesIdenticalWeightsForQwen3AndLlama) {
-  for (const ModelConfig& c : {testing::tiny_model(), llama_with_biases(), qwen3_moe()}) {
+TEST(HfExport, ExportThenImportGivesIdenticalWeightsForEachClass) {
+  for (const ModelConfig& c : {testing::tiny_model(), llama_with_biases(), qwen3_moe(), glm4_moe()}) {
     TempDir tmp;
     const auto model = random_model(c, 7);
     write_hf_folder(*model, tokenizer_files(tmp.path / "tok"), (tmp.path / "hf").string(), {});
@@ -271,9 +288,14 @@ TEST(HfExport, WhatNoStockClassComputesIsRefusedNamingTheOption) {
        "model.moe_shared_experts > 0"},
       {[](ModelConfig& c) {
          c = qwen3_moe();
-         c.moe_router = "sigmoid";
+         c.moe_router = "sqrt_softplus";
        },
-       "model.moe_router = 'sigmoid'"},
+       "model.moe_router = 'sqrt_softplus'"},
+      {[](ModelConfig& c) {
+         c = glm4_moe();
+         c.moe_every = 2;
+       },
+       "model.moe_every = 2"},
       {[](ModelConfig& c) {
          c = qwen3_moe();
          c.moe_bias_update_rate = 1e-3;

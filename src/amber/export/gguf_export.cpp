@@ -86,9 +86,9 @@ std::string gguf_architecture(const ModelConfig& c) {
   const HfArchitecture arch = hf_architecture(c);
   AMBER_CHECK(arch != HfArchitecture::gemma3, "model.post_norm and model.embedding_scale (Gemma3-style): GGUF export "
                                               "writes llama.cpp's llama and qwen3 architectures only (docs/interop.md)");
-  AMBER_CHECK(arch != HfArchitecture::qwen3_moe, "model.moe_experts > 0: GGUF export writes llama.cpp's dense llama "
-                                                 "and qwen3 architectures only; export the model with `amber export "
-                                                 "hf` (Qwen3-MoE) instead (docs/interop.md)");
+  AMBER_CHECK(c.moe_experts == 0, "model.moe_experts > 0: GGUF export writes llama.cpp's dense llama and qwen3 "
+                                  "architectures only; export the model with `amber export hf` instead "
+                                  "(docs/interop.md)");
   AMBER_CHECK(c.mlp == "swiglu", "model.mlp = '", c.mlp,
               "': llama.cpp's llama and qwen3 architectures gate with SiLU (swiglu) only (docs/interop.md)");
   AMBER_CHECK(c.rope_scaling != "yarn", "model.rope_scaling = 'yarn': GGUF export writes no YaRN parameters; "

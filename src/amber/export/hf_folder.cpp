@@ -226,7 +226,8 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
                 expected.dump(), "; set ", option, " to match the checkpoint");
   };
   AMBER_CHECK(have.is_object(), path.string(), " is not a JSON object");
-  field("model_type", "model.qk_norm (true: qwen3, false: llama) and model.moe_experts (qwen3_moe)", nullptr);
+  field("model_type", "model.qk_norm (true: qwen3, false: llama), model.moe_experts and model.moe_router "
+                      "(qwen3_moe: softmax, glm4_moe: sigmoid)", nullptr);
   field("vocab_size", "model.vocab_size", nullptr);
   field("hidden_size", "model.dim", nullptr);
   field("intermediate_size", "model.mlp_hidden", nullptr);
@@ -255,6 +256,24 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
   field("attention_bias", "model.attn_bias", false);
   if (want.contains("mlp_bias")) field("mlp_bias", "model.attn_bias (amber's biases cover the MLP too)", false);
   field("tie_word_embeddings", "model.tie_embeddings", false);
+  if (want.contains("n_routed_experts")) {
+    field("n_routed_experts", "model.moe_experts", nullptr);
+    field("n_shared_experts", "model.moe_shared_experts", nullptr);
+    field("num_experts_per_tok", "model.moe_top_k", nullptr);
+    field("moe_intermediate_size", "model.moe_hidden", nullptr);
+    field("norm_topk_prob", "model.moe_normalize", true);
+    field("routed_scaling_factor", "model.moe_routed_scaling", 1.0);
+    field("first_k_dense_replace", "model.moe_first_dense", nullptr);
+    field("n_group", "(amber chooses among all experts: n_group 1)", 1);
+    field("topk_group", "(amber chooses among all experts: topk_group 1)", 1);
+    field("use_qk_norm", "model.qk_norm", false);
+    // Glm4Moe rotates half of each head unless told otherwise; amber rotates all of it.
+    const nlohmann::json rope_parameters = have.value("rope_parameters", nlohmann::json::object());
+    const nlohmann::json partial = have.value(
+        "partial_rotary_factor", rope_parameters.is_object() ? rope_parameters.value("partial_rotary_factor", 0.5) : 0.5);
+    AMBER_CHECK(matches(partial, 1.0), path.string(), ": partial_rotary_factor is ", partial.dump(),
+                "; amber imports Glm4Moe checkpoints that rotate every channel of a head (1.0)");
+  }
   if (want.contains("num_experts")) {
     // transformers 5 writes the count as num_local_experts.
     field("num_experts", "model.moe_experts", have.value("num_local_experts", nlohmann::json(nullptr)));

@@ -27,20 +27,32 @@ int shared_window(const ModelConfig& c, const std::function<void(bool, const std
 void refuse_unheld(const ModelConfig& c) {
   const auto refuse = [](bool unheld, const std::string& what) {
     AMBER_CHECK(!unheld, what, "; Hugging Face export covers what stock LlamaForCausalLM, Qwen3ForCausalLM, "
-                               "Qwen3MoeForCausalLM and Gemma3ForCausalLM compute (docs/interop.md)");
+                               "Qwen3MoeForCausalLM, Glm4MoeForCausalLM and Gemma3ForCausalLM compute "
+                               "(docs/interop.md)");
   };
   if (c.moe_experts > 0) {
-    const std::string moe = "a Mixture-of-Experts model exports as Qwen3-MoE, ";
-    refuse(!c.qk_norm || c.post_norm || c.embedding_scale, "model.moe_experts > 0 without model.qk_norm (or with "
-           "Gemma3-style norms): " + moe + "which has QK-norm and norms before the branches");
-    refuse(c.moe_router != "softmax", concat("model.moe_router = '", c.moe_router, "': ", moe,
-                                             "whose router takes the softmax of its logits"));
-    refuse(c.moe_shared_experts > 0, "model.moe_shared_experts > 0: " + moe + "which has no shared experts");
-    refuse(c.moe_routed_scaling != 1.0, concat("model.moe_routed_scaling = ", c.moe_routed_scaling, ": ", moe,
-                                               "which does not scale the routed experts"));
-    refuse(c.moe_bias_update_rate > 0, "model.moe_bias_update_rate > 0: " + moe +
-           "whose router has no balance bias in its choice of experts");
+    // Softmax routers export as Qwen3-MoE, sigmoid ones (DeepSeek-V3's, with shared
+    // experts and the balance bias) as GLM-4.5's Glm4Moe: both attend as Qwen3 does.
+    const bool softmax = c.moe_router == "softmax";
+    const std::string moe = softmax ? "a softmax-routed Mixture-of-Experts model exports as Qwen3-MoE, "
+                                    : "a sigmoid-routed Mixture-of-Experts model exports as Glm4Moe, ";
+    refuse(c.moe_router != "softmax" && c.moe_router != "sigmoid",
+           concat("model.moe_router = '", c.moe_router, "': the stock MoE classes route by softmax (Qwen3-MoE) or "
+                  "sigmoid (Glm4Moe)"));
+    refuse(c.post_norm || c.embedding_scale, "model.moe_experts > 0 with Gemma3-style norms: " + moe +
+           "with norms before the branches");
+    refuse(softmax && !c.qk_norm, "model.moe_experts > 0 without model.qk_norm: " + moe + "which has QK-norm");
+    refuse(c.attn_bias, "model.attn_bias with model.moe_experts > 0: " + moe + "whose experts have no biases");
     refuse(c.mlp != "swiglu", concat("model.mlp = '", c.mlp, "' with experts: ", moe, "whose MLPs are SwiGLU"));
+    refuse(softmax && c.moe_shared_experts > 0, "model.moe_shared_experts > 0 with model.moe_router = 'softmax': " +
+           moe + "which has no shared experts (sigmoid routing exports them, as Glm4Moe)");
+    refuse(softmax && c.moe_routed_scaling != 1.0, concat("model.moe_routed_scaling = ", c.moe_routed_scaling,
+                                                          " with model.moe_router = 'softmax': ", moe,
+                                                          "which does not scale the routed experts"));
+    refuse(softmax && c.moe_bias_update_rate > 0, "model.moe_bias_update_rate > 0 with model.moe_router = 'softmax': " +
+           moe + "whose router has no balance bias");
+    refuse(!softmax && c.moe_every != 1, concat("model.moe_every = ", c.moe_every, ": ", moe,
+                                                "whose layers past the leading dense ones are all sparse"));
   }
   refuse(c.norm != "rmsnorm", concat("model.norm = '", c.norm, "': Llama, Qwen3 and Gemma3 normalise with RMSNorm"));
   refuse(c.mlp != "swiglu" && c.mlp != "geglu",
@@ -85,6 +97,7 @@ const char* class_name(HfArchitecture arch) {
   switch (arch) {
     case HfArchitecture::qwen3: return "Qwen3ForCausalLM";
     case HfArchitecture::qwen3_moe: return "Qwen3MoeForCausalLM";
+    case HfArchitecture::glm4_moe: return "Glm4MoeForCausalLM";
     case HfArchitecture::gemma3: return "Gemma3ForCausalLM";
     default: return "LlamaForCausalLM";
   }
@@ -125,11 +138,29 @@ void add_qwen3_moe_fields(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["router_aux_loss_coef"] = c.moe_balance_loss_weight;
 }
 
+// Glm4Moe's fields: routed and shared experts, top-k renormalised and scaled, one
+// group (no group-limited choice), the leading dense layers, QK-norm when the model has
+// it, and every channel rotated (the class's default rotates half).
+void add_glm4_moe_fields(const ModelConfig& c, nlohmann::ordered_json& j) {
+  j["n_routed_experts"] = c.moe_experts;
+  j["n_shared_experts"] = c.moe_shared_experts;
+  j["num_experts_per_tok"] = c.moe_top_k;
+  j["moe_intermediate_size"] = c.moe_hidden;
+  j["norm_topk_prob"] = c.moe_normalize;
+  j["routed_scaling_factor"] = c.moe_routed_scaling;
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  j["first_k_dense_replace"] = c.moe_first_dense;
+  j["use_qk_norm"] = c.qk_norm;
+  j["partial_rotary_factor"] = 1.0;
+  j["num_nextn_predict_layers"] = 0;
+}
+
 }  // namespace
 
 HfArchitecture hf_architecture(const ModelConfig& c) {
   refuse_unheld(c);
-  if (c.moe_experts > 0) return HfArchitecture::qwen3_moe;
+  if (c.moe_experts > 0) return c.moe_router == "softmax" ? HfArchitecture::qwen3_moe : HfArchitecture::glm4_moe;
   if (gemma_style(c)) return HfArchitecture::gemma3;
   return c.qk_norm ? HfArchitecture::qwen3 : HfArchitecture::llama;
 }
@@ -138,6 +169,7 @@ const char* hf_model_type(HfArchitecture arch) {
   switch (arch) {
     case HfArchitecture::qwen3: return "qwen3";
     case HfArchitecture::qwen3_moe: return "qwen3_moe";
+    case HfArchitecture::glm4_moe: return "glm4_moe";
     case HfArchitecture::gemma3: return "gemma3_text";
     default: return "llama";
   }
@@ -165,6 +197,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, const HfSpecialToken
   if (arch == HfArchitecture::llama) j["mlp_bias"] = c.attn_bias;
   if (arch == HfArchitecture::qwen3 || arch == HfArchitecture::qwen3_moe) j["use_sliding_window"] = false;
   if (arch == HfArchitecture::qwen3_moe) add_qwen3_moe_fields(c, j);
+  if (arch == HfArchitecture::glm4_moe) add_glm4_moe_fields(c, j);
   if (arch == HfArchitecture::gemma3) add_gemma3_fields(c, j);
   j["attention_dropout"] = 0.0;
   j["tie_word_embeddings"] = c.tie_embeddings;
@@ -220,6 +253,21 @@ std::vector<HfTensorSource> hf_tensor_map(const ModelConfig& c) {
     }
     if (c.layer_is_sparse(i)) {
       add(h + "mlp.gate.weight", a + "mlp.router.weight");
+      if (arch == HfArchitecture::glm4_moe) {
+        // The balance bias moves the choice of experts, not their weights; without one, zeros.
+        if (c.moe_bias_update_rate > 0)
+          map.push_back({h + "mlp.gate.e_score_correction_bias", a + "mlp.router.balance_bias", 0, 0, 1.0, 0.0, 0,
+                         -1, true});
+        else
+          map.push_back({h + "mlp.gate.e_score_correction_bias", "", 0, 0, 1.0, 0.0, c.moe_experts});
+        const int64_t shared = int64_t{c.moe_shared_experts} * c.moe_hidden;
+        const std::string x = h + "mlp.shared_experts.", stacked = a + "mlp.shared_experts.";
+        if (shared > 0) {
+          map.push_back({x + "gate_proj.weight", stacked + "gate_up_proj.weight", 0, shared, 1.0, 0.0, 0});
+          map.push_back({x + "up_proj.weight", stacked + "gate_up_proj.weight", shared, 2 * shared, 1.0, 0.0, 0});
+          add(x + "down_proj.weight", stacked + "down_proj.weight", projection_rs);
+        }
+      }
       const int64_t width = c.moe_hidden;
       for (int64_t e = 0; e < c.moe_experts; ++e) {
         const std::string x = concat(h, "mlp.experts.", e, "."), stacked = a + "mlp.experts.";

@@ -18,7 +18,7 @@
 
 namespace amber {
 
-enum class HfArchitecture { llama, qwen3, qwen3_moe, gemma3 };
+enum class HfArchitecture { llama, qwen3, qwen3_moe, glm4_moe, gemma3 };
 
 // Throws an Error naming the first option no stock class holds.
 HfArchitecture hf_architecture(const ModelConfig& c);
@@ -46,6 +46,7 @@ struct HfTensorSource {
   double offset = 0.0;
   int64_t length = 0;
   int64_t expert = -1;  // >= 0: rows of that expert of a stacked [experts, rows, ...] tensor
+  bool buffer = false;  // amber_name names model state that is not trained (LanguageModel::buffers)
 };
 
 // Every tensor of the stock class's checkpoint for `c` (hf_architecture(c) must

@@ -25,6 +25,14 @@ Tensor expert_of(const Tensor& t, int64_t e) {
   return t.slice(0, e, e + 1).view(rest);
 }
 
+// The amber tensor `s` reads: a parameter, or model state that is not trained.
+Tensor amber_tensor(const LanguageModel& model, const HfTensorSource& s) {
+  if (!s.buffer) return expert_of(model.param(s.amber_name).value, s.expert);
+  for (const auto& [name, tensor] : model.buffers())
+    if (name == s.amber_name) return tensor;
+  fail("the model has no buffer '", s.amber_name, "'");
+}
+
 // Tensors a Hugging Face checkpoint may hold that carry no weights: old Llama files
 // store RoPE's frequencies, which amber derives from the config.
 bool derived_buffer(const std::string& name) {
@@ -41,8 +49,7 @@ std::vector<NamedTensor> hf_tensors(const LanguageModel& model, DType dtype) {
   for (const HfTensorSource& s : hf_tensor_map(model.config())) {
     const Tensor t = s.amber_name.empty()
                          ? Tensor::full({s.length}, s.offset, DType::f32)
-                         : rows_mapped(expert_of(model.param(s.amber_name).value, s.expert), s.row_begin, s.row_end,
-                                       s.scale, s.offset);
+                         : rows_mapped(amber_tensor(model, s), s.row_begin, s.row_end, s.scale, s.offset);
     out.push_back({s.hf_name, dtype == DType::f32 ? t : t.to(dtype)});
   }
   return out;
@@ -64,12 +71,15 @@ void load_hf_tensors(const std::map<std::string, Tensor>& tensors, LanguageModel
       const std::vector<double> v = t.to_doubles();
       bool untrained = t.shape() == Shape{s.length};
       for (double x : v) untrained = untrained && x == s.offset;
+      const bool balance_bias = s.hf_name.ends_with("e_score_correction_bias");
       AMBER_CHECK(untrained, origin, ": tensor '", s.hf_name,
-                  "' holds trained QK-norm gains, which the run's model.qk_norm_affine = false drops; set "
-                  "model.qk_norm_affine = true");
+                  balance_bias ? "' holds a balance bias, which the run's model.moe_bias_update_rate = 0 has no place "
+                                 "for; set model.moe_bias_update_rate > 0"
+                               : "' holds trained QK-norm gains, which the run's model.qk_norm_affine = false drops; "
+                                 "set model.qk_norm_affine = true");
       continue;
     }
-    const Tensor value = expert_of(model.param(s.amber_name).value, s.expert);
+    const Tensor value = amber_tensor(model, s);
     Tensor target = s.row_begin == 0 && s.row_end == 0 ? value : value.slice(0, s.row_begin, s.row_end);
     AMBER_CHECK(t.shape() == target.shape(), origin, ": tensor '", s.hf_name, "' has shape ", t.shape(),
                 " but the run's model config needs ", target.shape(),
