@@ -1,6 +1,7 @@
 // `amber eval`: a checkpoint's held-out loss on its run's evaluation set, the number
 // the run logs as val_loss, and optionally that set's batches as JSON, so that another
 // framework can score the same tokens (tests/export checks transformers against it).
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -20,6 +21,7 @@ struct EvalArgs {
   std::string checkpoint;
   std::string data_dir;
   std::string batches_out;
+  std::string device;
 };
 
 // Each batch's tokens, targets (kNoTarget = -100 where none), document boundaries and
@@ -48,12 +50,15 @@ void run_eval(const EvalArgs& a) {
   const RunData data(config, notes);
   AMBER_CHECK(!data.eval_batches.empty(), config.data.dir,
               " has no validation shards; make them with amber tokenize --val-fraction");
-  LanguageModel model(config.model);
+  // As the run evaluated: its compute dtype, on its device unless told otherwise.
+  const Device device = device_from_name(a.device.empty() ? config.train.device : a.device);
+  LanguageModel model(config.model, DType::f32, device, dtype_from_name(config.train.compute_dtype));
   load_checkpoint(opened.dir, model, nullptr);
   const EvalResult r = Evaluator(config, data).evaluate(model);
   std::cout << std::setprecision(9) << "checkpoint " << opened.dir << " (step "
-            << trainer_state_integer(opened.state, "step", opened.dir, 0) << ")\nval_loss " << r.loss << " over "
-            << r.tokens << " tokens (unigram baseline " << r.unigram << ")\n";
+            << trainer_state_integer(opened.state, "step", opened.dir, 0) << ") on " << device << " in "
+            << config.train.compute_dtype << "\nval_loss " << r.loss << " over "
+            << r.tokens << " tokens (unigram baseline " << r.unigram << ")\nperplexity " << std::exp(r.loss) << "\n";
   if (a.batches_out.empty()) return;
   const std::string temporary = a.batches_out + ".tmp";
   {
@@ -70,10 +75,13 @@ void run_eval(const EvalArgs& a) {
 
 void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
-  auto* cmd = app.add_subcommand("eval", "Held-out loss (in f32) of a checkpoint on its run's evaluation set");
+  auto* cmd = app.add_subcommand("eval",
+                                 "Held-out loss and perplexity of a checkpoint on its run's evaluation set, computed "
+                                 "as the run computed its val_loss (its compute dtype, its device)");
   cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint directory, or a run folder (uses its latest)")
       ->required();
-  cmd->add_option("--data-dir", a->data_dir, "Shards folder (default: the run config's data.dir)");
+  cmd->add_option("--data,--data-dir", a->data_dir, "Shards folder (default: the run config's data.dir)");
+  cmd->add_option("--device", a->device, "auto, cpu, cuda or cuda:N (default: the run config's train.device)");
   cmd->add_option("--batches-out", a->batches_out,
                   "Also write the evaluation batches (tokens, targets, cu_seqlens, positions) to this JSON file");
   cmd->callback([a] { run_eval(*a); });

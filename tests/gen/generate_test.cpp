@@ -6,6 +6,7 @@
 #include <string>
 
 #include "amber/gen/generate.h"
+#include "amber/gen/text_stream.h"
 #include "ops/testing.h"
 #include "tiny_model.h"
 
@@ -34,16 +35,10 @@ TEST(Generation, CachedLogitsEqualFullForward) {
   // Prefill three and two tokens, then decode one token per sequence at a time.
   std::vector<int32_t> starts = {0, 0}, counts = {3, 2};
   while (starts[1] + counts[1] <= 5) {
-    CachedStep step;
-    step.starts = starts;
-    step.cu_q = {0, counts[0], counts[0] + counts[1]};
-    std::vector<int32_t> tokens, positions;
+    const CachedStep step = CachedStep::packed(counts, starts, Device::cpu());
+    std::vector<int32_t> tokens;
     for (int s = 0; s < 2; ++s)
-      for (int j = 0; j < counts[s]; ++j) {
-        tokens.push_back(seqs[s][starts[s] + j]);
-        positions.push_back(starts[s] + j);
-      }
-    step.positions = Tensor::from_vector(positions, {static_cast<int64_t>(positions.size())});
+      for (int j = 0; j < counts[s]; ++j) tokens.push_back(seqs[s][starts[s] + j]);
     const Tensor got = model.infer_last_logits(Tensor::from_vector(tokens, {static_cast<int64_t>(tokens.size())}),
                                                step, cache);
     for (int s = 0; s < 2; ++s) {
@@ -101,11 +96,11 @@ TEST(Generation, SeededBatchIsReproducibleAndStopsAtEos) {
   g.max_new_tokens = 12;
   g.sampling.seed = 5;
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4}, {5, 6}};
-  const auto a = generate(model, prompts, g), b = generate(model, prompts, g);
+  const auto a = generate(model, prompts, g).tokens, b = generate(model, prompts, g).tokens;
   EXPECT_EQ(a, b);
   for (const auto& seq : a) EXPECT_EQ(seq.size(), 12u);
   g.eos_id = a[0][2];
-  const auto stopped = generate(model, prompts, g);
+  const auto stopped = generate(model, prompts, g).tokens;
   EXPECT_LE(stopped[0].size(), 3u);
   EXPECT_EQ(stopped[0].back(), g.eos_id);
   EXPECT_THROW(generate(model, {{}}, g), Error);
@@ -125,9 +120,9 @@ TEST(Generation, VocabLimitKeepsSampledIdsBelowIt) {
     for (const auto& seq : out) m = std::max(m, *std::max_element(seq.begin(), seq.end()));
     return m;
   };
-  ASSERT_GE(highest(generate(model, prompts, g)), 8) << "the unlimited draws never pass the limit";
+  ASSERT_GE(highest(generate(model, prompts, g).tokens), 8) << "the unlimited draws never pass the limit";
   g.vocab_limit = 8;
-  EXPECT_LT(highest(generate(model, prompts, g)), 8);
+  EXPECT_LT(highest(generate(model, prompts, g).tokens), 8);
   g.vocab_limit = 24;  // past the model's 23 ids
   EXPECT_THROW(generate(model, prompts, g), Error);
 }
@@ -155,7 +150,7 @@ TEST(Generation, PromptPastTheContextIsRefused) {
   model.init_weights(2);
   GenerationConfig g;
   g.max_new_tokens = 3;
-  EXPECT_EQ(generate(model, {{1, 2, 3, 4, 5}}, g)[0].size(), 3u);  // exactly fills the context
+  EXPECT_EQ(generate(model, {{1, 2, 3, 4, 5}}, g).tokens[0].size(), 3u);  // exactly fills the context
   try {
     generate(model, {{1, 2}, {1, 2, 3, 4, 5, 6}}, g);
     FAIL() << "a prompt past the context must be refused";
@@ -163,6 +158,94 @@ TEST(Generation, PromptPastTheContextIsRefused) {
     EXPECT_NE(std::string(e.what()).find("prompt 2 has 6 tokens"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("model.max_position"), std::string::npos) << e.what();
   }
+}
+
+// The callback sees every emitted token in sequence order, and ends a sequence where it
+// returns false; the others run on to max_new_tokens.
+TEST(Generation, OnTokenEndsOneSequence) {
+  LanguageModel model(tiny());
+  model.init_weights(4);
+  GenerationConfig g;
+  g.max_new_tokens = 10;
+  g.sampling.seed = 3;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4}, {5, 6}};
+  const Generation plain = generate(model, prompts, g);
+  std::vector<std::vector<int32_t>> seen(3);
+  int last_sequence = -1;
+  g.on_token = [&](int sequence, int32_t token) {
+    EXPECT_TRUE(sequence > last_sequence || sequence == 0) << "tokens of one step arrive in sequence order";
+    last_sequence = sequence;
+    seen[static_cast<size_t>(sequence)].push_back(token);
+    return !(sequence == 1 && seen[1].size() == 4);
+  };
+  const Generation cut = generate(model, prompts, g);
+  EXPECT_EQ(cut.tokens, seen);
+  EXPECT_EQ(cut.tokens[1], std::vector<int32_t>(plain.tokens[1].begin(), plain.tokens[1].begin() + 4));
+  EXPECT_EQ(cut.tokens[0], plain.tokens[0]);  // the other sequences are untouched by the cut
+  EXPECT_EQ(cut.tokens[2], plain.tokens[2]);
+  EXPECT_EQ(cut.decode_steps, g.max_new_tokens - 1);
+}
+
+TEST(Sampler, RepetitionPenaltyScalesSeenLogitsTowardsUnlikely) {
+  SeenTokens seen({0, 1, 1}, 6);
+  seen.add(5);  // past the candidates below: skipped
+  std::vector<double> logits = {2.0, -1.0, 0.5, 3.0};
+  seen.penalise(logits, 2.0);
+  EXPECT_EQ(logits, (std::vector<double>{1.0, -2.0, 0.5, 3.0}));
+  seen.penalise(logits, 1.0);
+  EXPECT_EQ(logits, (std::vector<double>{1.0, -2.0, 0.5, 3.0}));
+  EXPECT_THROW(seen.add(6), Error);
+  SamplingConfig bad;
+  bad.repetition_penalty = 0;
+  EXPECT_THROW(validate_sampling(bad), Error);
+  // Greedy with a strong penalty: every new token differs from the prompt's and from
+  // the ones before it while unseen tokens with positive logits remain.
+  LanguageModel model(tiny());
+  model.init_weights(8);
+  GenerationConfig g;
+  g.max_new_tokens = 6;
+  g.sampling.temperature = 0;
+  g.sampling.repetition_penalty = 1e9;
+  const std::vector<int32_t> prompt = {1, 2};
+  const auto repeats = [&] {
+    const Generation out = generate(model, {prompt}, g);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), out.tokens[0].begin(), out.tokens[0].end());
+    std::sort(all.begin(), all.end());
+    return std::unique(all.begin(), all.end()) != all.end();
+  };
+  EXPECT_FALSE(repeats()) << "a token repeated under the penalty";
+  g.sampling.repetition_penalty = 1;
+  EXPECT_TRUE(repeats()) << "without the penalty this greedy run repeats (else the check above proves nothing)";
+}
+
+TEST(TextStream, HoldsHalfCharactersAndPossibleStopStrings) {
+  TextStream t({"END", "\n\n"});
+  EXPECT_TRUE(t.update("a\xC3"));  // the first byte of U+00E9
+  EXPECT_EQ(t.take(), "a");
+  EXPECT_TRUE(t.update("a\xC3\xA9 E"));
+  EXPECT_EQ(t.take(), "\xC3\xA9 ");  // "E" may begin "END"
+  EXPECT_TRUE(t.update("a\xC3\xA9 EX\n"));
+  EXPECT_EQ(t.take(), "EX");
+  EXPECT_FALSE(t.update("a\xC3\xA9 EX\n\nmore"));
+  EXPECT_TRUE(t.stopped());
+  EXPECT_EQ(t.text(), "a\xC3\xA9 EX");
+  EXPECT_EQ(t.take(), "");  // the held newline belonged to the stop string
+  EXPECT_FALSE(t.update("anything"));
+  EXPECT_EQ(t.text(), "a\xC3\xA9 EX");
+  // A four-byte character over three updates, then a sequence that ends mid-character.
+  TextStream u;
+  u.update("\xF0\x9F");
+  EXPECT_EQ(u.take(), "");
+  u.update("\xF0\x9F\x98");
+  EXPECT_EQ(u.take(), "");
+  u.update("\xF0\x9F\x98\x80\xE2\x82");
+  EXPECT_EQ(u.take(), "\xF0\x9F\x98\x80");
+  EXPECT_EQ(u.take_rest(), "\xE2\x82");
+  EXPECT_EQ(incomplete_utf8_tail("ab\x80"), 0u);  // a stray continuation byte completes nothing
+  EXPECT_EQ(incomplete_utf8_tail("ab\xE2"), 1u);
+  EXPECT_EQ(incomplete_utf8_tail("\xC3\xA9"), 0u);
+  EXPECT_THROW(TextStream({""}), Error);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "amber/core/random.h"
+#include "amber/gen/generate.h"
 #include "amber/ops/elementwise.h"
 #include "amber/ops/grouped_gemm.h"
 #include "amber/ops/optim.h"
@@ -518,6 +519,43 @@ TEST(TrainStepGpu, GraphReplayEqualsEager) {
     // runs, then one capture and its replays.
     EXPECT_EQ(replays, static_cast<int>(lengths.size()) - 2) << optimizer;
     EXPECT_EQ(opt_graphed->steps(), static_cast<int64_t>(lengths.size()));
+  }
+}
+
+// A run's sample previews generate from the training model itself (its activation
+// arena, its working copies) between graphed steps: training with previews after the
+// step graph was captured ends in the very weights of training without them.
+TEST(TrainStepGpu, PreviewsBetweenGraphedStepsLeaveTrainingUnchanged) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::pair<const char*, ModelConfig>> models = {{"dense", small_model()}};
+  if (grouped_gemm_available(Device::cuda())) models.emplace_back("moe", small_moe_model());
+  for (const auto& [model_name, config] : models) {
+    SCOPED_TRACE(model_name);
+    LanguageModel plain(config, DType::f32, Device::cuda(), DType::bf16);
+    LanguageModel previewed(config, DType::f32, Device::cuda(), DType::bf16);
+    plain.init_weights(5);
+    previewed.init_weights(5);
+    OptimizerConfig oc;
+    auto opt_plain = build_optimizer(oc, plain.store()), opt_previewed = build_optimizer(oc, previewed.store());
+    TrainStep step_plain(plain, opt_plain.get(), {.cuda_graph = true});
+    TrainStep step_previewed(previewed, opt_previewed.get(), {.cuda_graph = true});
+    GenerationConfig g;
+    g.max_new_tokens = 12;
+    int replays = 0;
+    for (int s = 0; s < 6; ++s) {
+      const std::vector<data::Batch> micro = {random_batch({200, 56}, 300, 40 + s)};
+      step_plain.run(micro, 1.0);
+      step_previewed.run(micro, 1.0);
+      step_plain.read();
+      step_previewed.read();
+      replays += step_previewed.replayed() ? 1 : 0;
+      // One prompt longer than the step's whole batch.
+      if (s >= 3) EXPECT_GT(generate(previewed, {{1, 2, 3}, std::vector<int32_t>(300, 7)}, g).graph_replays, 0);
+    }
+    EXPECT_GT(replays, 0);
+    for (size_t i = 0; i < plain.params().size(); ++i)
+      ASSERT_EQ(plain.params()[i]->value.to_doubles(), previewed.params()[i]->value.to_doubles())
+          << plain.params()[i]->name;
   }
 }
 

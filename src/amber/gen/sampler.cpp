@@ -15,6 +15,9 @@ void validate_sampling(const SamplingConfig& c) {
   AMBER_CHECK(c.top_k >= 0, "top-k must be >= 0 (0 = off), got ", c.top_k);
   AMBER_CHECK(c.top_p > 0 && c.top_p <= 1, "top-p must be in (0, 1], got ", c.top_p);
   AMBER_CHECK(c.min_p >= 0 && c.min_p < 1, "min-p must be in [0, 1), got ", c.min_p);
+  AMBER_CHECK(c.repetition_penalty > 0 && std::isfinite(c.repetition_penalty),
+              "repetition penalty must be a finite number > 0 (1 = off, > 1 discourages repeats), got ",
+              c.repetition_penalty);
 }
 
 int32_t sample_token(const std::vector<double>& logits, const SamplingConfig& c, uint64_t draw) {
@@ -55,6 +58,27 @@ int32_t sample_token(const std::vector<double>& logits, const SamplingConfig& c,
     if (u < acc) return order[i];
   }
   return order[keep - 1];
+}
+
+SeenTokens::SeenTokens(const std::vector<int32_t>& prompt, int64_t vocab) : seen_(static_cast<size_t>(vocab), false) {
+  for (int32_t t : prompt) add(t);
+}
+
+void SeenTokens::add(int32_t token) {
+  AMBER_CHECK(token >= 0 && static_cast<size_t>(token) < seen_.size(), "token id ", token,
+              " is outside the vocabulary [0, ", seen_.size(), ")");
+  if (seen_[static_cast<size_t>(token)]) return;
+  seen_[static_cast<size_t>(token)] = true;
+  ids_.push_back(token);
+}
+
+void SeenTokens::penalise(std::vector<double>& logits, double penalty) const {
+  if (penalty == 1) return;
+  for (int32_t id : ids_) {
+    if (static_cast<size_t>(id) >= logits.size()) continue;
+    double& x = logits[static_cast<size_t>(id)];
+    x = x > 0 ? x / penalty : x * penalty;
+  }
 }
 
 }  // namespace amber

@@ -57,18 +57,9 @@ class CausalAttention final : public AttentionLayer {
     Tensor v;
     project_qkv(h, arena, s.q_raw, s.k_raw, v);
     normalise_and_rotate(step.positions, s, arena);
-    const Tensor &q = s.q, &k = s.k;
-    for (size_t seq = 0; seq + 1 < step.cu_q.size(); ++seq) {
-      const int64_t first = step.cu_q[seq], count = step.cu_q[seq + 1] - first, at = step.starts[seq];
-      AMBER_CHECK(at + count <= cache.k.size(1), "generation: sequence ", seq, " reached the KV cache capacity ",
-                  cache.k.size(1), "; raise the cache size (prompt + max new tokens)");
-      Tensor kd = cache.k.select(0, static_cast<int64_t>(seq)).slice(0, at, at + count);
-      Tensor vd = cache.v.select(0, static_cast<int64_t>(seq)).slice(0, at, at + count);
-      kd.copy_from(k.slice(0, first, first + count));
-      vd.copy_from(v.slice(0, first, first + count));
-    }
+    kv_cache_append(s.k, v, step.cu_q, step.starts, cache.k, cache.v);
     Tensor o = arena.alloc({tokens, heads_, head_dim_}, h.dtype());
-    attention_cached_forward(q, cache.k, cache.v, step.cu_q, step.starts, options_, sinks(), o);
+    attention_cached_forward(s.q, cache.k, cache.v, step.cu_q, step.starts, options_, sinks(), o);
     return o_.forward(o.view({tokens, int64_t{heads_} * head_dim_}), arena);
   }
 

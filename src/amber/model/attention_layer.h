@@ -11,6 +11,7 @@
 #include "amber/core/arena.h"
 #include "amber/core/seq_info.h"
 #include "amber/model/config.h"
+#include "amber/model/kv_cache.h"
 #include "amber/model/norm_layer.h"
 #include "amber/model/param_store.h"
 #include "amber/model/position.h"
@@ -23,18 +24,6 @@ struct AttentionSpec {
   int window = 0;  // this layer's window; 0 = global
   ParamStore* store = nullptr;  // where the parameters are declared
   std::shared_ptr<const PositionEncoding> position;
-};
-
-// One layer's slice of a generation KV cache: k and v [sequences, capacity, Hkv, Dh].
-struct LayerCache {
-  Tensor k, v;
-};
-
-// The packed new tokens of a generation step: sequence s owns tokens
-// [cu_q[s], cu_q[s+1]) that follow its starts[s] cached positions.
-struct CachedStep {
-  std::vector<int32_t> cu_q, starts;
-  Tensor positions;  // int32 [T]: starts[s] + j
 };
 
 class AttentionLayer {

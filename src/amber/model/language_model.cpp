@@ -5,6 +5,7 @@
 #include "amber/core/nearest_name.h"
 #include "amber/core/random.h"
 #include "amber/ops/elementwise.h"
+#include "amber/ops/embedding.h"
 #include "amber/ops/step_slots.h"
 
 namespace amber {
@@ -179,12 +180,8 @@ Tensor LanguageModel::infer_last_logits(const Tensor& tokens, const CachedStep& 
                                         std::vector<LayerCache>& caches) {
   activations_.reset();
   const Tensor hidden = backbone_.infer(tokens, step, caches, activations_);
-  const int64_t sequences = static_cast<int64_t>(step.cu_q.size()) - 1;
-  Tensor last = Tensor::empty({sequences, hidden.size(1)}, hidden.dtype(), hidden.device());
-  for (int64_t s = 0; s < sequences; ++s) {
-    Tensor row = last.select(0, s);
-    row.copy_from(hidden.select(0, step.cu_q[static_cast<size_t>(s) + 1] - 1));
-  }
+  Tensor last = activations_.alloc({step.last.numel(), hidden.size(1)}, hidden.dtype());
+  embedding_forward(hidden, step.last, last);  // each sequence's last new row
   return head_.logits(last);
 }
 

@@ -121,4 +121,68 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
       }()));
 }
 
+namespace {
+
+// The cache geometry shared by kv_cache_append and attention_cached_forward.
+void check_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cu_q,
+                 const Tensor& starts) {
+  AMBER_CHECK(k_cache.ndim() == 4 && k_cache.shape() == v_cache.shape() && k_cache.dtype() == v_cache.dtype(), op,
+              ": the caches must be [sequences, capacity, kv_heads, head_dim] of one shape and dtype, got ",
+              dtype_name(k_cache.dtype()), " ", k_cache.shape(), " and ", dtype_name(v_cache.dtype()), " ",
+              v_cache.shape());
+  AMBER_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), op, ": the caches must be contiguous");
+  const int64_t sequences = k_cache.size(0);
+  AMBER_CHECK(cu_q.dtype() == DType::i32 && cu_q.ndim() == 1 && cu_q.numel() == sequences + 1 &&
+                  cu_q.is_contiguous(),
+              op, ": cu_q must be contiguous int32 [", sequences + 1, "] (one more than the cache's ", sequences,
+              " sequences), got ", dtype_name(cu_q.dtype()), " ", cu_q.shape());
+  AMBER_CHECK(starts.dtype() == DType::i32 && starts.ndim() == 1 && starts.numel() == sequences &&
+                  starts.is_contiguous(),
+              op, ": starts must be contiguous int32 [", sequences, "] (one per cached sequence), got ",
+              dtype_name(starts.dtype()), " ", starts.shape());
+}
+
+}  // namespace
+
+void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& cu_q, const Tensor& starts, Tensor& k_cache,
+                     Tensor& v_cache) {
+  const char* op = "kv_cache_append";
+  check_cache(op, k_cache, v_cache, cu_q, starts);
+  for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}}) {
+    AMBER_CHECK(t->ndim() == 3 && t->size(1) == k_cache.size(2) && t->size(2) == k_cache.size(3) &&
+                    t->dtype() == k_cache.dtype(),
+                op, ": ", name, " must be ", dtype_name(k_cache.dtype()), " [tokens, ", k_cache.size(2), ", ",
+                k_cache.size(3), "] like the cache's rows, got ", dtype_name(t->dtype()), " ", t->shape());
+    AMBER_CHECK(t->stride(2) == 1 && t->stride(1) == t->size(2), op, ": each token's [kv_heads, head_dim] block of ",
+                name, " ", t->shape(), " must be contiguous");
+  }
+  AMBER_CHECK(k.size(0) == v.size(0), op, ": k has ", k.size(0), " tokens but v has ", v.size(0));
+  AMBER_ON_DEVICE(ops::common_device(op, {&k, &v, &cu_q, &starts, &k_cache, &v_cache}), op,
+                  cuda::kv_cache_append(k, v, cu_q, starts, k_cache, v_cache),
+                  cpu::kv_cache_append(k, v, cu_q, starts, k_cache, v_cache));
+}
+
+void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cu_q,
+                              const Tensor& starts, const AttentionOptions& options, const Tensor& sinks,
+                              Tensor& out) {
+  const char* op = "attention_cached_forward";
+  check_cache(op, k_cache, v_cache, cu_q, starts);
+  AMBER_CHECK(q.ndim() == 3 && q.is_contiguous() && q.dtype() == k_cache.dtype(), op, ": q must be contiguous ",
+              dtype_name(k_cache.dtype()), " [tokens, heads, head_dim] like the cache, got ", dtype_name(q.dtype()),
+              " ", q.shape());
+  AMBER_CHECK(q.size(2) == k_cache.size(3) && q.size(1) % k_cache.size(2) == 0, op, ": q ", q.shape(),
+              " does not fit the cache ", k_cache.shape(), " (head_dim must match, heads a multiple of kv_heads)");
+  check_output(op, "out", out, q.shape(), q.dtype());
+  AMBER_CHECK(options.window >= 0, op, ": window must be >= 0 (0 = unlimited), got ", options.window);
+  if (sinks.defined())
+    AMBER_CHECK(sinks.ndim() == 1 && sinks.size(0) == q.size(1) && is_floating(sinks.dtype()) && sinks.is_contiguous(),
+                op, ": sinks must be a contiguous floating [", q.size(1), "] (one logit per query head), got ",
+                sinks.shape());
+  AttentionOptions resolved = options;
+  if (resolved.softmax_scale == 0) resolved.softmax_scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  AMBER_ON_DEVICE(ops::common_device(op, {&q, &k_cache, &v_cache, &cu_q, &starts, &sinks, &out}), op,
+                  cuda::attention_cached_forward(q, k_cache, v_cache, cu_q, starts, resolved, sinks, out),
+                  cpu::attention_cached_forward(q, k_cache, v_cache, cu_q, starts, resolved, sinks, out));
+}
+
 }  // namespace amber

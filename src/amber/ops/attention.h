@@ -15,8 +15,6 @@
 #pragma once
 
 #include "amber/core/seq_info.h"
-#include <vector>
-
 #include "amber/core/tensor.h"
 #include "amber/ops/rope.h"
 
@@ -59,13 +57,24 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
 namespace amber {
 
-// Generation: attention of new tokens over a static-shape KV cache. q [T, H, D]
-// packs the new tokens of S sequences (host cu_q [S + 1]); k_cache and v_cache
-// [S, capacity, Hkv, D] already hold every key up to and including the new tokens.
-// New token j of sequence s sits at position starts[s] + j and sees that sequence's
-// keys at positions <= its own (and inside the window). out [T, H, D].
-void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                              const std::vector<int32_t>& cu_q, const std::vector<int32_t>& starts,
-                              const AttentionOptions& options, const Tensor& sinks, Tensor& out);
+// Generation over a static-shape KV cache: k_cache and v_cache [S, capacity, Hkv, D].
+// A step's new tokens are packed: sequence s owns rows [cu_q[s], cu_q[s + 1]) of q, k
+// and v, and its new token j sits at position starts[s] + j. cu_q [S + 1] and starts [S]
+// are int32 on the tensors' device, so a decode step captured in a CUDA graph replays
+// with positions it reads at run time. Positions must stay below the capacity: the CPU
+// checks, the GPU (which never reads values back) skips keys past it.
+
+// Writes the new tokens' keys and values into their sequences' cache rows. k and v are
+// [T, Hkv, D] with each token's [Hkv, D] block contiguous (a slice of a stacked
+// projection will do), in the caches' dtype.
+void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& cu_q, const Tensor& starts, Tensor& k_cache,
+                     Tensor& v_cache);
+
+// Attention of the new tokens q [T, H, D] over caches that already hold every key up to
+// and including them: token j of sequence s sees that sequence's keys at positions <=
+// its own (and inside the window), plus the sink. out [T, H, D], contiguous like q.
+void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cu_q,
+                              const Tensor& starts, const AttentionOptions& options, const Tensor& sinks,
+                              Tensor& out);
 
 }  // namespace amber

@@ -7,8 +7,6 @@ namespace amber {
 
 Evaluator::Evaluator(const RunConfig& config, const RunData& data) : config_(config), data_(data) {}
 
-Evaluator::~Evaluator() = default;
-
 EvalResult Evaluator::evaluate(LanguageModel& model) const {
   EvalResult r;
   double loss = 0, unigram = 0;
@@ -27,7 +25,7 @@ EvalResult Evaluator::evaluate(LanguageModel& model) const {
   return r;
 }
 
-std::vector<std::string> Evaluator::samples(LanguageModel& model, int64_t step) {
+std::vector<std::string> Evaluator::samples(LanguageModel& model, int64_t step) const {
   const TrainConfig& t = config_.train;
   GenerationConfig g;
   g.max_new_tokens = t.sample_tokens;
@@ -36,15 +34,9 @@ std::vector<std::string> Evaluator::samples(LanguageModel& model, int64_t step) 
   g.sampling.temperature = 0.8;
   g.sampling.top_p = 0.95;
   g.sampling.seed = t.seed + static_cast<uint64_t>(step);
-  LanguageModel* sampler = &model;
-  if (model.device().is_cuda()) {
-    if (!preview_model_) preview_model_ = std::make_unique<LanguageModel>(config_.model);
-    for (size_t i = 0; i < model.params().size(); ++i)
-      preview_model_->params()[i]->value.copy_from(model.params()[i]->value);
-    sampler = preview_model_.get();
-  }
   std::vector<std::string> texts;
-  for (std::vector<int32_t> ids : generate(*sampler, data_.sample_prompts, g)) {
+  const Generation out = generate(model, data_.sample_prompts, g);
+  for (std::vector<int32_t> ids : out.tokens) {
     if (!ids.empty() && data_.eos && ids.back() == *data_.eos) ids.pop_back();
     texts.push_back(data_.tokenizer->decode(ids));
   }

@@ -1,47 +1,84 @@
-// CPU attention over a KV cache for generation: one query row at a time against
-// its sequence's cached keys, with the same masking and sink rules as training.
+// CPU generation over a KV cache: the new tokens' rows written into the cache, and one
+// query row at a time attending over its sequence's cached keys, with the same masking
+// and sink rules as training.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
-#include "amber/ops/attention.h"
+#include "amber/ops/cpu/attention.h"
 #include "amber/ops/cpu/dispatch.h"
 
-namespace amber {
+namespace amber::cpu {
+namespace {
 
-void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                              const std::vector<int32_t>& cu_q, const std::vector<int32_t>& starts,
-                              const AttentionOptions& options, const Tensor& sinks, Tensor& out) {
+// Sequence s's new tokens [cu_q[s], cu_q[s + 1]) at starts[s] onwards, checked against
+// the cache's capacity.
+struct CachedRows {
+  std::vector<int32_t> cu_q, starts;
+  int sequences() const { return static_cast<int>(starts.size()); }
+};
+
+CachedRows cached_rows(const Tensor& cu_q, const Tensor& starts, int64_t tokens, int64_t capacity,
+                       const char* op) {
+  require_cpu(cu_q, op);
+  const int32_t *cu = cu_q.data<int32_t>(), *st = starts.data<int32_t>();
+  CachedRows r{{cu, cu + cu_q.numel()}, {st, st + starts.numel()}};
+  AMBER_CHECK(r.cu_q.front() == 0 && r.cu_q.back() == tokens, op, ": cu_q must run from 0 to the ", tokens,
+              " new tokens, got ", r.cu_q.front(), " .. ", r.cu_q.back());
+  for (int s = 0; s < r.sequences(); ++s) {
+    const int32_t count = r.cu_q[s + 1] - r.cu_q[s];
+    AMBER_CHECK(count >= 0 && r.starts[s] >= 0, op, ": sequence ", s, " has ", count, " new tokens at position ",
+                r.starts[s]);
+    AMBER_CHECK(r.starts[s] + count <= capacity, op, ": sequence ", s, " needs ", r.starts[s] + count,
+                " cache positions but the cache holds ", capacity,
+                "; make the cache as long as the prompt plus the new tokens");
+  }
+  return r;
+}
+
+}  // namespace
+
+void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& cu_q, const Tensor& starts, Tensor& k_cache,
+                     Tensor& v_cache) {
+  const char* op = "kv_cache_append";
+  require_cpu(k, op);
+  const CachedRows r = cached_rows(cu_q, starts, k.size(0), k_cache.size(1), op);
+  const size_t row_bytes = static_cast<size_t>(k.size(1) * k.size(2)) * dtype_size(k.dtype());
+  const int64_t capacity = k_cache.size(1);
+  for (const auto& [src, cache] : {std::pair{&k, &k_cache}, std::pair{&v, &v_cache}}) {
+    const char* from = static_cast<const char*>(src->raw());
+    char* to = static_cast<char*>(cache->raw());
+    const size_t src_stride = static_cast<size_t>(src->stride(0)) * dtype_size(src->dtype());
+    for (int s = 0; s < r.sequences(); ++s)
+      for (int32_t t = r.cu_q[s]; t < r.cu_q[s + 1]; ++t) {
+        const int64_t position = r.starts[s] + (t - r.cu_q[s]);
+        std::memcpy(to + static_cast<size_t>(s * capacity + position) * row_bytes, from + t * src_stride, row_bytes);
+      }
+  }
+}
+
+void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cu_q,
+                              const Tensor& starts, const AttentionOptions& options, const Tensor& sinks,
+                              Tensor& out) {
   const char* op = "attention_cached_forward";
-  cpu::require_cpu(q, op);
-  AMBER_CHECK(q.ndim() == 3 && k_cache.ndim() == 4 && k_cache.shape() == v_cache.shape(), op,
-              ": q ", q.shape(), " must be [T, H, D] and the caches [S, capacity, Hkv, D], got ",
-              k_cache.shape(), " and ", v_cache.shape());
+  require_cpu(q, op);
   const int64_t heads = q.size(1), dim = q.size(2), kv_heads = k_cache.size(2), capacity = k_cache.size(1);
-  const int seqs = static_cast<int>(cu_q.size()) - 1;
-  AMBER_CHECK(seqs == k_cache.size(0) && static_cast<int>(starts.size()) == seqs && cu_q.back() == q.size(0),
-              op, ": ", seqs, " sequences in cu_q, ", starts.size(), " starts, cache for ", k_cache.size(0));
-  AMBER_CHECK(k_cache.size(3) == dim && heads % kv_heads == 0, op, ": cache ", k_cache.shape(),
-              " does not fit q ", q.shape());
-  for (int s = 0; s < seqs; ++s)
-    AMBER_CHECK(starts[s] + cu_q[s + 1] - cu_q[s] <= capacity, op, ": sequence ", s, " needs ",
-                starts[s] + cu_q[s + 1] - cu_q[s], " cache positions, the cache holds ", capacity,
-                "; raise max_new_tokens' budget (the cache capacity)");
-  require_same_shape(q, out, op);
-  const double scale = options.softmax_scale > 0 ? options.softmax_scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  const CachedRows r = cached_rows(cu_q, starts, q.size(0), capacity, op);
+  const double scale = options.softmax_scale;
   const int64_t group = heads / kv_heads;
-  cpu::with_compute_type(q.dtype(), [&]<class T>() {
-    const Tensor qw = cpu::widened<T>(q), kw = cpu::widened<T>(k_cache), vw = cpu::widened<T>(v_cache);
-    const Tensor sw = sinks.defined() ? cpu::widened<T>(sinks) : Tensor();
-    cpu::Output<T> o(out);
+  with_compute_type(q.dtype(), [&]<class T>() {
+    const Tensor qw = widened<T>(q), kw = widened<T>(k_cache), vw = widened<T>(v_cache);
+    const Tensor sw = sinks.defined() ? widened<T>(sinks) : Tensor();
+    Output<T> o(out);
     const T *pq = qw.data<T>(), *pk = kw.data<T>(), *pv = vw.data<T>();
     const T* ps = sw.defined() ? sw.data<T>() : nullptr;
     T* po = o.data();
-    for (int s = 0; s < seqs; ++s) {
-      const int64_t rows = cu_q[s + 1] - cu_q[s];
+    for (int s = 0; s < r.sequences(); ++s) {
+      const int64_t rows = r.cu_q[s + 1] - r.cu_q[s];
 #pragma omp parallel for collapse(2) if (rows * heads > 8)
       for (int64_t j = 0; j < rows; ++j)
         for (int64_t h = 0; h < heads; ++h) {
-          const int64_t t = cu_q[s] + j, position = starts[s] + j, kvh = h / group;
+          const int64_t t = r.cu_q[s] + j, position = r.starts[s] + j, kvh = h / group;
           const int64_t first = options.window > 0 ? std::max<int64_t>(0, position - options.window + 1) : 0;
           const T* qrow = pq + (t * heads + h) * dim;
           std::vector<T> scores(static_cast<size_t>(position - first + 1));
@@ -68,4 +105,4 @@ void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tens
   });
 }
 
-}  // namespace amber
+}  // namespace amber::cpu

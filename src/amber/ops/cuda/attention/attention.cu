@@ -311,7 +311,18 @@ __global__ void widen_kernel(const S* in, int n, float* out) {
   if (i < n) out[i] = to_f32(in[i]);
 }
 
-// The sinks as f32 on the device (they may be f32, bf16 or f16, like a master copy).
+Layout layout_of(const Tensor& q, const Tensor& k, const SeqInfo& seq, const AttentionOptions& options) {
+  return {static_cast<const int32_t*>(seq.cu_seqlens.raw()), seq.num_docs, seq.total_tokens,
+          static_cast<int>(q.size(1)), static_cast<int>(k.size(1)), options.window,
+          static_cast<float>(options.softmax_scale)};
+}
+
+const float* f32_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const float*>(t.raw()) : nullptr;
+}
+
+}  // namespace
+
 Tensor sinks_f32(const Tensor& sinks, const char* op) {
   if (!sinks.defined() || sinks.dtype() == DType::f32) return sinks;
   Tensor out = Tensor::empty(sinks.shape(), DType::f32, sinks.device());
@@ -324,18 +335,6 @@ Tensor sinks_f32(const Tensor& sinks, const char* op) {
   check_launch(op, sinks.shape());
   return out;
 }
-
-Layout layout_of(const Tensor& q, const Tensor& k, const SeqInfo& seq, const AttentionOptions& options) {
-  return {static_cast<const int32_t*>(seq.cu_seqlens.raw()), seq.num_docs, seq.total_tokens,
-          static_cast<int>(q.size(1)), static_cast<int>(k.size(1)), options.window,
-          static_cast<float>(options.softmax_scale)};
-}
-
-const float* f32_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const float*>(t.raw()) : nullptr;
-}
-
-}  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SeqInfo& seq,
                        const AttentionOptions& options, const Tensor& sinks, Tensor& out,

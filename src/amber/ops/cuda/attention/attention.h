@@ -16,5 +16,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& out, const Tensor& lse, const SeqInfo& seq,
                         const AttentionOptions& options, const Tensor& sinks, Tensor& dq,
                         Tensor& dk, Tensor& dv, Tensor& dsinks, const QkNormRopeGrad* then);
+// Generation (ops/attention.h): any head_dim that is a multiple of 32 up to 256.
+void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& cu_q, const Tensor& starts, Tensor& k_cache,
+                     Tensor& v_cache);
+void attention_cached_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cu_q,
+                              const Tensor& starts, const AttentionOptions& options, const Tensor& sinks,
+                              Tensor& out);
 
 }  // namespace amber::cuda

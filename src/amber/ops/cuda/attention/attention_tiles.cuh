@@ -144,6 +144,10 @@ dim3 attention_grid(const Layout& g, int heads, const char* op);
 
 // The two kernel families. Tensors are validated by the entry points; sinks is f32 on
 // the device or null; delta [T, H] f32 = rowwise dout . out.
+// The sinks as f32 on the device (they may be f32, bf16 or f16, like a master copy);
+// undefined stays undefined.
+Tensor sinks_f32(const Tensor& sinks, const char* op);
+
 namespace simt {
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Layout& g,
              DerivedTensors& plans, const float* sinks, Tensor& out, Tensor& lse);
