@@ -142,6 +142,30 @@ def main():
         expect(greedy.returncode == 0 and tiny.stdout == greedy.stdout,
                f"temperature 1e-320 acts as greedy: {tiny.stdout[-200:]!r} vs {greedy.stdout[-200:]!r}")
 
+        # One prompt streams as it decodes and ends the same as printed whole; a stop
+        # string cuts the text before it; the timings go to stderr.
+        one = ["sample", "--checkpoint", run_dir, "--prompt", "The", "--max-tokens", "24", "--temperature", "0"]
+        streamed = run(one)
+        text = streamed.stdout.split("--- sample 1\n", 1)[-1]
+        expect(streamed.returncode == 0 and re.search(r"\d+ decode steps in [0-9.]+ ms", streamed.stderr) is not None,
+               f"sample streams one prompt, timings on stderr: {streamed.stdout[-200:]!r} {streamed.stderr[-300:]!r}")
+        both = run(one + ["--prompt", "The"])
+        expect(both.returncode == 0 and both.stdout.split("--- sample 2\n", 1)[-1] == text,
+               f"the streamed text equals the text printed whole: {text!r} vs {both.stdout[-200:]!r}")
+        body = text[len("The"):].rstrip("\n")
+        # Two printable ASCII characters past the start (the text of a barely trained
+        # byte-level model also holds bytes that print as U+FFFD here).
+        at = [i for i in range(1, len(body) - 1) if body[i:i + 2].isascii() and body[i:i + 2].isprintable()]
+        expect(len(at) > 0, f"the greedy text has two printable ASCII characters in a row: {body!r}")
+        if at:
+            stop = body[at[0]:at[0] + 2]
+            cut = run(one + ["--stop", stop, "--repetition-penalty", "1.0"])
+            want = "The" + body[:body.find(stop)] + "\n"
+            expect(cut.returncode == 0 and cut.stdout.split("--- sample 1\n", 1)[-1] == want,
+                   f"--stop {stop!r} cuts before it: {cut.stdout[-200:]!r}, want {want!r}")
+        bad = run(one + ["--repetition-penalty", "0"])
+        expect(bad.returncode != 0 and "repetition penalty" in bad.stderr, f"penalty 0 refused: {bad.stderr[-200:]!r}")
+
         # SIGTERM mid-run (a scheduler taking the machine back): a checkpoint, then exit 128 + 15.
         stop_dir = os.path.join(tmp, "stopped")
         long_run = [amber, "train", config(6), "--set", "train.steps=100000", "--set", f"train.out_dir={stop_dir}",
