@@ -14,4 +14,16 @@ inline ModelConfig tiny_model() {
   return {.vocab_size = 64, .dim = 32, .depth = 2, .heads = 4, .kv_heads = 2, .mlp_hidden = 64, .window_pattern = {}};
 }
 
+// `base` with its layers after the first sparse: 8 experts of width 64, top-2, one
+// shared expert, the sigmoid router.
+inline ModelConfig with_small_moe(ModelConfig c) {
+  c.moe_experts = 8;
+  c.moe_top_k = 2;
+  c.moe_hidden = 64;
+  c.moe_shared_experts = 1;
+  c.moe_first_dense = 1;
+  c.moe_router = "sigmoid";
+  return c;
+}
+
 }  // namespace amber::testing

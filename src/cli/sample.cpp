@@ -10,6 +10,7 @@
 #include "amber/gen/generate.h"
 #include "amber/gen/text_stream.h"
 #include "amber/train/checkpoint.h"
+#include "bench/op_profile.h"
 #include "cli/checkpoint_arg.h"
 #include "cli/commands.h"
 
@@ -24,6 +25,7 @@ struct SampleArgs {
   std::string device = "auto";
   std::string dtype = "f32";
   bool no_graph = false;
+  bool profile = false;
   GenerationConfig generation;
 };
 
@@ -68,6 +70,8 @@ void run_sample(const SampleArgs& a) {
               " tokens but the checkpoint's model.vocab_size is ", config.model.vocab_size,
               "; pass the tokenizer the run was trained with (--tokenizer)");
   const Device device = device_from_name(a.device);
+  AMBER_CHECK(!a.profile || (device.is_cuda() && !a.no_graph), "--profile times the ops of the captured decode step: "
+              "it needs a GPU (--device cuda) and the CUDA graph (drop --no-graph)");
   LanguageModel model(config.model, DType::f32, device, dtype_from_name(a.dtype));
   load_checkpoint(dir, model, nullptr);
   // The run's bos and eos, which another tokenizer (--tokenizer) must also know.
@@ -86,7 +90,9 @@ void run_sample(const SampleArgs& a) {
   g.on_token = [&samples](int sequence, int32_t token) { return samples.add(sequence, token); };
   std::cout << "checkpoint " << dir << " (step " << trainer_state_integer(state, "step", dir, 0) << ")\n";
   if (stream) std::cout << "--- sample 1\n" << texts[0] << std::flush;
+  if (a.profile) profile::start();
   const Generation out = generate(model, prompts, g);
+  const std::vector<std::pair<std::string, double>> op_ms = a.profile ? profile::report(1) : decltype(op_ms){};
   for (int s = 0; s < sequences; ++s) {
     if (!stream) std::cout << "--- sample " << s + 1 << "\n" << texts[static_cast<size_t>(s)];
     TextStream& text = samples.stream(s);
@@ -100,6 +106,12 @@ void run_sample(const SampleArgs& a) {
             << " ms, " << out.decode_steps << " decode steps in " << 1e3 * out.decode_seconds << " ms ("
             << step_ms << " ms a step"
             << (device.is_cuda() ? concat(", ", out.graph_replays, " replayed as a CUDA graph") : "") << ")\n";
+  if (!a.profile) return;
+  double total = 0;
+  for (const auto& [op, ms] : op_ms) total += ms;
+  std::cerr << "GPU time by op in the decode step's last replay (" << std::setprecision(3) << total
+            << " ms in ops):\n| op | ms |\n|---|---|\n";
+  for (const auto& [op, ms] : op_ms) std::cerr << "| " << op << " | " << ms << " |\n";
 }
 
 }  // namespace
@@ -135,6 +147,9 @@ void add_sample_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_flag("--no-graph", a->no_graph, "On a GPU, launch each decode step kernel by kernel (no CUDA graph)");
+  cmd->add_flag("--profile", a->profile,
+                "On a GPU, also print each op's time in the captured decode step (CUDA events around every op "
+                "entry point, read from the graph's last replay)");
   cmd->callback([a] { run_sample(*a); });
 }
 

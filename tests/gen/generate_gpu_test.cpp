@@ -84,17 +84,6 @@ ModelConfig dense_model() {
   return c;
 }
 
-ModelConfig moe_model() {
-  ModelConfig c = dense_model();
-  c.moe_experts = 8;
-  c.moe_top_k = 2;
-  c.moe_hidden = 64;
-  c.moe_shared_experts = 1;
-  c.moe_first_dense = 1;
-  c.moe_router = "sigmoid";
-  return c;
-}
-
 // In f32 on both devices greedy choices agree, whether the GPU replays the decode step
 // as a graph or launches it anew.
 TEST(GenerationGpu, GreedyGenerationEqualsTheCpu) {
@@ -129,7 +118,7 @@ TEST(GenerationGpu, GraphReplaysEqualPlainLaunches) {
     DType compute;
   };
   for (const Arm& arm : {Arm{"dense f32", dense_model(), DType::f32}, Arm{"dense bf16", dense_model(), DType::bf16},
-                         Arm{"moe bf16", moe_model(), DType::bf16}}) {
+                         Arm{"moe bf16", testing::with_small_moe(dense_model()), DType::bf16}}) {
     SCOPED_TRACE(arm.name);
     LanguageModel m(arm.config, DType::f32, Device::cuda(0), arm.compute);
     m.init_weights(11);

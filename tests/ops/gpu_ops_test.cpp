@@ -150,7 +150,8 @@ TEST(ActivationGpu, GatedAndPlainMatchCpu) {
 // The MLP's products with the GLU beside them (ops/glu_linear.h): bf16 on an sm_90 card
 // runs the GLU in the products' epilogues, which must agree with the CPU's product and
 // pass to bf16 rounding; rows and widths off the kernels' 128-tiles check their edges,
-// and a width that is no multiple of 16 bytes takes the product and the pass.
+// and a width that is no multiple of 16 bytes takes the product and the pass, as does a
+// forward of at most eight rows (a decode step: the few-rows product is faster there).
 TEST(GluLinearGpu, EpiloguesMatchCpu) {
   REQUIRE_GPU();
   struct Case {
@@ -170,7 +171,7 @@ TEST(GluLinearGpu, EpiloguesMatchCpu) {
         EXPECT_FALSE(glu_linear_backward_input(glu, dy, w_down, cgu, cdgu, cdh));
         Tensor ggu = nan_tensor(cgu.shape(), dt), gh = nan_tensor(ch.shape(), dt);
         Tensor gdgu = nan_tensor(cgu.shape(), dt), gdh = nan_tensor(ch.shape(), dt);
-        EXPECT_EQ(glu_linear_forward(glu, gpu(x), gpu(w), Tensor(), ggu, gh), epilogue) << name;
+        EXPECT_EQ(glu_linear_forward(glu, gpu(x), gpu(w), Tensor(), ggu, gh), epilogue && c.rows > 8) << name;
         expect_close(name + " gate_up", ggu, cgu, dt);
         expect_close(name + " h", gh, ch, dt);
         EXPECT_EQ(glu_linear_backward_input(glu, gpu(dy), gpu(w_down), gpu(cgu), gdgu, gdh), epilogue) << name;
@@ -581,6 +582,38 @@ TEST(GemmGpu, TuningFileRecordsAndReusesChoices) {
   expect_close("tuned gemm, choices in memory", in_memory, cc, DType::bf16);
   EXPECT_FALSE(std::filesystem::exists(file));
   set_gemm_tuning({});
+}
+
+// Products of at most eight rows against a weight (a decode step's: one row per
+// sequence), which run the few-rows kernel: alpha/beta, narrow operands into f32, a
+// separate addend, k off the 16-byte vectors' steps (and 36: not a whole number of
+// bf16 vectors, which goes to cuBLASLt), columns off the warps' groups; nine rows for
+// cuBLASLt's side of the boundary. Bits repeat.
+TEST(GemmGpu, FewRowsMatchCpu) {
+  REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const int64_t m : {1, 3, 8, 9})
+      for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1, 8}, {100, 776}, {777, 2048}, {65, 6144}, {33, 36}}) {
+        const std::string tag = std::string(dtype_name(dt)) + " " + std::to_string(m) + "x" + std::to_string(k) +
+                                " by " + std::to_string(n);
+        const Tensor a = random_tensor({m, k}, dt, ++seed), b = random_tensor({n, k}, dt, ++seed);
+        const Tensor c0 = random_tensor({m, n}, dt, ++seed);
+        Tensor cc = c0.clone(), gc = gpu(c0);
+        gemm(a, false, b, true, cc, 0.5, 0.25);
+        gemm(gpu(a), false, gpu(b), true, gc, 0.5, 0.25);
+        expect_close(tag + " alpha/beta", gc, cc, dt);
+        Tensor cf = Tensor::empty({m, n}, DType::f32), gf = nan_tensor({m, n}, DType::f32);
+        gemm(a, false, b, true, cf);
+        gemm(gpu(a), false, gpu(b), true, gf);
+        expect_close(tag + " into f32", gf, cf, dt);
+        Tensor ca = Tensor::empty({m, n}, dt), ga = nan_tensor({m, n}, dt), again = nan_tensor({m, n}, dt);
+        gemm(a, false, b, true, ca, -1.5, 0.75, c0);
+        gemm(gpu(a), false, gpu(b), true, ga, -1.5, 0.75, gpu(c0));
+        expect_close(tag + " with an addend", ga, ca, dt);
+        gemm(gpu(a), false, gpu(b), true, again, -1.5, 0.75, gpu(c0));
+        expect_identical(tag + " repeated", again, ga);
+      }
 }
 
 // A product into a column slice of a wider tensor (how the GLU's forward writes the

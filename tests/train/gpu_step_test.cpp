@@ -35,13 +35,7 @@ ModelConfig small_model() {
 // small_model with its second layer sparse: 8 experts of width 64, top-2, one shared,
 // the sigmoid router and its balance bias.
 ModelConfig small_moe_model() {
-  ModelConfig c = small_model();
-  c.moe_experts = 8;
-  c.moe_top_k = 2;
-  c.moe_hidden = 64;
-  c.moe_shared_experts = 1;
-  c.moe_first_dense = 1;
-  c.moe_router = "sigmoid";
+  ModelConfig c = testing::with_small_moe(small_model());
   c.moe_bias_update_rate = 0.01;
   return c;
 }
@@ -550,7 +544,9 @@ TEST(TrainStepGpu, PreviewsBetweenGraphedStepsLeaveTrainingUnchanged) {
       step_previewed.read();
       replays += step_previewed.replayed() ? 1 : 0;
       // One prompt longer than the step's whole batch.
-      if (s >= 3) EXPECT_GT(generate(previewed, {{1, 2, 3}, std::vector<int32_t>(300, 7)}, g).graph_replays, 0);
+      if (s >= 3) {
+        EXPECT_GT(generate(previewed, {{1, 2, 3}, std::vector<int32_t>(300, 7)}, g).graph_replays, 0);
+      }
     }
     EXPECT_GT(replays, 0);
     for (size_t i = 0; i < plain.params().size(); ++i)

@@ -385,6 +385,7 @@ void set_gemm_tuning(bool measured, const std::string& file) {
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta,
           const Tensor& addend) {
   if (!prepare(a, ta, b, tb, c, beta, addend)) return;
+  if (few_rows_gemm(a, ta, b, tb, c, alpha, beta, addend, row_pitch(c))) return;
   LtState& s = lt_state();
   Product p(a, ta, b, tb, c, addend);
   auto found = s.algos.find(p.key);

@@ -208,6 +208,9 @@ bool backward(const Tensor& dy, const Tensor& w_down, const Tensor& gate_up, Ten
 bool glu_epilogues(int device) { return compute_major(device) == 9; }
 
 bool glu_linear_forward(Glu glu, const Tensor& x, const Tensor& w, Tensor& gate_up, Tensor& h) {
+  // A few rows (a decode step) fill a sliver of these tiles: the few-rows product and the
+  // activation's own pass are faster there.
+  if (x.size(0) <= kFewRowsMax) return false;
   if (!fits({&x, &w, &gate_up, &h}, x.size(0), h.size(1), x.size(1))) return false;
   return glu == Glu::swiglu ? forward<Silu>(x, w, gate_up, h) : forward<GeluTanh>(x, w, gate_up, h);
 }
