@@ -223,11 +223,11 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
 
   // MXFP4 weights (e2m1 pairs, an e8m0 scale per 32 along K) beside the bf16
   // activations, quantized outside the timing; the error includes the quantization.
-  if (s.k % kMxfp4Block != 0 || s.n % 64 != 0) return;
+  if (s.k % kMxBlock != 0 || s.n % 64 != 0) return;
   Tensor wc = Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8, device);
-  Tensor wsc = Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0, device);
+  Tensor wsc = Tensor::empty(mx_scales_shape(w.shape()), DType::e8m0, device);
   quantize_mxfp4(w, wc, wsc);
-  const double mx_w = static_cast<double>(active * s.n * (s.k / 2 + s.k / kMxfp4Block));
+  const double mx_w = static_cast<double>(active * s.n * (s.k / 2 + s.k / kMxBlock));
   add("forward mxfp4", act_k + mx_w + act_n, [&] { grouped_gemm_forward_mxfp4(x, wc, wsc, offsets, y); }, y, ry, cr);
   add("swiglu forward mxfp4", act_k + mx_w + act_n + act_n / 2,
       [&] { grouped_gemm_swiglu_forward_mxfp4(x, wc, wsc, offsets, gate_up, h); }, h, rh, cr);

@@ -167,7 +167,7 @@ TEST(GroupedGemm, Mxfp4OracleIsTheProductOfDequantizedWeights) {
   const Tensor offsets = offsets_of(counts);
   const Tensor x = random_tensor({5, 64}, DType::f64, 31), w = random_tensor({3, 4, 64}, DType::f64, 32);
   Tensor codes = Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8);
-  Tensor scales = Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0);
+  Tensor scales = Tensor::empty(mx_scales_shape(w.shape()), DType::e8m0);
   quantize_mxfp4(w.to(DType::f32), codes, scales);
   Tensor wd = Tensor::empty(w.shape(), DType::f64);
   dequantize_mxfp4(codes, scales, wd);
@@ -309,7 +309,7 @@ TEST(GroupedGemmGpu, Mxfp4ProductsMatchTheDequantizedFloat64Oracle) {
     const Tensor w = random_tensor({experts, c.n, c.k}, DType::f32, seed++, weight_std);
     const Tensor scale = random_tensor({rows}, DType::f32, seed++);
     Tensor codes = Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8);
-    Tensor scales = Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0);
+    Tensor scales = Tensor::empty(mx_scales_shape(w.shape()), DType::e8m0);
     quantize_mxfp4(w, codes, scales);
     const Tensor x64 = x.to(DType::f64), codes_gpu = gpu(codes), scales_gpu = gpu(scales);
 
@@ -413,7 +413,7 @@ TEST(GroupedGemmGpu, CapturedGraphReplaysAnyRoutingBitForBit) {
   const Fp8Operands q = quantized(x.to(Device::cpu()), w.to(Device::cpu()));
   const Tensor qx = gpu(q.x), qxs = gpu(q.x_scales), qw = gpu(q.w), qws = gpu(q.w_scales);
   Tensor mx = Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8);
-  Tensor mx_scales = Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0);
+  Tensor mx_scales = Tensor::empty(mx_scales_shape(w.shape()), DType::e8m0);
   quantize_mxfp4(w.to(Device::cpu()).to(DType::f32), mx, mx_scales);
   mx = gpu(mx), mx_scales = gpu(mx_scales);
   struct Outputs {

@@ -51,8 +51,15 @@ Quantized fp8_blocks(const Tensor& w) {
 
 Quantized mxfp4(const Tensor& w) {
   Quantized q{Tensor::empty(mxfp4_values_shape(w.shape()), DType::u8, w.device()),
-        Tensor::empty(mxfp4_scales_shape(w.shape()), DType::e8m0, w.device())};
+        Tensor::empty(mx_scales_shape(w.shape()), DType::e8m0, w.device())};
   quantize_mxfp4(w, q.values, q.scales);
+  return q;
+}
+
+Quantized mxfp8(const Tensor& w) {
+  Quantized q{Tensor::empty(w.shape(), DType::f8e4m3, w.device()),
+        Tensor::empty(mx_scales_shape(w.shape()), DType::e8m0, w.device())};
+  quantize_mxfp8(w, q.values, q.scales);
   return q;
 }
 
@@ -372,6 +379,78 @@ TEST(QuantMxfp4, RoundTripErrorIsHalfAStepOrSaturation) {
   EXPECT_GT(saturated, 0);
 }
 
+// ---- MXFP8 ------------------------------------------------------------------------------
+
+// Scale exponent floor(log2 amax) - 8 (+127 bias; 8 is e4m3's largest exponent, 448 =
+// 1.75 * 2^8): amax 256 -> 2^0; one ulp below -> 2^-1 (and 255.99998 / 0.5 saturates to
+// 448: the spec's floor clips the top of the block); 448 and 511 -> 2^0 (511 saturates).
+// The largest finite amax gives code 246; tiny blocks clamp to 2^-127.
+TEST(QuantMxfp8, ScaleExponentIsFloorLog2AmaxMinusEight) {
+  const float amax[] = {256.0f, std::nextafter(256.0f, 0.0f), 448.0f, 511.0f, 0x1.fffffep127f, 0x1p-118f,
+                        0x1p-130f, 0.0f};
+  const uint8_t want[] = {127, 126, 127, 127, 246, 1, 0, 0};
+  const int blocks = sizeof(amax) / sizeof(amax[0]);
+  std::vector<float> x(32 * blocks, 0.0f);
+  for (int b = 0; b < blocks; ++b) x[32 * b + 5] = -amax[b];
+  const Quantized q = mxfp8(from_floats(x, {blocks, 32}));
+  for (int b = 0; b < blocks; ++b) {
+    EXPECT_EQ(bytes(q.scales)[b], want[b]) << "amax " << amax[b];
+    const float scale = e8m0_to_float(want[b]);
+    EXPECT_EQ(bytes(q.values)[32 * b + 5], f8e4m3_from_float(-amax[b] / scale)) << "amax " << amax[b];
+  }
+  EXPECT_EQ(f8e4m3_to_float(bytes(q.values)[32 * 1 + 5]), -448.0f);  // clipped by the floor
+  EXPECT_EQ(f8e4m3_to_float(bytes(q.values)[32 * 3 + 5]), -448.0f);  // 511 saturates
+  EXPECT_EQ(f8e4m3_to_float(bytes(q.values)[32 * 6 + 5]), -0x1p-3f);  // 2^-130 / 2^-127
+}
+
+TEST(QuantMxfp8, NonFiniteBlockGetsNanScaleAndZeroCodes) {
+  std::vector<float> x(96, 1.0f);
+  x[40] = NAN;
+  x[95] = -INFINITY;
+  const Quantized q = mxfp8(from_floats(x, {3, 32}, DType::bf16));
+  EXPECT_EQ(bytes(q.scales)[0], 119);  // amax 1: 2^(0 - 8)
+  EXPECT_EQ(bytes(q.values)[0], f8e4m3_from_float(256.0f));
+  EXPECT_EQ(bytes(q.scales)[1], 0xFF);
+  EXPECT_EQ(bytes(q.scales)[2], 0xFF);
+  for (int i = 32; i < 96; ++i) ASSERT_EQ(bytes(q.values)[i], 0) << i;
+  Tensor back = Tensor::empty({3, 32}, DType::f32);
+  dequantize_mxfp8(q.values, q.scales, back);
+  const std::vector<double> b = back.to_doubles();
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(b[i], 1.0) << i;
+  for (int i = 32; i < 96; ++i) ASSERT_TRUE(std::isnan(b[i])) << i;
+}
+
+// Each element: y = x / X is exact (X a power of two, short of underflow), then rounded
+// to e4m3: within half a step (relative 2^-4 of |y| for normal y >= 2^-6, absolute 2^-10
+// below); |y| in (448, 512) saturates to 448 exactly. The dequantized product is exact.
+TEST(QuantMxfp8, RoundTripErrorIsHalfAStepOrSaturation) {
+  const Tensor w = varied({4, 37, 2880}, DType::bf16, 7);
+  const Quantized q = mxfp8(w);
+  Tensor back = Tensor::empty(w.shape(), DType::f64);
+  dequantize_mxfp8(q.values, q.scales, back);
+  const std::vector<double> x = w.to_doubles();
+  const double* pb = back.data<double>();
+  int64_t saturated = 0;
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double scale = e8m0_to_float(bytes(q.scales)[i / 32]), y = std::fabs(x[i]) / scale;
+    ASSERT_LT(y, 512.0) << i;
+    if (y > 448) {
+      ASSERT_EQ(pb[i], std::copysign(448 * scale, x[i])) << i;
+      ++saturated;
+      continue;
+    }
+    const double half_step = y >= 0x1p-6 ? std::ldexp(1.0, std::ilogb(y) - 4) : 0x1p-10;
+    const double err = std::fabs(pb[i] - x[i]) / scale;
+    ASSERT_LE(err, half_step) << "element " << i << " x = " << x[i];
+    worst = std::max(worst, err / half_step);
+  }
+  std::cout << "mxfp8: worst error " << worst << " of half a step, " << saturated << " of " << x.size()
+            << " saturated\n";
+  EXPECT_GT(worst, 0.9);
+  EXPECT_GT(saturated, 0);
+}
+
 // ---- errors -----------------------------------------------------------------------------
 
 std::string error_of(const std::function<void()>& f) {
@@ -419,6 +498,12 @@ TEST(QuantErrors, BadShapesAndDtypesNameTheShape) {
   Tensor f16_out = Tensor::empty({4, 64}, DType::f16);
   m = error_of([&] { dequantize_mxfp4(v32, s2, f16_out); });
   EXPECT_NE(m.find("dequantize_mxfp4: w [4, 64] is f16"), std::string::npos) << m;
+
+  Tensor e30 = Tensor::empty({4, 30}, DType::f8e4m3);
+  m = error_of([&] { quantize_mxfp8(w30, e30, s1); });
+  EXPECT_NE(m.find("quantize_mxfp8: w [4, 30] must be [..., K] with K a multiple of 32"), std::string::npos) << m;
+  m = error_of([&] { quantize_mxfp8(w64, v32, s2); });
+  EXPECT_NE(m.find("values [4, 32] u8 must be [4, 64] f8e4m3 for w [4, 64]"), std::string::npos) << m;
 }
 
 // ---- GPU against the CPU ----------------------------------------------------------------
@@ -534,7 +619,30 @@ TEST(QuantGpu, Mxfp4AndDequantizationBitIdenticalToCpu) {
       }
 }
 
-// Zeros, subnormal blocks, NaN and infinities in the three quantizers.
+TEST(QuantGpu, Mxfp8AndDequantizationBitIdenticalToCpu) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{3, 300, 2880}, {7, 64}, {1, 32}, {2, 5, 96}};
+  for (DType dt : {DType::bf16, DType::f32, DType::f16})
+    for (const Shape& shape : shapes)
+      for (bool aligned : {true, false}) {
+        const std::string what = std::string("mxfp8 ") + std::string(dtype_name(dt)) +
+                                 (aligned ? " " : " misaligned ") + std::to_string(shape.numel()) + " elements";
+        const Tensor w = varied(shape, dt, 50 + shape.numel());
+        const Quantized c = mxfp8(w);
+        Tensor values = poisoned(shape, DType::f8e4m3), scales = poisoned(c.scales.shape(), DType::e8m0);
+        quantize_mxfp8(aligned ? gpu(w) : misaligned_gpu(w), values, scales);
+        expect_same_bytes(what + " values", values, c.values);
+        expect_same_bytes(what + " scales", scales, c.scales);
+        for (DType out : {DType::f32, DType::bf16}) {
+          Tensor on_cpu = Tensor::empty(shape, out), on_gpu = poisoned(shape, out);
+          dequantize_mxfp8(c.values, c.scales, on_cpu);
+          dequantize_mxfp8(values, scales, on_gpu);
+          expect_same_values(what + " dequantized to " + std::string(dtype_name(out)), on_gpu, on_cpu);
+        }
+      }
+}
+
+// Zeros, subnormal blocks, NaN and infinities in the four quantizers.
 TEST(QuantGpu, SpecialBlocksBitIdenticalToCpu) {
   REQUIRE_GPU();
   Tensor x = varied({4, 512}, DType::f32, 40);
@@ -545,19 +653,23 @@ TEST(QuantGpu, SpecialBlocksBitIdenticalToCpu) {
   p[512 + 5] = INFINITY;
   p[1024 + 400] = -INFINITY;
   for (int i = 1536; i < 1568; ++i) p[i] = 0x1p-135f * static_cast<float>(i % 7);  // MXFP4 scale clamp
-  const Quantized rows = fp8_rows(x), blocks = fp8_blocks(x), fp4 = mxfp4(x);
+  const Quantized rows = fp8_rows(x), blocks = fp8_blocks(x), fp4 = mxfp4(x), fp8 = mxfp8(x);
   Tensor rv = poisoned(x.shape(), DType::f8e4m3), rs = poisoned(rows.scales.shape(), DType::f32);
   Tensor bv = poisoned(x.shape(), DType::f8e4m3), bs = poisoned(blocks.scales.shape(), DType::f32);
   Tensor mv = poisoned(fp4.values.shape(), DType::u8), ms = poisoned(fp4.scales.shape(), DType::e8m0);
   quantize_fp8_rows(gpu(x), rv, rs);
   quantize_fp8_blocks(gpu(x), bv, bs);
   quantize_mxfp4(gpu(x), mv, ms);
+  Tensor ev = poisoned(x.shape(), DType::f8e4m3), es = poisoned(fp8.scales.shape(), DType::e8m0);
+  quantize_mxfp8(gpu(x), ev, es);
   expect_same_bytes("special fp8 rows values", rv, rows.values);
   expect_same_bytes("special fp8 rows scales", rs, rows.scales);
   expect_same_bytes("special fp8 blocks values", bv, blocks.values);
   expect_same_bytes("special fp8 blocks scales", bs, blocks.scales);
   expect_same_bytes("special mxfp4 values", mv, fp4.values);
   expect_same_bytes("special mxfp4 scales", ms, fp4.scales);
+  expect_same_bytes("special mxfp8 values", ev, fp8.values);
+  expect_same_bytes("special mxfp8 scales", es, fp8.scales);
 }
 
 }  // namespace

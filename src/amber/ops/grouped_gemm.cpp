@@ -65,13 +65,13 @@ Dequantized dequantized(const Tensor& x, const Tensor& x_scales, const Tensor& w
 // The MXFP4 operands' checks (ops/quant.h's layouts).
 void check_mxfp4_operands(const char* op, const Tensor& x, const Tensor& codes, const Tensor& scales,
                           const Tensor& offsets) {
-  AMBER_CHECK(x.ndim() == 2 && codes.ndim() == 3 && is_floating(x.dtype()) && x.size(1) % kMxfp4Block == 0, op,
-              ": input ", x.shape(), " must be floating [rows, K] with K a multiple of ", kMxfp4Block);
+  AMBER_CHECK(x.ndim() == 2 && codes.ndim() == 3 && is_floating(x.dtype()) && x.size(1) % kMxBlock == 0, op,
+              ": input ", x.shape(), " must be floating [rows, K] with K a multiple of ", kMxBlock);
   const Shape w{codes.size(0), codes.size(1), x.size(1)};
   AMBER_CHECK(codes.shape() == mxfp4_values_shape(w) && codes.dtype() == DType::u8, op, ": codes ", codes.shape(), " ",
               dtype_name(codes.dtype()), " must be u8 ", mxfp4_values_shape(w), " for input ", x.shape());
-  AMBER_CHECK(scales.shape() == mxfp4_scales_shape(w) && scales.dtype() == DType::e8m0, op, ": scales ",
-              scales.shape(), " ", dtype_name(scales.dtype()), " must be e8m0 ", mxfp4_scales_shape(w));
+  AMBER_CHECK(scales.shape() == mx_scales_shape(w) && scales.dtype() == DType::e8m0, op, ": scales ",
+              scales.shape(), " ", dtype_name(scales.dtype()), " must be e8m0 ", mx_scales_shape(w));
   AMBER_CHECK(offsets.dtype() == DType::i32 && offsets.shape() == Shape({codes.size(0) + 1}), op, ": offsets ",
               offsets.shape(), " must be i32 [", codes.size(0) + 1, "]");
   for (const Tensor* t : {&x, &codes, &scales, &offsets}) require_contiguous(*t, op);

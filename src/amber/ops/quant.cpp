@@ -46,10 +46,17 @@ void check_fp8_blocks(const Tensor& w, const Tensor& values, const Tensor& scale
 }
 
 void check_mxfp4(const Tensor& w, const Tensor& values, const Tensor& scales, const char* op) {
-  AMBER_CHECK(w.ndim() >= 1 && w.size(-1) % kMxfp4Block == 0, op, ": w ", w.shape(),
+  AMBER_CHECK(w.ndim() >= 1 && w.size(-1) % kMxBlock == 0, op, ": w ", w.shape(),
               " must be [..., K] with K a multiple of 32 (one MXFP4 scale per 32 elements of the last dim)");
   check_companion(values, op, "values", mxfp4_values_shape(w.shape()), DType::u8, "w", w.shape());
-  check_companion(scales, op, "scales", mxfp4_scales_shape(w.shape()), DType::e8m0, "w", w.shape());
+  check_companion(scales, op, "scales", mx_scales_shape(w.shape()), DType::e8m0, "w", w.shape());
+}
+
+void check_mxfp8(const Tensor& w, const Tensor& values, const Tensor& scales, const char* op) {
+  AMBER_CHECK(w.ndim() >= 1 && w.size(-1) % kMxBlock == 0, op, ": w ", w.shape(),
+              " must be [..., K] with K a multiple of 32 (one MXFP8 scale per 32 elements of the last dim)");
+  check_companion(values, op, "values", w.shape(), DType::f8e4m3, "w", w.shape());
+  check_companion(scales, op, "scales", mx_scales_shape(w.shape()), DType::e8m0, "w", w.shape());
 }
 
 }  // namespace
@@ -75,11 +82,11 @@ Shape mxfp4_values_shape(const Shape& w) {
   return s;
 }
 
-Shape mxfp4_scales_shape(const Shape& w) {
-  AMBER_CHECK(w.ndim() >= 1 && w[w.ndim() - 1] % kMxfp4Block == 0, "mxfp4_scales_shape: w ", w,
+Shape mx_scales_shape(const Shape& w) {
+  AMBER_CHECK(w.ndim() >= 1 && w[w.ndim() - 1] % kMxBlock == 0, "mx_scales_shape: w ", w,
               " must be [..., K] with K a multiple of 32");
   Shape s = w;
-  s[w.ndim() - 1] = w[w.ndim() - 1] / kMxfp4Block;
+  s[w.ndim() - 1] = w[w.ndim() - 1] / kMxBlock;
   return s;
 }
 
@@ -135,6 +142,24 @@ void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
   if (w.numel() == 0) return;
   AMBER_ON_DEVICE(ops::common_device(op, {&values, &scales, &w}), op, cuda::dequantize_mxfp4(values, scales, w),
                   cpu::dequantize_mxfp4(values, scales, w));
+}
+
+void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales) {
+  const char* op = "quantize_mxfp8";
+  check_source(w, op, "w");
+  check_mxfp8(w, values, scales, op);
+  if (w.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&w, &values, &scales}), op, cuda::quantize_mxfp8(w, values, scales),
+                  cpu::quantize_mxfp8(w, values, scales));
+}
+
+void dequantize_mxfp8(const Tensor& values, const Tensor& scales, Tensor& w) {
+  const char* op = "dequantize_mxfp8";
+  check_dequantized(w, op, "w");
+  check_mxfp8(w, values, scales, op);
+  if (w.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&values, &scales, &w}), op, cuda::dequantize_mxfp8(values, scales, w),
+                  cpu::dequantize_mxfp8(values, scales, w));
 }
 
 }  // namespace amber

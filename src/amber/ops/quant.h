@@ -1,6 +1,7 @@
-// Quantizers of the low-precision grouped GEMMs and their dequantizers: FP8 e4m3 with
-// one fp32 scale per 1x128 row block (activations, DeepSeek-V3) or per 128x128 tile
-// (weights), and OCP MXFP4 (e2m1 pairs in bytes, one e8m0 scale per 32 elements).
+// Quantizers of the low-precision products and their dequantizers: FP8 e4m3 with one
+// fp32 scale per 1x128 row block (activations, DeepSeek-V3) or per 128x128 tile
+// (weights), OCP MXFP4 (e2m1 pairs in bytes, one e8m0 scale per 32 elements) and OCP
+// MXFP8 (e4m3, one e8m0 scale per 32 elements: Blackwell's block-scaled format).
 // docs/numerics.md gives each format's layout, scale rule, rounding and special values.
 #pragma once
 
@@ -9,13 +10,13 @@
 namespace amber {
 
 constexpr int64_t kFp8Block = 128;   // edge of an FP8 scale block, rows and tiles
-constexpr int64_t kMxfp4Block = 32;  // elements per MXFP4 scale
+constexpr int64_t kMxBlock = 32;  // elements per MX (MXFP4, MXFP8) scale
 
 // Shapes of the outputs, for callers allocating them.
 Shape fp8_rows_scales_shape(const Shape& x);      // [M, K] -> [M, ceil(K/128)]
 Shape fp8_blocks_scales_shape(const Shape& w);    // [..., N, K] -> [..., ceil(N/128), ceil(K/128)]
 Shape mxfp4_values_shape(const Shape& w);         // [..., K] -> [..., K/2]
-Shape mxfp4_scales_shape(const Shape& w);         // [..., K] -> [..., K/32]
+Shape mx_scales_shape(const Shape& w);            // [..., K] -> [..., K/32], MXFP4 and MXFP8
 
 // x [M, K] (f32, bf16, f16) -> values [M, K] f8e4m3, scales [M, ceil(K/128)] f32.
 // Per block: scale = amax / 448, values = e4m3(x / scale), both correctly rounded
@@ -33,5 +34,10 @@ void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w
 // the low nibble of byte i, 2i+1 in the high nibble), scales e8m0 [..., K/32].
 void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales);
 void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w);
+
+// w [..., K] (f32, bf16, f16) with K % 32 == 0 -> values f8e4m3 of w's shape, scales
+// e8m0 [..., K/32].
+void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales);
+void dequantize_mxfp8(const Tensor& values, const Tensor& scales, Tensor& w);
 
 }  // namespace amber

@@ -83,12 +83,27 @@ void dequantize_fp8_tiles(const Tensor& values, const Tensor& scales, Tensor& ou
   });
 }
 
-// The e8m0 code of a block's scale, 2^(floor(log2 amax) - 2) clamped to 2^-127.
-uint8_t mxfp4_scale(float amax, bool finite) {
+// The e8m0 code of an MX block's scale, the OCP rule 2^(floor(log2 amax) - emax) with
+// emax the element format's largest exponent (e2m1: 2, e4m3: 8), clamped to 2^-127; NaN
+// for a block holding NaN or an infinity.
+uint8_t mx_scale(float amax, bool finite, int emax) {
   if (!finite) return kE8m0Nan;
   if (amax == 0.0f) return 0;
-  return static_cast<uint8_t>(std::max(std::ilogb(amax) - 2 + 127, 0));
+  return static_cast<uint8_t>(std::max(std::ilogb(amax) - emax + 127, 0));
 }
+
+// The e8m0 code of block `in` [kMxBlock]'s scale.
+uint8_t mx_block_scale(const float* in, int emax) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < kMxBlock; ++i) {
+    finite = finite && std::isfinite(in[i]);
+    amax = std::max(amax, std::fabs(in[i]));
+  }
+  return mx_scale(amax, finite, emax);
+}
+
+constexpr int kE2m1Emax = 2, kE4m3Emax = 8;
 
 }  // namespace
 
@@ -112,20 +127,15 @@ void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
   const float* px = x.data<float>();
   uint8_t* pv = values.data<uint8_t>();
   uint8_t* ps = static_cast<uint8_t*>(scales.raw());
-  const int64_t blocks = w.numel() / kMxfp4Block;
+  const int64_t blocks = w.numel() / kMxBlock;
 #pragma omp parallel for if (w.numel() > 65536)
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* in = px + b * kMxfp4Block;
-    float amax = 0.0f;
-    bool finite = true;
-    for (int64_t i = 0; i < kMxfp4Block; ++i) {
-      finite = finite && std::isfinite(in[i]);
-      amax = std::max(amax, std::fabs(in[i]));
-    }
-    const uint8_t code = mxfp4_scale(amax, finite);
+    const float* in = px + b * kMxBlock;
+    const uint8_t code = mx_block_scale(in, kE2m1Emax);
+    const bool finite = code != kE8m0Nan;
     const float scale = e8m0_to_float(code);
-    uint8_t* out = pv + b * (kMxfp4Block / 2);
-    for (int64_t i = 0; i < kMxfp4Block / 2; ++i) {
+    uint8_t* out = pv + b * (kMxBlock / 2);
+    for (int64_t i = 0; i < kMxBlock / 2; ++i) {
       // A block with NaN or an infinity keeps zeros: its NaN scale carries the news.
       const uint8_t lo = finite ? e2m1_from_float(in[2 * i] / scale) : 0;
       const uint8_t hi = finite ? e2m1_from_float(in[2 * i + 1] / scale) : 0;
@@ -147,8 +157,42 @@ void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
 #pragma omp parallel for if (n > 65536)
     for (int64_t e = 0; e < n; ++e) {
       const uint8_t byte = pv[e / 2], code = e % 2 ? byte >> 4 : byte & 0xF;
-      po[e] = T(e2m1_to_float(code)) * T(e8m0_to_float(ps[e / kMxfp4Block]));
+      po[e] = T(e2m1_to_float(code)) * T(e8m0_to_float(ps[e / kMxBlock]));
     }
+    buffer.store();
+  });
+}
+
+// Block b is elements 32b .. 32b + 31 of the flat tensor and scale b.
+void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales) {
+  const Tensor x = widened<float>(w);
+  const float* px = x.data<float>();
+  uint8_t* pv = static_cast<uint8_t*>(values.raw());
+  uint8_t* ps = static_cast<uint8_t*>(scales.raw());
+  const int64_t blocks = w.numel() / kMxBlock;
+#pragma omp parallel for if (w.numel() > 65536)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* in = px + b * kMxBlock;
+    const uint8_t code = mx_block_scale(in, kE4m3Emax);
+    const float scale = e8m0_to_float(code);
+    // A block with NaN or an infinity keeps zeros: its NaN scale carries the news.
+    for (int64_t i = 0; i < kMxBlock; ++i)
+      pv[b * kMxBlock + i] = code != kE8m0Nan ? f8e4m3_from_float(in[i] / scale) : 0;
+    ps[b] = code;
+  }
+}
+
+// Every product e4m3 * 2^k the quantizer writes is exact in f32, bf16 and f64 (at most
+// four significant bits, within range).
+void dequantize_mxfp8(const Tensor& values, const Tensor& scales, Tensor& w) {
+  const uint8_t* pv = static_cast<const uint8_t*>(values.raw());
+  const uint8_t* ps = static_cast<const uint8_t*>(scales.raw());
+  const int64_t n = w.numel();
+  with_compute_type(w.dtype(), [&]<class T>() {
+    Output<T> buffer(w);
+    T* po = buffer.data();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t e = 0; e < n; ++e) po[e] = T(f8e4m3_to_float(pv[e])) * T(e8m0_to_float(ps[e / kMxBlock]));
     buffer.store();
   });
 }

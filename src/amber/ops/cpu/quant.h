@@ -12,5 +12,7 @@ void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales);
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w);
 void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales);
 void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w);
+void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales);
+void dequantize_mxfp8(const Tensor& values, const Tensor& scales, Tensor& w);
 
 }  // namespace amber::cpu

@@ -1,8 +1,8 @@
 // CUDA quantizers: a warp per 1x128 row block, a 256-thread block per 128x128 tile and
-// four threads per 32-element MXFP4 block. Each reduces |x| to the block's amax, forms
+// four threads per 32-element MX block (MXFP4, MXFP8). Each reduces |x| to the block's amax, forms
 // the scale with the CPU's fp32 operations (IEEE division, never the fast reciprocal)
 // and encodes with quant_codes.h, so the bits equal the CPU oracle's. Dequantizers are
-// element-wise, four (FP8) or eight (MXFP4) elements a thread.
+// element-wise, four (FP8) or eight (MX) elements a thread.
 #include <type_traits>
 
 #include "amber/core/stream.h"
@@ -22,7 +22,7 @@ constexpr int kTile = static_cast<int>(kFp8Block);
 constexpr uint8_t kE4m3Nan = 0x7F;
 constexpr uint32_t kFloatNan = 0x7FC00000u;  // std::numeric_limits<float>::quiet_NaN()'s bits
 static_assert(kTile == 4 * 32, "a warp covers one 128-wide block, four elements a lane");
-static_assert(kMxfp4Block == 4 * 8, "four threads cover one MXFP4 block, eight elements each");
+static_assert(kMxBlock == 4 * 8, "four threads cover one MX block, eight elements each");
 
 bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -161,9 +161,30 @@ __device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
   }
 }
 
-// Thread group g holds elements 8g .. 8g + 7 and writes bytes 4g .. 4g + 3; the four
-// groups of a block are four neighbouring lanes, so the loop runs warp-uniform and the
-// block's amax meets over two shuffles.
+// Thread group g holds elements 8g .. 8g + 7 of an MX tensor; the four groups of a
+// block are four neighbouring lanes (so loops over groups run warp-uniform). Loads the
+// group's elements (zeros for an inactive thread) and returns its block's scale code,
+// met over two shuffles.
+template <class T, bool kVec>
+__device__ __forceinline__ uint8_t mx_group(const T* w, int64_t g, bool active, int emax, float (&v)[8]) {
+  float amax = 0.0f;
+  int finite = 1;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+  if (active) load8<T, kVec>(w + g * 8, v);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    finite = finite && isfinite(v[e]);
+    amax = fmaxf(amax, fabsf(v[e]));
+  }
+  for (int o = 1; o < 4; o <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    finite = finite & __shfl_xor_sync(0xffffffffu, finite, o);
+  }
+  return qc::mx_scale_code(amax, finite, emax);
+}
+
+// Group g writes bytes 4g .. 4g + 3 (two e2m1 codes a byte).
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     quantize_mxfp4_kernel(const T* w, uint8_t* values, uint8_t* scales, int64_t groups) {
@@ -173,21 +194,10 @@ __global__ void __launch_bounds__(kThreads)
        base += stride) {
     const int64_t g = base + lane;
     const bool active = g < groups;
-    float v[8] = {}, amax = 0.0f;
-    int finite = 1;
-    if (active) load8<T, kVec>(w + g * 8, v);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      finite = finite && isfinite(v[e]);
-      amax = fmaxf(amax, fabsf(v[e]));
-    }
-    for (int o = 1; o < 4; o <<= 1) {
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      finite = finite & __shfl_xor_sync(0xffffffffu, finite, o);
-    }
-    const uint8_t code = qc::mxfp4_scale_code(amax, finite);
+    float v[8];
+    const uint8_t code = mx_group<T, kVec>(w, g, active, qc::kE2m1Emax, v);
     uint32_t packed = 0;
-    if (finite) {
+    if (code != 0xFF) {  // a block with NaN or an infinity keeps zeros: its NaN scale carries the news
       const float scale = qc::e8m0_value(code);
 #pragma unroll
       for (int e = 0; e < 8; ++e) packed |= static_cast<uint32_t>(qc::e2m1_code(__fdiv_rn(v[e], scale))) << (4 * e);
@@ -198,6 +208,41 @@ __global__ void __launch_bounds__(kThreads)
     } else {
 #pragma unroll
       for (int k = 0; k < 4; ++k) values[g * 4 + k] = static_cast<uint8_t>(packed >> (8 * k));
+    }
+    if (lane % 4 == 0) scales[g / 4] = code;
+  }
+}
+
+// Group g writes bytes 8g .. 8g + 7 (one e4m3 code each).
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    quantize_mxfp8_kernel(const T* w, uint8_t* values, uint8_t* scales, int64_t groups) {
+  const int lane = threadIdx.x % 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x - lane; base < groups;
+       base += stride) {
+    const int64_t g = base + lane;
+    const bool active = g < groups;
+    float v[8];
+    const uint8_t code = mx_group<T, kVec>(w, g, active, qc::kE4m3Emax, v);
+    uint32_t lo = 0, hi = 0;
+    if (code != 0xFF) {
+      const float scale = qc::e8m0_value(code);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        lo |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e], scale))) << (8 * e);
+        hi |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e + 4], scale))) << (8 * e);
+      }
+    }
+    if (!active) continue;
+    if (kVec) {
+      *reinterpret_cast<uint2*>(values + g * 8) = make_uint2(lo, hi);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        values[g * 8 + k] = static_cast<uint8_t>(lo >> (8 * k));
+        values[g * 8 + 4 + k] = static_cast<uint8_t>(hi >> (8 * k));
+      }
     }
     if (lane % 4 == 0) scales[g / 4] = code;
   }
@@ -231,6 +276,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Eight outputs p[0..7]; kVec: p is aligned to 16 bytes.
+template <class O, bool kVec>
+__device__ __forceinline__ void store8(O* p, const float (&v)[8]) {
+  if (kVec) {
+    constexpr int n = Pack<O>::n < 8 ? Pack<O>::n : 8;
+#pragma unroll
+    for (int k = 0; k < 8 / n; ++k) {
+      Pack<O> a;
+#pragma unroll
+      for (int e = 0; e < n; ++e) a.v[e] = from_f32<O>(v[k * n + e]);
+      reinterpret_cast<Pack<O>*>(p)[k] = a;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) p[e] = from_f32<O>(v[e]);
+  }
+}
+
+__device__ __forceinline__ float mx_scale_value(uint8_t code) {
+  return code == 0xFF ? bits_float(kFloatNan) : qc::e8m0_value(code);
+}
+
 template <class O, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     dequantize_mxfp4_kernel(const uint8_t* values, const uint8_t* scales, O* out, int64_t groups) {
@@ -244,25 +311,36 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < 4; ++k) packed |= static_cast<uint32_t>(values[g * 4 + k]) << (8 * k);
     }
-    const uint8_t code = scales[g / 4];
-    const float scale = code == 0xFF ? bits_float(kFloatNan) : qc::e8m0_value(code);
+    const float scale = mx_scale_value(scales[g / 4]);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(qc::e2m1_value((packed >> (4 * e)) & 0xFu), scale);
-    O* p = out + g * 8;
+    store8<O, kVec>(out + g * 8, v);
+  }
+}
+
+template <class O, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_mxfp8_kernel(const uint8_t* values, const uint8_t* scales, O* out, int64_t groups) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; g < groups; g += stride) {
+    uint8_t codes[8];
     if (kVec) {
-      constexpr int n = Pack<O>::n < 8 ? Pack<O>::n : 8;
+      const uint2 both = *reinterpret_cast<const uint2*>(values + g * 8);
 #pragma unroll
-      for (int k = 0; k < 8 / n; ++k) {
-        Pack<O> a;
-#pragma unroll
-        for (int e = 0; e < n; ++e) a.v[e] = from_f32<O>(v[k * n + e]);
-        reinterpret_cast<Pack<O>*>(p)[k] = a;
+      for (int k = 0; k < 4; ++k) {
+        codes[k] = static_cast<uint8_t>(both.x >> (8 * k));
+        codes[4 + k] = static_cast<uint8_t>(both.y >> (8 * k));
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) p[e] = from_f32<O>(v[e]);
+      for (int k = 0; k < 8; ++k) codes[k] = values[g * 8 + k];
     }
+    const float scale = mx_scale_value(scales[g / 4]);
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(qc::e4m3_value(codes[e]), scale);
+    store8<O, kVec>(out + g * 8, v);
   }
 }
 
@@ -320,36 +398,60 @@ void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w
   dequantize_fp8_tiles(values, scales, w, kFp8Block, "dequantize_fp8_blocks");
 }
 
-void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
-  const char* op = "quantize_mxfp4";
+namespace {
+
+// One of the MX quantizers over w's groups of eight: kernel(T{}, kVec) picks its kernel;
+// `byte_align` is what its vectorised accesses need of the values (4: MXFP4's four bytes
+// a group, 8: MXFP8's eight).
+template <class PickKernel>
+void quantize_mx(const Tensor& w, Tensor& values, Tensor& scales, size_t byte_align, const char* op,
+                 PickKernel kernel) {
   const int64_t groups = w.numel() / 8;
   with_element_type(w.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(w.raw());
     uint8_t* out = static_cast<uint8_t*>(values.raw());
     uint8_t* s = static_cast<uint8_t*>(scales.raw());
-    with_vec(aligned16(in) && aligned_to(out, 4), [&](auto v) {
-      quantize_mxfp4_kernel<T, decltype(v)::value>
-          <<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(in, out, s, groups);
+    with_vec(aligned16(in) && aligned_to(out, byte_align), [&](auto v) {
+      kernel(T{}, v)<<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(in, out, s, groups);
     });
   });
   check_launch(op, w.shape());
 }
 
-void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
-  const char* op = "dequantize_mxfp4";
+template <class PickKernel>
+void dequantize_mx(const Tensor& values, const Tensor& scales, Tensor& w, size_t byte_align, const char* op,
+                   PickKernel kernel) {
   const int64_t groups = w.numel() / 8;
   const uint8_t* v = static_cast<const uint8_t*>(values.raw());
   const uint8_t* s = static_cast<const uint8_t*>(scales.raw());
   with_element_type(w.dtype(), op, [&](auto tag) {
     using O = decltype(tag);
     O* o = static_cast<O*>(w.raw());
-    with_vec(aligned16(o) && aligned_to(v, 4), [&](auto vec) {
-      dequantize_mxfp4_kernel<O, decltype(vec)::value>
-          <<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(v, s, o, groups);
+    with_vec(aligned16(o) && aligned_to(v, byte_align), [&](auto vec) {
+      kernel(O{}, vec)<<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(v, s, o, groups);
     });
   });
   check_launch(op, w.shape());
+}
+
+}  // namespace
+
+void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
+  quantize_mx(w, values, scales, 4, "quantize_mxfp4",
+              [](auto t, auto v) { return quantize_mxfp4_kernel<decltype(t), decltype(v)::value>; });
+}
+void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
+  dequantize_mx(values, scales, w, 4, "dequantize_mxfp4",
+                [](auto o, auto v) { return dequantize_mxfp4_kernel<decltype(o), decltype(v)::value>; });
+}
+void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales) {
+  quantize_mx(w, values, scales, 8, "quantize_mxfp8",
+              [](auto t, auto v) { return quantize_mxfp8_kernel<decltype(t), decltype(v)::value>; });
+}
+void dequantize_mxfp8(const Tensor& values, const Tensor& scales, Tensor& w) {
+  dequantize_mx(values, scales, w, 8, "dequantize_mxfp8",
+                [](auto o, auto v) { return dequantize_mxfp8_kernel<decltype(o), decltype(v)::value>; });
 }
 
 }  // namespace amber::cuda

@@ -74,13 +74,17 @@ AMBER_HD int floor_log2(float a) {
   return top - 149;
 }
 
-// The e8m0 code of an MXFP4 block's scale X = 2^(floor(log2(amax)) - 2) (OCP MX v1.0:
-// e2m1's largest exponent is 2), clamped to e8m0's smallest, 2^-127; a zero block
-// gets that smallest too, and a block holding NaN or an infinity gets NaN (0xFF).
-AMBER_HD uint8_t mxfp4_scale_code(float amax, bool finite) {
+// The largest exponents of the MX element formats (OCP MX v1.0).
+inline constexpr int kE2m1Emax = 2, kE4m3Emax = 8;
+
+// The e8m0 code of an MX block's scale X = 2^(floor(log2(amax)) - emax) (OCP MX v1.0;
+// emax the element format's largest exponent), clamped to e8m0's smallest, 2^-127; a
+// zero block gets that smallest too, and a block holding NaN or an infinity gets NaN
+// (0xFF).
+AMBER_HD uint8_t mx_scale_code(float amax, bool finite, int emax) {
   if (!finite) return 0xFF;
   if (amax == 0.0f) return 0;
-  const int e = floor_log2(amax) - 2 + 127;
+  const int e = floor_log2(amax) - emax + 127;
   return static_cast<uint8_t>(e < 0 ? 0 : e);
 }
 
