@@ -297,6 +297,13 @@ TEST(TokenizerJson, SentencePieceSpellingsOfSpacesEncodeAndDecode) {
   expect_error([&] { with(R"({"type": "Replace", "pattern": {"Regex": " "}, "content": "x"})", "null", "null"); },
                {"test: normalizer", "pattern", "regex"});
   expect_error([&] { with(R"({"type": "Lowercase"})", "null", "null"); }, {"normalizer", "Lowercase", "NFC, NFD"});
+  // Metaspace options amber cannot honour are refused by name, pre-tokenizer and decoder.
+  expect_error([&] { with("null", R"({"type": "Metaspace", "prepend_scheme": "sometimes"})", "null"); },
+               {"pre_tokenizer", "prepend_scheme is \"sometimes\"", "\"always\", \"first\" or \"never\""});
+  expect_error([&] { with("null", R"({"type": "Metaspace", "replacement": ""})", "null"); },
+               {"pre_tokenizer", "replacement must be a non-empty string"});
+  expect_error([&] { with("null", "null", R"({"type": "Metaspace", "prepend_scheme": "sometimes"})"); },
+               {"decoder", "prepend_scheme is \"sometimes\""});
 }
 
 // The Unicode forms (through utf8proc) and the literal steps, alone and in a Sequence.

@@ -73,6 +73,8 @@ void read_decoder(const json& j, const std::string& where, SpaceDecoding& spaces
     const std::string replacement = optional_string(j, "replacement", where);
     spaces.replacement = replacement.empty() ? "\xe2\x96\x81" : replacement;  // U+2581 "▁"
     const std::string scheme = optional_string(j, "prepend_scheme", where);
+    AMBER_CHECK(scheme.empty() || scheme == "always" || scheme == "first" || scheme == "never", where,
+                ".prepend_scheme is \"", scheme, "\"; it must be \"always\", \"first\" or \"never\"");
     const bool prepends = scheme.empty() ? !j.contains("add_prefix_space") || optional_bool(j, "add_prefix_space", where)
                                          : scheme != "never";
     spaces.first_token_drops = prepends;

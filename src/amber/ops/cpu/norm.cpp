@@ -10,8 +10,6 @@
 namespace amber::cpu {
 namespace {
 
-constexpr int64_t kRowBlock = 64;
-
 struct Rows {
   int64_t n, d;
 };
@@ -19,13 +17,6 @@ struct Rows {
 Rows rows_of(const Tensor& x) {
   const int64_t d = x.size(-1);
   return {x.numel() / std::max<int64_t>(d, 1), d};
-}
-
-// Sums per-block partial rows [blocks, d] into out (+=), blocks in order.
-template <class T>
-void reduce_blocks(const std::vector<T>& partial, int64_t blocks, int64_t d, T* out) {
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t j = 0; j < d; ++j) out[j] += partial[b * d + j];
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "amber/core/tensor.h"
 #include "amber/ops/cpu/vector_math.h"
@@ -35,6 +36,18 @@ template <class T>
   const T dot = fixed_order_sum_of<T>(d, [&](int64_t j) { return g[j] * (w ? w[j] : T(1)) * x[j]; });
   const T c = dot * inv * inv / static_cast<T>(d);
   for (int64_t j = 0; j < d; ++j) dx[j] = (accumulate ? dx[j] : T(0)) + inv * (g[j] * (w ? w[j] : T(1)) - x[j] * c);
+}
+
+// A weight gradient over many rows: each block of kRowBlock rows sums into its own
+// partial row, and the partial rows are added in block order, so the bits do not depend
+// on the thread count. Shared by the norms and the fused QK-norm.
+inline constexpr int64_t kRowBlock = 64;
+
+// Sums per-block partial rows [blocks, d] into out (+=), blocks in order.
+template <class T>
+void reduce_blocks(const std::vector<T>& partial, int64_t blocks, int64_t d, T* out) {
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < d; ++j) out[j] += partial[b * d + j];
 }
 
 }  // namespace amber::cpu

@@ -90,9 +90,6 @@ HeadRows<T> head_rows(const Tensor& x) {
   return {rows, rows.stride(0), rows.size(1), rows.size(2)};
 }
 
-// Rows per block of the weight gradient's partial sums, summed in block order.
-constexpr int64_t kRowBlock = 64;
-
 }  // namespace
 
 void rope_forward(const Tensor& x, const Tensor& positions, const RopeTable& table, Tensor& y) {
@@ -168,8 +165,7 @@ void qk_norm_rope_backward(const QkNormRopeBackward& q, const QkNormRopeBackward
       if (weight_grad) {
         Tensor dweight = side->dweight;
         Output<T> dw(dweight, true);
-        for (int64_t b = 0; b < blocks; ++b)
-          for (int64_t j = 0; j < D; ++j) dw.data()[j] += partial[b * D + j];
+        reduce_blocks(partial, blocks, D, dw.data());
         dw.store();
       }
     }
