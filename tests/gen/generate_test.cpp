@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "amber/gen/generate.h"
@@ -125,6 +126,55 @@ TEST(Generation, VocabLimitKeepsSampledIdsBelowIt) {
   EXPECT_LT(highest(generate(model, prompts, g).tokens), 8);
   g.vocab_limit = 24;  // past the model's 23 ids
   EXPECT_THROW(generate(model, prompts, g), Error);
+}
+
+// On a large vocabulary (where only the most likely tokens are sorted) every draw lands
+// in the set each filter's definition keeps: the top-k, the smallest most-likely-first
+// prefix holding top-p of the mass, the tokens with p >= min_p p_max; and every token of
+// a small kept set is drawn, about as often as its share of the kept mass.
+TEST(Sampler, FiltersKeepWhatTheirDefinitionsKeepOnALargeVocabulary) {
+  const int64_t vocab = 6000;
+  const std::vector<double> logits = testing::random_tensor({vocab}, DType::f64, 77, 2.5f).to_doubles();
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += (p[i] = std::exp(logits[i] - logits[order[0]]));
+  const auto prefix_for_mass = [&](double top_p) {
+    double mass = 0;
+    for (size_t i = 0; i < order.size(); ++i)
+      if ((mass += p[order[i]] / sum) >= top_p) return i + 1;
+    return order.size();
+  };
+  struct Case {
+    int top_k;
+    double top_p, min_p;
+  };
+  for (const Case& f : {Case{50, 1.0, 0.0}, Case{0, 0.5, 0.0}, Case{0, 0.99, 0.0}, Case{300, 0.9, 0.0},
+                        Case{0, 1.0, 0.05}, Case{0, 0.999, 0.01}}) {
+    SamplingConfig c;
+    c.top_k = f.top_k;
+    c.top_p = f.top_p;
+    c.min_p = f.min_p;
+    c.seed = 3;
+    size_t keep = f.top_k > 0 ? static_cast<size_t>(f.top_k) : order.size();
+    if (f.top_p < 1) keep = std::min(keep, prefix_for_mass(f.top_p));
+    std::vector<bool> allowed(p.size(), false);
+    double kept_mass = 0;
+    for (size_t i = 0; i < keep; ++i)
+      if (p[order[i]] >= f.min_p) allowed[order[i]] = true, kept_mass += p[order[i]];
+    int top_hits = 0;
+    const int draws = 1500;
+    for (uint64_t d = 0; d < draws; ++d) {
+      const int32_t t = sample_token(logits, c, d);
+      ASSERT_TRUE(allowed[t]) << "top_k " << f.top_k << " top_p " << f.top_p << " min_p " << f.min_p << ": token "
+                              << t << " is outside the kept set";
+      top_hits += t == order[0];
+    }
+    const double share = p[order[0]] / kept_mass;
+    EXPECT_NEAR(top_hits / static_cast<double>(draws), share, 4 * std::sqrt(share / draws) + 1e-3) << f.top_p;
+  }
 }
 
 // A temperature so small that the logits over it overflow is greedy: every draw takes

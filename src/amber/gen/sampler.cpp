@@ -20,44 +20,95 @@ void validate_sampling(const SamplingConfig& c) {
               c.repetition_penalty);
 }
 
+namespace {
+
+// The tokens of `ids` that a top-p cut can keep: those at or above the largest power of
+// two 2^-k (p <= 1 here) under which lies at most `discard` of their mass. With discard
+// half the mass the cut leaves out, roundoff in its prefix sums cannot reach past them,
+// so only these need sorting: few, for a peaked distribution over a large vocabulary.
+std::vector<int32_t> nucleus_candidates(const std::vector<double>& p, const std::vector<int32_t>& ids,
+                                        double discard) {
+  constexpr int kBuckets = 64;  // bucket e: p in [2^-e, 2^(1-e)); the last also holds smaller p
+  const auto bucket = [](double x) { return x > 0 ? std::min(kBuckets - 1, -std::ilogb(x)) : kBuckets - 1; };
+  double mass[kBuckets] = {};
+  for (int32_t i : ids) mass[bucket(p[static_cast<size_t>(i)])] += p[static_cast<size_t>(i)];
+  int last = kBuckets - 1;  // keep buckets 0..last
+  double below = 0;
+  while (last > 0 && below + mass[last] <= discard) below += mass[last--];
+  std::vector<int32_t> out;
+  for (int32_t i : ids)
+    if (bucket(p[static_cast<size_t>(i)]) <= last) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
 int32_t sample_token(const std::vector<double>& logits, const SamplingConfig& c, uint64_t draw) {
   AMBER_CHECK(!logits.empty(), "sample_token: empty logits");
   const auto argmax = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   if (c.temperature == 0) return argmax;
-  // Candidates sorted by probability, most likely first (ties by token id).
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  const size_t n = logits.size();
   // Differences from the largest logit, then scaled: a temperature so small that a logit
   // over it overflows leaves the top token(s) at exp(0) and the rest at exp(-inf) = 0,
   // which is greedy, where logit / t - top / t would be inf - inf.
-  const double top = logits[argmax];
-  std::vector<double> p(order.size());
+  const double top = logits[static_cast<size_t>(argmax)];
+  std::vector<double> p(n);
   double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) sum += (p[i] = std::exp((logits[order[i]] - top) / c.temperature));
-  size_t keep = order.size();
-  if (c.top_k > 0) keep = std::min(keep, static_cast<size_t>(c.top_k));
-  if (c.top_p < 1) {
+  for (size_t i = 0; i < n; ++i) sum += (p[i] = std::exp((logits[i] - top) / c.temperature));
+  // Which tokens the filters keep: top-k and top-p look at the most likely tokens first
+  // (ties to the lower id).
+  std::vector<uint8_t> kept(n, 1);
+  if (c.top_k > 0 || c.top_p < 1) {
+    const auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::vector<int32_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    if (c.top_k > 0 && static_cast<size_t>(c.top_k) < n) {
+      std::nth_element(order.begin(), order.begin() + c.top_k - 1, order.end(), before);
+      order.resize(static_cast<size_t>(c.top_k));
+    }
+    std::vector<int32_t> sorted = order;
+    if (c.top_p < 1) sorted = nucleus_candidates(p, order, (1 - c.top_p) * sum / 2);
+    std::sort(sorted.begin(), sorted.end(), before);
+    size_t keep = sorted.size();
+    bool reached = c.top_p >= 1;
     double mass = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      mass += p[i] / sum;
-      if (mass >= c.top_p) {
-        keep = i + 1;
-        break;
+    for (size_t i = 0; i < sorted.size() && !reached; ++i) {
+      mass += p[static_cast<size_t>(sorted[i])] / sum;
+      if (mass >= c.top_p) keep = i + 1, reached = true;
+    }
+    if (!reached && sorted.size() < order.size()) {  // never, short of roundoff: every candidate counts
+      std::sort(order.begin(), order.end(), before);
+      sorted = order;
+      keep = sorted.size();
+      mass = 0;
+      for (size_t i = 0; i < sorted.size(); ++i) {
+        mass += p[static_cast<size_t>(sorted[i])] / sum;
+        if (mass >= c.top_p) {
+          keep = i + 1;
+          break;
+        }
       }
     }
+    std::fill(kept.begin(), kept.end(), 0);
+    for (size_t i = 0; i < keep; ++i) kept[static_cast<size_t>(sorted[i])] = 1;
   }
+  // min-p against the most likely token's p = exp(0) = 1, which it always keeps.
   if (c.min_p > 0)
-    while (keep > 1 && p[keep - 1] < c.min_p * p[0]) --keep;  // p[0] is the largest
-  double kept = 0;
-  for (size_t i = 0; i < keep; ++i) kept += p[i];
-  const double u = philox::to_uniform(philox::bits(c.seed, draw)) * kept;
+    for (size_t i = 0; i < n; ++i) kept[i] = kept[i] && p[i] >= c.min_p;
+  // One draw over the kept tokens' mass, walked in id order.
+  double kept_mass = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (kept[i]) kept_mass += p[i];
+  const double u = philox::to_uniform(philox::bits(c.seed, draw)) * kept_mass;
   double acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
+  int32_t last = argmax;
+  for (size_t i = 0; i < n; ++i) {
+    if (!kept[i]) continue;
     acc += p[i];
-    if (u < acc) return order[i];
+    last = static_cast<int32_t>(i);
+    if (u < acc) return last;
   }
-  return order[keep - 1];
+  return last;
 }
 
 SeenTokens::SeenTokens(const std::vector<int32_t>& prompt, int64_t vocab) : seen_(static_cast<size_t>(vocab), false) {

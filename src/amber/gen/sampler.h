@@ -19,7 +19,8 @@ struct SamplingConfig {
 
 void validate_sampling(const SamplingConfig& config);
 
-// `draw` selects the uniform number used (the stream index under config.seed).
+// `draw` selects the uniform number used (the stream index under config.seed); the
+// draw walks the kept tokens in id order.
 int32_t sample_token(const std::vector<double>& logits, const SamplingConfig& config, uint64_t draw);
 
 // The distinct tokens a sequence holds so far (its prompt and what it generated).
