@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "amber/ops/cpu/dispatch.h"
@@ -120,29 +121,34 @@ void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w
   dequantize_fp8_tiles(values, scales, w, block_tiling(w));
 }
 
-// K % 32 == 0, so block b is elements 32b .. 32b + 31 of the flat tensor, bytes
-// 16b .. 16b + 15 of the values and scale b.
-void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
+// w's 32-element blocks (K % 32 == 0, so block b is elements 32b .. 32b + 31 of the flat
+// tensor): scale b is the block's code, and encode(b, elements, scale) writes its values
+// unless the scale is NaN (a block with NaN or an infinity keeps zeros, its NaN scale
+// carrying the news; the values start zeroed here).
+template <class Encode>
+void quantize_mx_blocks(const Tensor& w, Tensor& values, Tensor& scales, int emax, Encode encode) {
   const Tensor x = widened<float>(w);
   const float* px = x.data<float>();
-  uint8_t* pv = values.data<uint8_t>();
   uint8_t* ps = static_cast<uint8_t*>(scales.raw());
+  std::memset(values.raw(), 0, values.numel() * dtype_size(values.dtype()));
   const int64_t blocks = w.numel() / kMxBlock;
 #pragma omp parallel for if (w.numel() > 65536)
   for (int64_t b = 0; b < blocks; ++b) {
     const float* in = px + b * kMxBlock;
-    const uint8_t code = mx_block_scale(in, kE2m1Emax);
-    const bool finite = code != kE8m0Nan;
-    const float scale = e8m0_to_float(code);
-    uint8_t* out = pv + b * (kMxBlock / 2);
-    for (int64_t i = 0; i < kMxBlock / 2; ++i) {
-      // A block with NaN or an infinity keeps zeros: its NaN scale carries the news.
-      const uint8_t lo = finite ? e2m1_from_float(in[2 * i] / scale) : 0;
-      const uint8_t hi = finite ? e2m1_from_float(in[2 * i + 1] / scale) : 0;
-      out[i] = static_cast<uint8_t>(lo | (hi << 4));
-    }
+    const uint8_t code = mx_block_scale(in, emax);
+    if (code != kE8m0Nan) encode(b, in, e8m0_to_float(code));
     ps[b] = code;
   }
+}
+
+// Block b's values are bytes 16b .. 16b + 15, element 2i in the low nibble of byte i.
+void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
+  uint8_t* pv = static_cast<uint8_t*>(values.raw());
+  quantize_mx_blocks(w, values, scales, kE2m1Emax, [pv](int64_t b, const float* in, float scale) {
+    uint8_t* out = pv + b * (kMxBlock / 2);
+    for (int64_t i = 0; i < kMxBlock / 2; ++i)
+      out[i] = static_cast<uint8_t>(e2m1_from_float(in[2 * i] / scale) | (e2m1_from_float(in[2 * i + 1] / scale) << 4));
+  });
 }
 
 // Every product e2m1 * 2^k is exact in f32, bf16 and f64 (at most two significant
@@ -163,23 +169,12 @@ void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
   });
 }
 
-// Block b is elements 32b .. 32b + 31 of the flat tensor and scale b.
+// Block b's values are elements 32b .. 32b + 31.
 void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales) {
-  const Tensor x = widened<float>(w);
-  const float* px = x.data<float>();
   uint8_t* pv = static_cast<uint8_t*>(values.raw());
-  uint8_t* ps = static_cast<uint8_t*>(scales.raw());
-  const int64_t blocks = w.numel() / kMxBlock;
-#pragma omp parallel for if (w.numel() > 65536)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* in = px + b * kMxBlock;
-    const uint8_t code = mx_block_scale(in, kE4m3Emax);
-    const float scale = e8m0_to_float(code);
-    // A block with NaN or an infinity keeps zeros: its NaN scale carries the news.
-    for (int64_t i = 0; i < kMxBlock; ++i)
-      pv[b * kMxBlock + i] = code != kE8m0Nan ? f8e4m3_from_float(in[i] / scale) : 0;
-    ps[b] = code;
-  }
+  quantize_mx_blocks(w, values, scales, kE4m3Emax, [pv](int64_t b, const float* in, float scale) {
+    for (int64_t i = 0; i < kMxBlock; ++i) pv[b * kMxBlock + i] = f8e4m3_from_float(in[i] / scale);
+  });
 }
 
 // Every product e4m3 * 2^k the quantizer writes is exact in f32, bf16 and f64 (at most

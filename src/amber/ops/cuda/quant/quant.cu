@@ -184,39 +184,65 @@ __device__ __forceinline__ uint8_t mx_group(const T* w, int64_t g, bool active, 
   return qc::mx_scale_code(amax, finite, emax);
 }
 
-// Group g writes bytes 4g .. 4g + 3 (two e2m1 codes a byte).
-template <class T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    quantize_mxfp4_kernel(const T* w, uint8_t* values, uint8_t* scales, int64_t groups) {
-  const int lane = threadIdx.x % 32;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x - lane; base < groups;
-       base += stride) {
-    const int64_t g = base + lane;
-    const bool active = g < groups;
-    float v[8];
-    const uint8_t code = mx_group<T, kVec>(w, g, active, qc::kE2m1Emax, v);
-    uint32_t packed = 0;
-    if (code != 0xFF) {  // a block with NaN or an infinity keeps zeros: its NaN scale carries the news
-      const float scale = qc::e8m0_value(code);
+// The two MX element formats: their largest exponent, a group's eight codes as they
+// sit in memory (MXFP4: four bytes, element 2i in the low nibble of byte i; MXFP8: eight
+// bytes) and the values those codes stand for.
+struct Mxfp4 {
+  static constexpr int kEmax = qc::kE2m1Emax;
+  static constexpr int kBytes = 4;  // a group's bytes
+  using Codes = uint32_t;
+  __device__ static Codes encode(const float (&v)[8], float scale) {
+    Codes packed = 0;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) packed |= static_cast<uint32_t>(qc::e2m1_code(__fdiv_rn(v[e], scale))) << (4 * e);
-    }
-    if (!active) continue;
-    if (kVec) {
-      *reinterpret_cast<uint32_t*>(values + g * 4) = packed;
-    } else {
+    for (int e = 0; e < 8; ++e) packed |= static_cast<uint32_t>(qc::e2m1_code(__fdiv_rn(v[e], scale))) << (4 * e);
+    return packed;
+  }
+  __device__ static float value(Codes c, int e) { return qc::e2m1_value((c >> (4 * e)) & 0xFu); }
+};
+
+struct Mxfp8 {
+  static constexpr int kEmax = qc::kE4m3Emax;
+  static constexpr int kBytes = 8;
+  using Codes = uint2;  // elements 0-3 in x, 4-7 in y, one byte each
+  __device__ static Codes encode(const float (&v)[8], float scale) {
+    Codes c = make_uint2(0, 0);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) values[g * 4 + k] = static_cast<uint8_t>(packed >> (8 * k));
+    for (int e = 0; e < 4; ++e) {
+      c.x |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e], scale))) << (8 * e);
+      c.y |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e + 4], scale))) << (8 * e);
     }
-    if (lane % 4 == 0) scales[g / 4] = code;
+    return c;
+  }
+  __device__ static float value(Codes c, int e) { return qc::e4m3_value(((e < 4 ? c.x : c.y) >> (8 * (e % 4))) & 0xFFu); }
+};
+
+// A group's codes at `p` (kVec: aligned to their size) in one access, or byte by byte.
+template <class F, bool kVec>
+__device__ __forceinline__ void store_codes(uint8_t* p, typename F::Codes c) {
+  if (kVec) {
+    *reinterpret_cast<typename F::Codes*>(p) = c;
+  } else {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&c);
+#pragma unroll
+    for (int k = 0; k < F::kBytes; ++k) p[k] = bytes[k];
   }
 }
 
-// Group g writes bytes 8g .. 8g + 7 (one e4m3 code each).
-template <class T, bool kVec>
+template <class F, bool kVec>
+__device__ __forceinline__ typename F::Codes load_codes(const uint8_t* p) {
+  if (kVec) return *reinterpret_cast<const typename F::Codes*>(p);
+  typename F::Codes c;
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(&c);
+#pragma unroll
+  for (int k = 0; k < F::kBytes; ++k) bytes[k] = p[k];
+  return c;
+}
+
+// Group g writes its F::kBytes bytes of codes at g * F::kBytes and, from the first lane
+// of its block, the block's scale.
+template <class F, class T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    quantize_mxfp8_kernel(const T* w, uint8_t* values, uint8_t* scales, int64_t groups) {
+    quantize_mx_kernel(const T* w, uint8_t* values, uint8_t* scales, int64_t groups) {
   const int lane = threadIdx.x % 32;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x - lane; base < groups;
@@ -224,26 +250,12 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t g = base + lane;
     const bool active = g < groups;
     float v[8];
-    const uint8_t code = mx_group<T, kVec>(w, g, active, qc::kE4m3Emax, v);
-    uint32_t lo = 0, hi = 0;
-    if (code != 0xFF) {
-      const float scale = qc::e8m0_value(code);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        lo |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e], scale))) << (8 * e);
-        hi |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e + 4], scale))) << (8 * e);
-      }
-    }
+    const uint8_t code = mx_group<T, kVec>(w, g, active, F::kEmax, v);
+    typename F::Codes codes{};
+    // A block with NaN or an infinity keeps zeros: its NaN scale carries the news.
+    if (code != 0xFF) codes = F::encode(v, qc::e8m0_value(code));
     if (!active) continue;
-    if (kVec) {
-      *reinterpret_cast<uint2*>(values + g * 8) = make_uint2(lo, hi);
-    } else {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        values[g * 8 + k] = static_cast<uint8_t>(lo >> (8 * k));
-        values[g * 8 + 4 + k] = static_cast<uint8_t>(hi >> (8 * k));
-      }
-    }
+    store_codes<F, kVec>(values + g * F::kBytes, codes);
     if (lane % 4 == 0) scales[g / 4] = code;
   }
 }
@@ -298,48 +310,16 @@ __device__ __forceinline__ float mx_scale_value(uint8_t code) {
   return code == 0xFF ? bits_float(kFloatNan) : qc::e8m0_value(code);
 }
 
-template <class O, bool kVec>
+template <class F, class O, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    dequantize_mxfp4_kernel(const uint8_t* values, const uint8_t* scales, O* out, int64_t groups) {
+    dequantize_mx_kernel(const uint8_t* values, const uint8_t* scales, O* out, int64_t groups) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; g < groups; g += stride) {
-    uint32_t packed;
-    if (kVec) {
-      packed = *reinterpret_cast<const uint32_t*>(values + g * 4);
-    } else {
-      packed = 0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) packed |= static_cast<uint32_t>(values[g * 4 + k]) << (8 * k);
-    }
+    const typename F::Codes codes = load_codes<F, kVec>(values + g * F::kBytes);
     const float scale = mx_scale_value(scales[g / 4]);
     float v[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(qc::e2m1_value((packed >> (4 * e)) & 0xFu), scale);
-    store8<O, kVec>(out + g * 8, v);
-  }
-}
-
-template <class O, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    dequantize_mxfp8_kernel(const uint8_t* values, const uint8_t* scales, O* out, int64_t groups) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; g < groups; g += stride) {
-    uint8_t codes[8];
-    if (kVec) {
-      const uint2 both = *reinterpret_cast<const uint2*>(values + g * 8);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        codes[k] = static_cast<uint8_t>(both.x >> (8 * k));
-        codes[4 + k] = static_cast<uint8_t>(both.y >> (8 * k));
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) codes[k] = values[g * 8 + k];
-    }
-    const float scale = mx_scale_value(scales[g / 4]);
-    float v[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(qc::e4m3_value(codes[e]), scale);
+    for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(F::value(codes, e), scale);
     store8<O, kVec>(out + g * 8, v);
   }
 }
@@ -400,36 +380,34 @@ void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w
 
 namespace {
 
-// One of the MX quantizers over w's groups of eight: kernel(T{}, kVec) picks its kernel;
-// `byte_align` is what its vectorised accesses need of the values (4: MXFP4's four bytes
-// a group, 8: MXFP8's eight).
-template <class PickKernel>
-void quantize_mx(const Tensor& w, Tensor& values, Tensor& scales, size_t byte_align, const char* op,
-                 PickKernel kernel) {
+// An MX quantizer over w's groups of eight.
+template <class F>
+void quantize_mx(const Tensor& w, Tensor& values, Tensor& scales, const char* op) {
   const int64_t groups = w.numel() / 8;
   with_element_type(w.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(w.raw());
     uint8_t* out = static_cast<uint8_t*>(values.raw());
     uint8_t* s = static_cast<uint8_t*>(scales.raw());
-    with_vec(aligned16(in) && aligned_to(out, byte_align), [&](auto v) {
-      kernel(T{}, v)<<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(in, out, s, groups);
+    with_vec(aligned16(in) && aligned_to(out, F::kBytes), [&](auto v) {
+      quantize_mx_kernel<F, T, decltype(v)::value>
+          <<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(in, out, s, groups);
     });
   });
   check_launch(op, w.shape());
 }
 
-template <class PickKernel>
-void dequantize_mx(const Tensor& values, const Tensor& scales, Tensor& w, size_t byte_align, const char* op,
-                   PickKernel kernel) {
+template <class F>
+void dequantize_mx(const Tensor& values, const Tensor& scales, Tensor& w, const char* op) {
   const int64_t groups = w.numel() / 8;
   const uint8_t* v = static_cast<const uint8_t*>(values.raw());
   const uint8_t* s = static_cast<const uint8_t*>(scales.raw());
   with_element_type(w.dtype(), op, [&](auto tag) {
     using O = decltype(tag);
     O* o = static_cast<O*>(w.raw());
-    with_vec(aligned16(o) && aligned_to(v, byte_align), [&](auto vec) {
-      kernel(O{}, vec)<<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(v, s, o, groups);
+    with_vec(aligned16(o) && aligned_to(v, F::kBytes), [&](auto vec) {
+      dequantize_mx_kernel<F, O, decltype(vec)::value>
+          <<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(v, s, o, groups);
     });
   });
   check_launch(op, w.shape());
@@ -438,20 +416,16 @@ void dequantize_mx(const Tensor& values, const Tensor& scales, Tensor& w, size_t
 }  // namespace
 
 void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
-  quantize_mx(w, values, scales, 4, "quantize_mxfp4",
-              [](auto t, auto v) { return quantize_mxfp4_kernel<decltype(t), decltype(v)::value>; });
+  quantize_mx<Mxfp4>(w, values, scales, "quantize_mxfp4");
 }
 void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
-  dequantize_mx(values, scales, w, 4, "dequantize_mxfp4",
-                [](auto o, auto v) { return dequantize_mxfp4_kernel<decltype(o), decltype(v)::value>; });
+  dequantize_mx<Mxfp4>(values, scales, w, "dequantize_mxfp4");
 }
 void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales) {
-  quantize_mx(w, values, scales, 8, "quantize_mxfp8",
-              [](auto t, auto v) { return quantize_mxfp8_kernel<decltype(t), decltype(v)::value>; });
+  quantize_mx<Mxfp8>(w, values, scales, "quantize_mxfp8");
 }
 void dequantize_mxfp8(const Tensor& values, const Tensor& scales, Tensor& w) {
-  dequantize_mx(values, scales, w, 8, "dequantize_mxfp8",
-                [](auto o, auto v) { return dequantize_mxfp8_kernel<decltype(o), decltype(v)::value>; });
+  dequantize_mx<Mxfp8>(values, scales, w, "dequantize_mxfp8");
 }
 
 }  // namespace amber::cuda
