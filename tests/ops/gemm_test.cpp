@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "amber/ops/elementwise.h"
+#include "amber/ops/cpu/blas.h"
 #include "amber/ops/gemm.h"
 #include "testing.h"
 
@@ -191,6 +192,18 @@ TEST(Gemm, AlgorithmTimesNeedAGpu) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("GPU"), std::string::npos) << e.what();
   }
+}
+
+// amber restarts with OpenBLAS's AVX-512 kernels only where OpenBLAS chose its AVX2
+// ones on an AVX-512 CPU and was built with every kernel family to switch to.
+TEST(Blas, WiderKernelsOnlyForAvx2KernelsOnAnAvx512Cpu) {
+  const char* dynamic = "OpenBLAS 0.3.26 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64";
+  EXPECT_EQ(cpu::wider_blas_core(true, dynamic, "Haswell"), "SkylakeX");
+  EXPECT_EQ(cpu::wider_blas_core(true, dynamic, "SkylakeX"), "");
+  EXPECT_EQ(cpu::wider_blas_core(true, dynamic, "Cooperlake"), "");
+  EXPECT_EQ(cpu::wider_blas_core(false, dynamic, "Haswell"), "") << "an AVX2 CPU keeps its kernels";
+  EXPECT_EQ(cpu::wider_blas_core(true, "OpenBLAS 0.3.26 NO_AFFINITY Haswell", "Haswell"), "")
+      << "a build of one kernel family cannot switch";
 }
 
 }  // namespace

@@ -29,15 +29,21 @@ void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
   cblas_dgemm(CblasRowMajor, op(transpose_a), op(transpose_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+std::string wider_blas_core(bool avx512, const char* openblas_config, const char* openblas_core) {
+  // Only a build with every kernel family (DYNAMIC_ARCH) can switch.
+  const bool switchable = std::strstr(openblas_config, "DYNAMIC_ARCH") != nullptr;
+  if (avx512 && switchable && std::strcmp(openblas_core, "Haswell") == 0) return "SkylakeX";
+  return {};
+}
+
 std::string wider_blas_core() {
 #if defined(__x86_64__)
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  // Only a build with every kernel family (DYNAMIC_ARCH) can switch.
-  const bool switchable = std::strstr(openblas_get_config(), "DYNAMIC_ARCH") != nullptr;
-  if (avx512 && switchable && std::strcmp(openblas_get_corename(), "Haswell") == 0) return "SkylakeX";
-#endif
+  return wider_blas_core(avx512, openblas_get_config(), openblas_get_corename());
+#else
   return {};
+#endif
 }
 
 }  // namespace amber::cpu

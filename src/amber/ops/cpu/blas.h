@@ -23,4 +23,8 @@ void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
 // OpenBLAS reads the variable once, when it loads, so a caller must start a new process.
 std::string wider_blas_core();
 
+// The rule behind wider_blas_core, given what it probes: whether the CPU has AVX-512
+// (F, BW, DQ, VL), OpenBLAS's build configuration and the kernels it chose.
+std::string wider_blas_core(bool avx512, const char* openblas_config, const char* openblas_core);
+
 }  // namespace amber::cpu
