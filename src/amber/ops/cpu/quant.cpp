@@ -121,6 +121,8 @@ void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w
   dequantize_fp8_tiles(values, scales, w, block_tiling(w));
 }
 
+namespace {
+
 // w's 32-element blocks (K % 32 == 0, so block b is elements 32b .. 32b + 31 of the flat
 // tensor): scale b is the block's code, and encode(b, elements, scale) writes its values
 // unless the scale is NaN (a block with NaN or an infinity keeps zeros, its NaN scale
@@ -141,6 +143,8 @@ void quantize_mx_blocks(const Tensor& w, Tensor& values, Tensor& scales, int ema
   }
 }
 
+}  // namespace
+
 // Block b's values are bytes 16b .. 16b + 15, element 2i in the low nibble of byte i.
 void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
   uint8_t* pv = static_cast<uint8_t*>(values.raw());
@@ -151,21 +155,31 @@ void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales) {
   });
 }
 
-// Every product e2m1 * 2^k is exact in f32, bf16 and f64 (at most two significant
-// bits, and the quantizer's scales keep it within range).
-void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
-  const uint8_t* pv = values.data<uint8_t>();
+namespace {
+
+// w = value(e) * the scale of element e's block, rounded once from T.
+template <class Value>
+void dequantize_mx_elements(const Tensor& scales, Tensor& w, Value value) {
   const uint8_t* ps = static_cast<const uint8_t*>(scales.raw());
   const int64_t n = w.numel();
   with_compute_type(w.dtype(), [&]<class T>() {
     Output<T> buffer(w);
     T* po = buffer.data();
 #pragma omp parallel for if (n > 65536)
-    for (int64_t e = 0; e < n; ++e) {
-      const uint8_t byte = pv[e / 2], code = e % 2 ? byte >> 4 : byte & 0xF;
-      po[e] = T(e2m1_to_float(code)) * T(e8m0_to_float(ps[e / kMxBlock]));
-    }
+    for (int64_t e = 0; e < n; ++e) po[e] = T(value(e)) * T(e8m0_to_float(ps[e / kMxBlock]));
     buffer.store();
+  });
+}
+
+}  // namespace
+
+// Every product e2m1 * 2^k is exact in f32, bf16 and f64 (at most two significant
+// bits, and the quantizer's scales keep it within range).
+void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w) {
+  const uint8_t* pv = static_cast<const uint8_t*>(values.raw());
+  dequantize_mx_elements(scales, w, [pv](int64_t e) {
+    const uint8_t byte = pv[e / 2];
+    return e2m1_to_float(e % 2 ? byte >> 4 : byte & 0xF);
   });
 }
 
@@ -181,15 +195,7 @@ void quantize_mxfp8(const Tensor& w, Tensor& values, Tensor& scales) {
 // four significant bits, within range).
 void dequantize_mxfp8(const Tensor& values, const Tensor& scales, Tensor& w) {
   const uint8_t* pv = static_cast<const uint8_t*>(values.raw());
-  const uint8_t* ps = static_cast<const uint8_t*>(scales.raw());
-  const int64_t n = w.numel();
-  with_compute_type(w.dtype(), [&]<class T>() {
-    Output<T> buffer(w);
-    T* po = buffer.data();
-#pragma omp parallel for if (n > 65536)
-    for (int64_t e = 0; e < n; ++e) po[e] = T(f8e4m3_to_float(pv[e])) * T(e8m0_to_float(ps[e / kMxBlock]));
-    buffer.store();
-  });
+  dequantize_mx_elements(scales, w, [pv](int64_t e) { return f8e4m3_to_float(pv[e]); });
 }
 
 }  // namespace amber::cpu
