@@ -66,29 +66,23 @@ int32_t sample_token(const std::vector<double>& logits, const SamplingConfig& c,
       std::nth_element(order.begin(), order.begin() + c.top_k - 1, order.end(), before);
       order.resize(static_cast<size_t>(c.top_k));
     }
-    std::vector<int32_t> sorted = order;
-    if (c.top_p < 1) sorted = nucleus_candidates(p, order, (1 - c.top_p) * sum / 2);
+    // The length of the most-likely-first prefix of `sorted` holding top-p of the mass,
+    // or 0 when the whole of it holds less.
+    const auto nucleus = [&](const std::vector<int32_t>& sorted) -> size_t {
+      double mass = 0;
+      for (size_t i = 0; i < sorted.size(); ++i)
+        if ((mass += p[static_cast<size_t>(sorted[i])] / sum) >= c.top_p) return i + 1;
+      return 0;
+    };
+    std::vector<int32_t> sorted = c.top_p < 1 ? nucleus_candidates(p, order, (1 - c.top_p) * sum / 2) : order;
     std::sort(sorted.begin(), sorted.end(), before);
-    size_t keep = sorted.size();
-    bool reached = c.top_p >= 1;
-    double mass = 0;
-    for (size_t i = 0; i < sorted.size() && !reached; ++i) {
-      mass += p[static_cast<size_t>(sorted[i])] / sum;
-      if (mass >= c.top_p) keep = i + 1, reached = true;
-    }
-    if (!reached && sorted.size() < order.size()) {  // never, short of roundoff: every candidate counts
+    size_t keep = c.top_p < 1 ? nucleus(sorted) : sorted.size();
+    if (keep == 0 && sorted.size() < order.size()) {  // never, short of roundoff: every candidate counts
       std::sort(order.begin(), order.end(), before);
       sorted = order;
-      keep = sorted.size();
-      mass = 0;
-      for (size_t i = 0; i < sorted.size(); ++i) {
-        mass += p[static_cast<size_t>(sorted[i])] / sum;
-        if (mass >= c.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
+      keep = nucleus(sorted);
     }
+    if (keep == 0) keep = sorted.size();
     std::fill(kept.begin(), kept.end(), 0);
     for (size_t i = 0; i < keep; ++i) kept[static_cast<size_t>(sorted[i])] = 1;
   }
