@@ -279,6 +279,21 @@ def main():
                     expect(close(resumed.get(step, 0), reference[step], 1e-6),
                            f"{optimizer}: ZeRO-1 checkpoint resumed at {ranks or 1} processes: step {step} loss "
                            f"{resumed.get(step)}, one process {reference[step]}")
+        # In bf16 ZeRO-1 shards the f32 master weights as well and gathers the bf16 working
+        # copies alone: still the very checkpoint files of data parallel, resuming at 3
+        # sharded ranks and at 1 process on one process's loss curve.
+        bf16 = ["--set", "optimizer.name=muon", "--set", "train.compute_dtype=bf16"]
+        ddp = train("ddp_bf16", 2, 3, *bf16)
+        zero = train("zero_bf16", 2, 3, *bf16, "--set", "train.zero=1")
+        expect_same_checkpoints(ddp, zero, "bf16: ZeRO-1's", "data parallel's")
+        reference = losses(train("one_bf16", 0, 6, *bf16))
+        saved = os.path.join(zero, "checkpoints", "step-00000002")
+        for ranks, accum, extra in ((3, 2, ["--set", "train.zero=1"]), (0, 6, [])):
+            resumed = losses(train(f"zero_resumed_bf16{ranks}", ranks, accum, *bf16, *extra, "--resume-from", saved))
+            for step in (3, 4):
+                expect(close(resumed.get(step, 0), reference[step], 1e-6),
+                       f"bf16: ZeRO-1 checkpoint resumed at {ranks or 1} processes: step {step} loss "
+                       f"{resumed.get(step)}, one process {reference[step]}")
         # A rank killed: Open MPI's mpirun ends the others and names it. A rank that hangs
         # (stopped): rank 0's collective times out (train.comm_timeout_s) and names it.
         long_run = [mpirun, "-np", "2", checks.amber, "train", config, "--quiet", "--set", "train.steps=100000",

@@ -1,8 +1,8 @@
 // The NCCL backend at a world of one on the machine's GPU: every collective leaves the
 // data as one rank has it, eagerly and replayed from a captured CUDA graph, ordered
 // against the kernels around it on the issuing stream; a training step whose bucket
-// sums overlap the backward inside the captured graph trains as a step without a
-// communicator does; a collective that never completes ends the rank within its deadline.
+// sums overlap the backward inside the captured graph, or whose optimizer is ZeRO-1's
+// over sharded f32 masters, trains as a step without a communicator does; a collective that never completes ends the rank within its deadline.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,7 +15,9 @@
 #include "amber/core/stream.h"
 #include "amber/data/batch.h"
 #include "amber/dist/nccl/nccl_communicator.h"
+#include "amber/dist/zero_shard.h"
 #include "amber/train/step.h"
+#include "amber/train/zero_optimizer.h"
 #include "dist/testing.h"
 #include "tiny_model.h"
 
@@ -107,12 +109,13 @@ data::Batch batch(const std::vector<int32_t>& lengths, int vocab, uint64_t seed)
   return data::pack_documents(docs);
 }
 
-// Three graph-captured runs of the same steps, bf16 compute, AdamW, clipping: without a
-// communicator, and through NCCL at a world of one with the buckets summed during the
-// backward (their forks and joins inside the graph) or after it. A world of one's sum is
-// the gradient itself, so the weights match bit for bit at every step, and the graph is
-// captured once.
-TEST(NcclGpu, OverlappedBucketSumsInACapturedStepTrainAsWithoutACommunicator) {
+// Four graph-captured runs of the same steps, bf16 compute, AdamW, clipping: without a
+// communicator; through NCCL at a world of one with the buckets summed during the
+// backward (their forks and joins inside the graph) or after it; and ZeRO-1, its f32
+// masters kept as the rank's range (the whole buffers at a world of one) and the bf16
+// working copies all-gathered inside the graph. A world of one's sum is the gradient
+// itself, so the weights match bit for bit at every step, and the graph is captured once.
+TEST(NcclGpu, OverlappedBucketSumsAndZeroInACapturedStepTrainAsWithoutACommunicator) {
   REQUIRE_NCCL();
   const auto comm = world_of_one();
   ModelConfig c = amber::testing::tiny_model();
@@ -123,23 +126,34 @@ TEST(NcclGpu, OverlappedBucketSumsInACapturedStepTrainAsWithoutACommunicator) {
   struct Arm {
     const char* name;
     Communicator* comm;
-    bool overlap;
+    bool overlap, zero;
   };
-  const std::vector<Arm> arms = {{"none", nullptr, false}, {"overlapped", comm.get(), true},
-                                 {"after the backward", comm.get(), false}};
+  const std::vector<Arm> arms = {{"none", nullptr, false, false},
+                                 {"overlapped", comm.get(), true, false},
+                                 {"after the backward", comm.get(), false, false},
+                                 {"ZeRO-1", comm.get(), true, true}};
   std::vector<std::unique_ptr<LanguageModel>> models;
+  std::vector<std::unique_ptr<StoreShard>> shards;
   std::vector<std::unique_ptr<Optimizer>> optimizers;
   std::vector<std::unique_ptr<TrainStep>> steps;
   for (const Arm& arm : arms) {
     models.push_back(std::make_unique<LanguageModel>(c, DType::f32, Device::cuda(), DType::bf16));
     models.back()->init_weights(7);
-    optimizers.push_back(build_optimizer(OptimizerConfig{}, models.back()->store()));
+    ParamStore& store = models.back()->store();
+    if (arm.zero) {
+      shards.push_back(std::make_unique<StoreShard>(store, 0, 1));
+      store.keep_master_ranges(shards.back()->ranges());
+      optimizers.push_back(build_sharded_optimizer(OptimizerConfig{}, store, *shards.back(), *arm.comm));
+    } else {
+      optimizers.push_back(build_optimizer(OptimizerConfig{}, store));
+    }
     // Buckets of 20000 entries: several per buffer, some across two blocks.
     steps.push_back(std::make_unique<TrainStep>(
         *models.back(), optimizers.back().get(),
         StepOptions{.grad_clip = 0.5, .communicator = arm.comm, .overlap_gradient_sums = arm.overlap,
-                    .bucket_elements = 20000}));
+                    .bucket_elements = 20000, .shard = arm.zero ? shards.back().get() : nullptr}));
   }
+  ASSERT_TRUE(models.back()->store().masters_sharded());
   const int runs = 6;
   std::vector<int> replays(arms.size(), 0);
   for (int s = 0; s < runs; ++s) {
@@ -152,9 +166,11 @@ TEST(NcclGpu, OverlappedBucketSumsInACapturedStepTrainAsWithoutACommunicator) {
       ASSERT_TRUE(steps[a]->read().applied) << arms[a].name;
     }
     for (size_t a = 1; a < arms.size(); ++a)
-      for (size_t i = 0; i < models[0]->params().size(); ++i)
-        ASSERT_EQ(host(models[a]->params()[i]->value), host(models[0]->params()[i]->value))
-            << arms[a].name << " step " << s << " " << models[0]->params()[i]->name;
+      for (size_t i = 0; i < models[0]->params().size(); ++i) {
+        const Param &mine = *models[a]->params()[i], &reference = *models[0]->params()[i];
+        ASSERT_EQ(host(mine.value), host(reference.value)) << arms[a].name << " step " << s << " " << mine.name;
+        ASSERT_EQ(host(mine.work), host(reference.work)) << arms[a].name << " step " << s << " " << mine.name;
+      }
   }
   for (size_t a = 0; a < arms.size(); ++a) EXPECT_EQ(replays[a], runs - 2) << arms[a].name;
 }

@@ -81,6 +81,58 @@ TEST(ParamStore, WorkingCopiesFollowTheirBufferInTheComputeDtype) {
   EXPECT_EQ(a->work.to_doubles(), a->value.to(DType::bf16).to_doubles());
 }
 
+// ZeRO-1's sharded masters: the store keeps one range of each buffer, whose parameters'
+// values view it while the others have none; working copies stay whole, a refresh
+// writes the kept range's alone, and whole masters open for a checkpoint and close
+// keeping what was loaded into them.
+TEST(ParamStore, KeptMasterRangesHoldTheirParametersAndOpenWholeForCheckpoints) {
+  ParamStore store({DType::f32, Device::cpu(), DType::bf16});
+  const StackedParams stack =
+      store.add_stacked({"q", "k"}, {4, 2}, Shape{3}, ParamRole::hidden_matrix, ParamInit::normal(0.1));
+  auto matrix = store.add("matrix", {3, 3}, ParamRole::hidden_matrix, ParamInit::normal(0.1));
+  auto gain = store.add("gain", {3}, ParamRole::vector, ParamInit::ones());
+  store.allocate();
+  const std::shared_ptr<Param>&q = stack.parts[0], &k = stack.parts[1];
+  for (const auto& p : store.params()) p->value.copy_from(testing::random_tensor(p->value.shape(), DType::f32, 5));
+  store.refresh_working_copies();
+  const std::vector<double> q_value = q->value.to_doubles(), k_work = k->work.to_doubles();
+
+  store.keep_master_ranges({{0, 12}, {0, ParamStore::kAlignment}});  // of the matrices q alone; every vector
+  const ParamStore::Buffer& matrices = store.buffers()[0];
+  EXPECT_TRUE(store.masters_sharded());
+  EXPECT_EQ(matrices.value.numel(), 12);
+  EXPECT_EQ(q->value.to_doubles(), q_value);
+  EXPECT_FALSE(k->value.defined() || stack.whole->value.defined() || matrix->value.defined());
+  EXPECT_TRUE(gain->value.defined());
+  EXPECT_EQ(matrices.master_slice(0, 12).numel(), 12);
+  EXPECT_THROW(matrices.master_slice(12, 18), Error);
+  q->value.fill(0.5);
+  store.refresh_working_copies();
+  EXPECT_EQ(q->work.to_doubles(), std::vector<double>(12, 0.5));
+  EXPECT_EQ(k->work.to_doubles(), k_work);
+
+  store.open_whole_masters();
+  EXPECT_EQ(matrices.value.numel(), 2 * ParamStore::kAlignment);  // the stack, then the matrix
+  EXPECT_EQ(q->value.to_doubles(), std::vector<double>(12, 0.5));
+  EXPECT_EQ(k->value.to_doubles(), std::vector<double>(6, 0.0));
+  EXPECT_EQ(stack.whole->value.numel(), 18);
+  q->value.fill(2.0);
+  store.close_whole_masters(false);
+  EXPECT_EQ(q->value.to_doubles(), std::vector<double>(12, 0.5)) << "closed unloaded, the kept range is unchanged";
+  store.open_whole_masters();
+  q->value.fill(2.0);
+  store.close_whole_masters(true);
+  EXPECT_EQ(q->value.to_doubles(), std::vector<double>(12, 2.0));
+  EXPECT_FALSE(k->value.defined());
+  EXPECT_THROW(store.keep_master_ranges({{0, 12}, {0, 3}}), Error) << "sharded once only";
+
+  // Masters that are the working copies stay whole on every rank.
+  ParamStore whole(Placement{});
+  whole.add("w", {2}, ParamRole::vector, ParamInit::zeros());
+  whole.allocate();
+  EXPECT_THROW(whole.keep_master_ranges({{0, 2}}), Error);
+}
+
 // AdamW updates a buffer's neighbouring parameters of equal hyperparameters as one flat
 // run: every parameter ends where an optimizer holding it alone puts it, bit for bit.
 TEST(ParamStore, FlatAdamWRunsStepEachParameterAsIfAlone) {

@@ -10,14 +10,14 @@ StoreShard::StoreShard(const ParamStore& store, int rank, int world_size) : stor
   AMBER_CHECK(store.allocated(), "a ZeRO shard is a slice of an allocated parameter store");
   AMBER_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank ", rank, " outside a world of ", world_size);
   for (const ParamStore::Buffer& b : store.buffers()) {
-    const int64_t total = b.value.numel();
+    const int64_t total = b.grad.numel();
     // Rank r's range starts where its first parameter does; the first starts at 0, so
     // the alignment gaps go with the parameter before them.
     std::vector<int64_t> starts(static_cast<size_t>(world_size) + 1, -1);
     starts[0] = 0;
     starts.back() = total;
     for (const Param* p : b.params) {
-      const int64_t middle = p->offset + p->value.numel() / 2;
+      const int64_t middle = p->offset + p->grad.numel() / 2;
       const int r = static_cast<int>(std::min<int64_t>(world_size - 1, middle * world_size / std::max<int64_t>(1, total)));
       if (starts[static_cast<size_t>(r)] < 0) starts[static_cast<size_t>(r)] = p->offset;
     }
@@ -59,15 +59,29 @@ void StoreShard::reduce_scatter_gradients(Communicator& comm) const {
   }
 }
 
+std::vector<ParamStore::Range> StoreShard::ranges() const {
+  std::vector<ParamStore::Range> out;
+  for (size_t b = 0; b < counts_.size(); ++b) out.push_back({begin(static_cast<int>(b)), end(static_cast<int>(b))});
+  return out;
+}
+
 void StoreShard::all_gather_weights(Communicator& comm) const {
   for (size_t b = 0; b < counts_.size(); ++b) {
     const ParamStore::Buffer& buffer = store_.buffers()[b];
-    const int64_t first = begin(static_cast<int>(b)), last = end(static_cast<int>(b));
-    Tensor value = buffer.value;
-    comm.all_gather(value.slice(0, first, last), value, counts_[b]);
-    if (buffer.work.shares_storage_with(buffer.value)) continue;
+    AMBER_CHECK(store_.masters_sharded() || buffer.work.shares_storage_with(buffer.value),
+                "ZeRO-1 with working copies of their own keeps only this rank's master values "
+                "(ParamStore::keep_master_ranges with StoreShard::ranges)");
     Tensor work = buffer.work;
-    comm.all_gather(work.slice(0, first, last), work, counts_[b]);
+    comm.all_gather(work.slice(0, begin(static_cast<int>(b)), end(static_cast<int>(b))), work, counts_[b]);
+  }
+}
+
+void StoreShard::gather_whole_masters(Communicator& comm) const {
+  AMBER_CHECK(store_.whole_masters_open(), "gather_whole_masters: the store's whole masters are not open");
+  for (size_t b = 0; b < counts_.size(); ++b) {
+    const ParamStore::Buffer& buffer = store_.buffers()[b];
+    Tensor whole = buffer.value;
+    comm.all_gather(buffer.kept, whole, counts_[b]);
   }
 }
 

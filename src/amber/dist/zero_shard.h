@@ -31,9 +31,15 @@ class StoreShard {
   // Sums every rank's gradients into this rank's ranges of the store's gradient
   // buffers (reduce-scatter); the rest of the gradients keep this rank's own values.
   void reduce_scatter_gradients(Communicator& comm) const;
-  // Gives every rank the master values (and working copies, where they are a buffer of
-  // their own) that their owners updated.
+  // This rank's range of each buffer, for ParamStore::keep_master_ranges: a store whose
+  // working copies are buffers of their own keeps only these master values.
+  std::vector<ParamStore::Range> ranges() const;
+  // Gives every rank the working copies (the master values themselves, where they
+  // share them) that their owners updated.
   void all_gather_weights(Communicator& comm) const;
+  // Fills the store's open whole masters (ParamStore::open_whole_masters) from every
+  // rank's kept range.
+  void gather_whole_masters(Communicator& comm) const;
 
  private:
   const ParamStore& store_;

@@ -57,7 +57,7 @@ Param& LanguageModel::param(const std::string& name) const {
 
 int64_t LanguageModel::parameter_count() const {
   int64_t n = 0;
-  for (const auto& p : params()) n += p->value.numel();
+  for (const auto& p : params()) n += p->grad.numel();
   return n;
 }
 

@@ -28,6 +28,7 @@ class LanguageModel {
   void refresh_working_copies();
   const std::vector<std::shared_ptr<Param>>& params() const { return store_.params(); }
   const ParamStore& store() const { return store_; }
+  ParamStore& store() { return store_; }
   Param& param(const std::string& name) const;  // error names the nearest valid name
   int64_t parameter_count() const;
 

@@ -140,7 +140,7 @@ class GroupedOptimizer final : public Optimizer {
       const double lr = m ? config_.muon_lr : learning_rate(*p, config_);
       const double decay = m ? config_.weight_decay * config_.lr / config_.muon_lr : weight_decay(*p, config_);
       auto& g = groups[{m ? "muon" : "adamw", lr, decay}];
-      g.first += p->value.numel();
+      g.first += p->grad.numel();
       ++g.second;
       // Only the embedding's rate may differ from lr (learning_rate above).
       if (!m) add_rate(lr == config_.lr ? "adamw" : "embedding", lr);
@@ -157,7 +157,7 @@ class GroupedOptimizer final : public Optimizer {
   // updated as runs of neighbours with equal hyperparameters.
   void add_buffer(const ParamStore::Buffer& b, int index, const dist::StoreShard* shard) {
     const int64_t base = shard ? shard->begin(index) : 0;
-    const int64_t size = shard ? shard->end(index) - base : b.value.numel();
+    const int64_t size = shard ? shard->end(index) - base : b.grad.numel();
     Tensor m, v;
     AdamWRange* run = nullptr;  // the run the previous parameter joined, if it can grow
     for (Param* p : b.params) {
@@ -193,7 +193,7 @@ class GroupedOptimizer final : public Optimizer {
   // [begin, end) of the buffer, whose state starts at `base`.
   static AdamWRange flat_range(const ParamStore::Buffer& b, const Tensor& m, const Tensor& v, int64_t base,
                                int64_t begin, int64_t end, const AdamWHyper& hyper) {
-    return {begin, b.value.slice(0, begin, end), b.grad.slice(0, begin, end), m.slice(0, begin - base, end - base),
+    return {begin, b.master_slice(begin, end), b.grad.slice(0, begin, end), m.slice(0, begin - base, end - base),
             v.slice(0, begin - base, end - base), b.work.slice(0, begin, end), hyper};
   }
 

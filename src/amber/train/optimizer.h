@@ -75,7 +75,8 @@ class Optimizer {
   virtual int64_t steps() const = 0;
   virtual void set_steps(int64_t steps) = 0;
   // Checkpoints hold the whole state under whole-model names at any world size. An
-  // optimizer sharded across ranks (ZeRO-1) has only its shard in state() until
+  // optimizer sharded across ranks (ZeRO-1) has only its shard in state() (and in the
+  // store, of the master weights where it shards them) until
   // open_whole_state, called on every rank, makes state() the whole state: gathered
   // from the ranks that own it (gather), or allocated for a load to fill.
   // close_whole_state keeps this rank's shard of it where it was loaded, and frees it.

@@ -107,8 +107,21 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
   const RunConfig& c = config;
   model = std::make_unique<LanguageModel>(c.model, DType::f32, device, dtype_from_name(c.train.compute_dtype));
   model->init_weights(c.train.seed);
+  checkpointer.emplace(c, options.resume, options.resume_from, role);
+  const bool resumed = checkpointer->resumes();
+  // Into the whole store, before ZeRO-1 shards its master weights.
+  if (!options.init_from.empty()) {
+    AMBER_CHECK(!resumed, "--init-from starts a fresh run, but this run resumes (",
+                options.resume_from.empty() ? "--resume" : "--resume-from " + options.resume_from,
+                "); drop --init-from (the checkpoint holds the weights) or choose another train.out_dir");
+    check_hf_config(options.init_from, c.model);
+    load_hf_tensors(read_hf_tensors(options.init_from), *model, options.init_from);
+    sink.console() << "weights from " << options.init_from << "\n";
+  }
   if (c.train.zero == 1) {
     shard.emplace(model->store(), role.rank, role.world_size);
+    const Placement& placement = model->store().placement();
+    if (placement.compute != placement.master) model->store().keep_master_ranges(shard->ranges());
     optimizer = build_sharded_optimizer(c.optimizer, model->store(), *shard, *comm);
   } else {
     optimizer = build_optimizer(c.optimizer, model->store());
@@ -121,21 +134,12 @@ Trainer::State::State(RunConfig run_config, TrainOptions train_options)
                                                        .overlap_gradient_sums = c.train.overlap_grad_sums,
                                                        .shard = shard ? &*shard : nullptr});
   schedule = make_schedule(c.schedule, c.train.steps);
-  checkpointer.emplace(c, options.resume, options.resume_from, role);
   // Beside the checkpoints, so a resumed run reads the choices it made before.
   const bool tune = c.train.gemm_tuning && device.is_cuda();
   set_gemm_tuning({.measured = tune, .file = tune ? (fs::path(c.train.out_dir) / "gemm_algorithms.tsv").string() : ""});
-  const bool resumed = checkpointer->resumes();
   if (resumed) {
     progress = checkpointer->restore(*model, *optimizer, *data.loader, sink.console());
     sink.console() << "resumed from " << checkpointer->resume_dir() << " at step " << progress.step << "\n";
-  }
-  if (!options.init_from.empty()) {
-    AMBER_CHECK(!resumed, "--init-from starts a fresh run, but this run resumes from ", checkpointer->resume_dir(),
-                "; drop --init-from (the checkpoint holds the weights) or choose another train.out_dir");
-    check_hf_config(options.init_from, c.model);
-    load_hf_tensors(read_hf_tensors(options.init_from), *model, options.init_from);
-    sink.console() << "weights from " << options.init_from << "\n";
   }
   sink.open(resumed, progress.step);
 }

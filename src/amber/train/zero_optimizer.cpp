@@ -9,7 +9,7 @@ namespace {
 
 class ShardedOptimizer final : public Optimizer {
  public:
-  ShardedOptimizer(const OptimizerConfig& config, const ParamStore& store, const dist::StoreShard& shard,
+  ShardedOptimizer(const OptimizerConfig& config, ParamStore& store, const dist::StoreShard& shard,
                    dist::Communicator& comm)
       : config_(config), store_(store), shard_(shard), comm_(comm), inner_(build_optimizer(config, store, &shard)) {}
 
@@ -22,7 +22,8 @@ class ShardedOptimizer final : public Optimizer {
 
   std::string describe() const override {
     std::ostringstream out;
-    out << inner_->describe() << "  ZeRO-1: optimizer state sharded over " << comm_.world_size() << " ranks\n";
+    out << inner_->describe() << "  ZeRO-1: optimizer state" << (store_.masters_sharded() ? " and f32 master weights" : "")
+        << " sharded over " << comm_.world_size() << " ranks\n";
     return out.str();
   }
   std::vector<std::pair<std::string, double>> learning_rates() const override { return inner_->learning_rates(); }
@@ -31,8 +32,12 @@ class ShardedOptimizer final : public Optimizer {
 
   // One broadcast per state tensor from its owner: checkpoints are rare, and the
   // tensors' order (the store's parameters) is known to every rank without a word.
+  // Sharded master weights are part of the state: opened whole (one all-gather per
+  // buffer), for checkpoints to write and read.
   void open_whole_state(bool gather) override {
     close_whole_state(false);
+    store_.open_whole_masters();
+    if (gather && store_.masters_sharded()) shard_.gather_whole_masters(comm_);
     std::map<std::string, Tensor*> mine;
     for (const StateTensor& s : inner_->state()) mine.emplace(s.name, s.tensor);
     // In state()'s order, so that the checkpoint's files are those of one process.
@@ -42,8 +47,8 @@ class ShardedOptimizer final : public Optimizer {
         for (const std::string& name : optimizer_state_names(config_, *p)) {
           const auto it = mine.find(name);
           Tensor& t = whole_.emplace_back(it != mine.end() && gather ? it->second->clone()
-                                                                     : Tensor::zeros(p->value.shape(), p->value.dtype(),
-                                                                                     p->value.device()));
+                                                                     : Tensor::zeros(p->grad.shape(), p->grad.dtype(),
+                                                                                     p->grad.device()));
           if (gather) comm_.broadcast(t, shard_.owner(*p));
           entries_.push_back({name, &t});
         }
@@ -57,13 +62,14 @@ class ShardedOptimizer final : public Optimizer {
       for (const StateTensor& s : entries_) whole.emplace(s.name, s.tensor);
       for (const StateTensor& s : inner_->state()) s.tensor->copy_from(*whole.at(s.name));
     }
+    store_.close_whole_masters(loaded);
     entries_.clear();
     whole_.clear();
   }
 
  private:
   const OptimizerConfig config_;
-  const ParamStore& store_;
+  ParamStore& store_;
   const dist::StoreShard& shard_;
   dist::Communicator& comm_;
   std::unique_ptr<Optimizer> inner_;
@@ -73,7 +79,7 @@ class ShardedOptimizer final : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> build_sharded_optimizer(const OptimizerConfig& config, const ParamStore& store,
+std::unique_ptr<Optimizer> build_sharded_optimizer(const OptimizerConfig& config, ParamStore& store,
                                                    const dist::StoreShard& shard, dist::Communicator& comm) {
   return std::make_unique<ShardedOptimizer>(config, store, shard, comm);
 }

@@ -4,9 +4,12 @@
 // the ranks all-gather the updated weights. The gradients it reads are the owned
 // ranges that StoreShard::reduce_scatter_gradients summed.
 //
-// On the CPU the master weights are the working weights (f32 compute), so every rank
-// keeps them whole and only the optimizer state is sharded; checkpoints gather the
-// state into whole tensors under whole-model names, and a load keeps each rank's part.
+// Where the working copies are buffers of their own (bf16 compute), the f32 master
+// weights are sharded too (ParamStore::keep_master_ranges, done by the caller before
+// building it) and the ranks all-gather the working copies alone; where the masters are
+// the working weights (f32 compute), every rank keeps them whole. Checkpoints gather
+// the state (and sharded masters) into whole tensors under whole-model names, and a
+// load keeps each rank's part.
 #pragma once
 
 #include <memory>
@@ -18,7 +21,7 @@
 namespace amber {
 
 // `shard` and `comm` must outlive the optimizer.
-std::unique_ptr<Optimizer> build_sharded_optimizer(const OptimizerConfig& config, const ParamStore& store,
+std::unique_ptr<Optimizer> build_sharded_optimizer(const OptimizerConfig& config, ParamStore& store,
                                                    const dist::StoreShard& shard, dist::Communicator& comm);
 
 }  // namespace amber
