@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "amber/core/error.h"
 #include "amber/ops/cuda/quant/quant_codes.h"
 #include "amber/ops/quant.h"
 #include "testing.h"
@@ -296,6 +297,38 @@ TEST(QuantFp8Blocks, EachTileOfEveryExpertScalesByItsOwnAmax) {
 // Scale exponent floor(log2 amax) - 2 (+127 bias): amax 4 -> 2^0; one ulp below 4 ->
 // 2^-1 (and 3.9999998 / 0.5 saturates to 6: the spec's floor clips the top of the
 // block); one ulp above -> 2^0.
+// Scales written through a column-major view (the dense FP8 product's layout) hold the
+// values the contiguous layout does; the column quantizer is the row quantizer of the
+// transpose; a tile's codes do not depend on its orientation, so the transposed copy
+// is the quantization of w^T (with the scales transposed).
+TEST(QuantFp8Layouts, StridedScalesColumnsAndTransposedTilesAgreeWithTheRowsAndTiles) {
+  const Tensor x = varied({300, 200}, DType::bf16, 7);
+  const Quantized rows = fp8_rows(x);
+  Tensor storage = Tensor::empty({2, 300}, DType::f32), values = Tensor::empty(x.shape(), DType::f8e4m3);
+  Tensor column_major = storage.transpose(0, 1);
+  quantize_fp8_rows(x, values, column_major);
+  EXPECT_EQ(std::memcmp(bytes(values), bytes(rows.values), values.bytes()), 0);
+  EXPECT_EQ(column_major.contiguous().to_doubles(), rows.scales.to_doubles());
+  Tensor dequantized = Tensor::empty(x.shape(), DType::f32), expected = Tensor::empty(x.shape(), DType::f32);
+  dequantize_fp8_rows(values, column_major, dequantized);
+  dequantize_fp8_rows(rows.values, rows.scales, expected);
+  EXPECT_EQ(dequantized.to_doubles(), expected.to_doubles());
+
+  const Quantized of_transpose = fp8_rows(x.transpose(0, 1).contiguous());
+  Tensor columns = Tensor::empty({200, 300}, DType::f8e4m3), column_scales = Tensor::empty({200, 3}, DType::f32);
+  quantize_fp8_columns(x, columns, column_scales);
+  EXPECT_EQ(std::memcmp(bytes(columns), bytes(of_transpose.values), columns.bytes()), 0);
+  EXPECT_EQ(column_scales.to_doubles(), of_transpose.scales.to_doubles());
+
+  const Tensor w = varied({260, 300}, DType::bf16, 8);
+  Tensor codes = Tensor::empty(w.shape(), DType::f8e4m3), tiles = Tensor::empty({3, 3}, DType::f32);
+  Tensor transposed = Tensor::empty({300, 260}, DType::f8e4m3);
+  quantize_fp8_blocks(w, codes, tiles, &transposed);
+  const Quantized of_wt = fp8_blocks(w.transpose(0, 1).contiguous());
+  EXPECT_EQ(std::memcmp(bytes(transposed), bytes(of_wt.values), transposed.bytes()), 0);
+  EXPECT_EQ(tiles.transpose(0, 1).contiguous().to_doubles(), of_wt.scales.to_doubles());
+}
+
 TEST(QuantMxfp4, ScaleExponentIsFloorLog2AmaxMinusTwo) {
   const float amax[] = {4.0f, std::nextafter(4.0f, 0.0f), std::nextafter(4.0f, 8.0f), 6.0f, 7.99f,
                         0x1.8p127f, 0x1p-124f, 0x1p-130f, 0.0f};
@@ -594,6 +627,35 @@ TEST(QuantGpu, Fp8BlocksOfStackedExpertsBitIdenticalToCpu) {
       dequantize_fp8_blocks(values, scales, on_gpu);
       expect_same_values(what + " dequantized", on_gpu, on_cpu);
     }
+}
+
+// Column-major scales, the column quantizer and the tiles' transposed codes on the GPU,
+// against the CPU, over tails in both directions.
+TEST(QuantGpu, Fp8ColumnsStridedScalesAndTransposedTilesBitIdenticalToCpu) {
+  REQUIRE_GPU();
+  for (const Shape& shape : std::vector<Shape>{{300, 200}, {129, 7}, {1, 1}, {2048, 1536}, {4096, 130}}) {
+    const std::string what = concat("[", shape[0], ", ", shape[1], "]");
+    const Tensor x = varied(shape, DType::bf16, 30 + shape[1]);
+    const Shape flipped{shape[1], shape[0]};
+    const Quantized rows = fp8_rows(x), columns = fp8_rows(x.transpose(0, 1).contiguous());
+    Tensor values = poisoned(shape, DType::f8e4m3);
+    Tensor storage = poisoned({rows.scales.size(1), shape[0]}, DType::f32);
+    Tensor column_major = storage.transpose(0, 1);
+    quantize_fp8_rows(gpu(x), values, column_major);
+    expect_same_bytes(what + " rows, values", values, rows.values);
+    expect_same_bytes(what + " rows, column-major scales", storage, rows.scales.transpose(0, 1).contiguous());
+    Tensor t_values = poisoned(flipped, DType::f8e4m3), t_scales = poisoned(columns.scales.shape(), DType::f32);
+    quantize_fp8_columns(gpu(x), t_values, t_scales);
+    expect_same_bytes(what + " columns, values", t_values, columns.values);
+    expect_same_bytes(what + " columns, scales", t_scales, columns.scales);
+    const Quantized tiles = fp8_blocks(x);
+    Tensor codes = poisoned(shape, DType::f8e4m3), tile_scales = poisoned(tiles.scales.shape(), DType::f32);
+    Tensor transposed = poisoned(flipped, DType::f8e4m3);
+    quantize_fp8_blocks(gpu(x), codes, tile_scales, &transposed);
+    expect_same_bytes(what + " tiles, values", codes, tiles.values);
+    expect_same_bytes(what + " tiles, scales", tile_scales, tiles.scales);
+    expect_same_bytes(what + " tiles, transposed values", transposed, tiles.values.transpose(0, 1).contiguous());
+  }
 }
 
 TEST(QuantGpu, Mxfp4AndDequantizationBitIdenticalToCpu) {

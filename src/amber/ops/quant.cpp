@@ -33,16 +33,25 @@ void check_dequantized(const Tensor& t, const char* op, const char* name) {
   require_contiguous(t, op);
 }
 
+// FP8 scales: a 2-D view of any strides (ops/quant.h), a stack's contiguous.
+void check_fp8_scales(const Tensor& t, const char* op, const Shape& shape, const char* source_name,
+                      const Shape& source_shape) {
+  AMBER_CHECK(t.defined() && t.shape() == shape && t.dtype() == DType::f32, op, ": scales ",
+              t.defined() ? t.shape() : Shape{}, " ", t.defined() ? dtype_name(t.dtype()) : "undefined", " must be ",
+              shape, " f32 for ", source_name, " ", source_shape);
+  if (t.ndim() != 2) require_contiguous(t, op);
+}
+
 void check_fp8_rows(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op) {
   AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
   check_companion(values, op, "values", x.shape(), DType::f8e4m3, "x", x.shape());
-  check_companion(scales, op, "scales", fp8_rows_scales_shape(x.shape()), DType::f32, "x", x.shape());
+  check_fp8_scales(scales, op, fp8_rows_scales_shape(x.shape()), "x", x.shape());
 }
 
 void check_fp8_blocks(const Tensor& w, const Tensor& values, const Tensor& scales, const char* op) {
   AMBER_CHECK(w.ndim() >= 2, op, ": w ", w.shape(), " must be [..., N, K]");
   check_companion(values, op, "values", w.shape(), DType::f8e4m3, "w", w.shape());
-  check_companion(scales, op, "scales", fp8_blocks_scales_shape(w.shape()), DType::f32, "w", w.shape());
+  check_fp8_scales(scales, op, fp8_blocks_scales_shape(w.shape()), "w", w.shape());
 }
 
 void check_mxfp4(const Tensor& w, const Tensor& values, const Tensor& scales, const char* op) {
@@ -60,6 +69,11 @@ void check_mxfp8(const Tensor& w, const Tensor& values, const Tensor& scales, co
 }
 
 }  // namespace
+
+Fp8ScaleStrides fp8_scale_strides(const Tensor& scales) {
+  if (scales.ndim() == 2) return {0, scales.stride(0), scales.stride(1)};
+  return {scales.size(-2) * scales.size(-1), scales.size(-1), 1};
+}
 
 Shape fp8_rows_scales_shape(const Shape& x) {
   AMBER_CHECK(x.ndim() == 2, "fp8_rows_scales_shape: x ", x, " must be [M, K]");
@@ -99,6 +113,18 @@ void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales) {
                   cpu::quantize_fp8_rows(x, values, scales));
 }
 
+void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
+  const char* op = "quantize_fp8_columns";
+  check_source(x, op, "x");
+  AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
+  const Shape transposed{x.size(1), x.size(0)};
+  check_companion(values, op, "values", transposed, DType::f8e4m3, "x", x.shape());
+  check_fp8_scales(scales, op, fp8_rows_scales_shape(transposed), "x", x.shape());
+  if (x.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&x, &values, &scales}), op, cuda::quantize_fp8_columns(x, values, scales),
+                  cpu::quantize_fp8_columns(x, values, scales));
+}
+
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {
   const char* op = "dequantize_fp8_rows";
   check_dequantized(x, op, "x");
@@ -108,13 +134,20 @@ void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) 
                   cpu::dequantize_fp8_rows(values, scales, x));
 }
 
-void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales) {
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed) {
   const char* op = "quantize_fp8_blocks";
   check_source(w, op, "w");
   check_fp8_blocks(w, values, scales, op);
+  if (transposed) {
+    AMBER_CHECK(w.ndim() == 2, op, ": a transposed copy is for a 2-D w, got ", w.shape());
+    check_companion(*transposed, op, "transposed", {w.size(1), w.size(0)}, DType::f8e4m3, "w", w.shape());
+    AMBER_CHECK(transposed->device() == w.device(), op, ": transposed is on ", transposed->device(), ", w on ",
+                w.device());
+  }
   if (w.numel() == 0) return;
-  AMBER_ON_DEVICE(ops::common_device(op, {&w, &values, &scales}), op, cuda::quantize_fp8_blocks(w, values, scales),
-                  cpu::quantize_fp8_blocks(w, values, scales));
+  AMBER_ON_DEVICE(ops::common_device(op, {&w, &values, &scales}), op,
+                  cuda::quantize_fp8_blocks(w, values, scales, transposed),
+                  cpu::quantize_fp8_blocks(w, values, scales, transposed));
 }
 
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w) {

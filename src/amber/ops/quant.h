@@ -18,16 +18,30 @@ Shape fp8_blocks_scales_shape(const Shape& w);    // [..., N, K] -> [..., ceil(N
 Shape mxfp4_values_shape(const Shape& w);         // [..., K] -> [..., K/2]
 Shape mx_scales_shape(const Shape& w);            // [..., K] -> [..., K/32], MXFP4 and MXFP8
 
+// The FP8 scales of a 2-D source may be any 2-D view (a column-major one, as the dense
+// FP8 product of ops/fp8_gemm.h reads them); a stack's are contiguous. Scale (b, i, j)
+// (matrix b, row block i, column block j) lies at b * matrix + i * row + j * col.
+struct Fp8ScaleStrides {
+  int64_t matrix, row, col;
+};
+Fp8ScaleStrides fp8_scale_strides(const Tensor& scales);
+
 // x [M, K] (f32, bf16, f16) -> values [M, K] f8e4m3, scales [M, ceil(K/128)] f32.
 // Per block: scale = amax / 448, values = e4m3(x / scale), both correctly rounded
 // fp32 operations, so the GPU writes the CPU's bits.
 void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales);
+// The same of x's transpose, in one pass over x: x [M, K] -> values [K, M] f8e4m3 and
+// scales [K, ceil(M/128)], one per 128 consecutive rows of a column of x (the blocks a
+// weight gradient dy^T x contracts over); the bits of quantize_fp8_rows(x^T).
+void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales);
 // x [M, K] (f32, bf16; f64 on the CPU) = values * scales, rounded once from fp32.
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x);
 
 // w [..., N, K] (f32, bf16, f16; leading dims stack experts) -> values f8e4m3 of w's
-// shape, scales [..., ceil(N/128), ceil(K/128)] f32, one per 128x128 tile.
-void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales);
+// shape, scales [..., ceil(N/128), ceil(K/128)] f32, one per 128x128 tile. For a 2-D w,
+// `transposed` (when given) gets values^T [K, N] in the same pass: a tile's codes do
+// not depend on its orientation, so with scales^T they are w^T's quantization.
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed = nullptr);
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w);
 
 // w [..., K] (f32, bf16, f16) with K % 32 == 0 -> values u8 [..., K/2] (element 2i in

@@ -18,23 +18,30 @@ constexpr uint8_t kE4m3Nan = 0x7F;
 constexpr uint8_t kE8m0Nan = 0xFF;
 
 // A stack of `batch` row-major [rows, cols] matrices cut into tiles of tile_rows x 128
-// (1 x 128 for the row recipe); scales are [batch, row tiles, column tiles].
+// (1 x 128 for the row recipe); scale (b, i, j) of tile row i, tile column j lies where
+// `strides` says (ops/quant.h).
 struct Tiling {
   int64_t batch, rows, cols, tile_rows;
+  Fp8ScaleStrides strides;
   int64_t row_tiles() const { return (rows + tile_rows - 1) / tile_rows; }
   int64_t col_tiles() const { return (cols + kFp8Block - 1) / kFp8Block; }
   int64_t tiles() const { return batch * row_tiles() * col_tiles(); }
+  int64_t scale_at(int64_t b, int64_t i, int64_t j) const {
+    return b * strides.matrix + i * strides.row + j * strides.col;
+  }
   // The scale of element `e` of the stack (flat, row-major).
   int64_t scale_index(int64_t e) const {
     const int64_t b = e / (rows * cols), r = e / cols % rows, c = e % cols;
-    return (b * row_tiles() + r / tile_rows) * col_tiles() + c / kFp8Block;
+    return scale_at(b, r / tile_rows, c / kFp8Block);
   }
 };
 
-Tiling row_tiling(const Tensor& x) { return {1, x.size(0), x.size(1), 1}; }
-Tiling block_tiling(const Tensor& w) {
+Tiling row_tiling(const Tensor& x, const Tensor& scales) {
+  return {1, x.size(0), x.size(1), 1, fp8_scale_strides(scales)};
+}
+Tiling block_tiling(const Tensor& w, const Tensor& scales) {
   const int64_t rows = w.size(-2), cols = w.size(-1);
-  return {w.numel() / (rows * cols), rows, cols, kFp8Block};
+  return {w.numel() / (rows * cols), rows, cols, kFp8Block, fp8_scale_strides(scales)};
 }
 
 void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, const Tiling& t) {
@@ -65,7 +72,7 @@ void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, const
         const int64_t e = base + r * t.cols + c;
         pv[e] = finite ? f8e4m3_from_float(px[e] / scale) : kE4m3Nan;
       }
-    ps[i] = scale;
+    ps[t.scale_at(b, tr, tc)] = scale;
   }
 }
 
@@ -109,16 +116,22 @@ constexpr int kE2m1Emax = 2, kE4m3Emax = 8;
 }  // namespace
 
 void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales) {
-  quantize_fp8_tiles(x, values, scales, row_tiling(x));
+  quantize_fp8_tiles(x, values, scales, row_tiling(x, scales));
+}
+// By its definition: the rows of x^T.
+void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
+  const Tensor transposed = x.transpose(0, 1).contiguous();
+  quantize_fp8_tiles(transposed, values, scales, row_tiling(transposed, scales));
 }
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {
-  dequantize_fp8_tiles(values, scales, x, row_tiling(x));
+  dequantize_fp8_tiles(values, scales, x, row_tiling(x, scales));
 }
-void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales) {
-  quantize_fp8_tiles(w, values, scales, block_tiling(w));
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed) {
+  quantize_fp8_tiles(w, values, scales, block_tiling(w, scales));
+  if (transposed) transposed->copy_from(values.transpose(0, 1));
 }
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w) {
-  dequantize_fp8_tiles(values, scales, w, block_tiling(w));
+  dequantize_fp8_tiles(values, scales, w, block_tiling(w, scales));
 }
 
 namespace {

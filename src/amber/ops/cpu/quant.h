@@ -7,8 +7,9 @@
 namespace amber::cpu {
 
 void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales);
+void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales);
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x);
-void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales);
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed);
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w);
 void quantize_mxfp4(const Tensor& w, Tensor& values, Tensor& scales);
 void dequantize_mxfp4(const Tensor& values, const Tensor& scales, Tensor& w);

@@ -19,18 +19,17 @@
 #include "amber/core/stream.h"
 #include "amber/ops/cuda/elementwise/elementwise.h"
 #include "amber/ops/cuda/gemm/gemm.h"
+#include "amber/ops/cuda/gemm/lt_handle.h"
 
 namespace amber::cuda {
 namespace {
-
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 // Everything a heuristic answer depends on: types, transposes, sizes, c's row pitch
 // (a and b are contiguous), the pointers' alignments and the batch size.
 using AlgoKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t>;
 
-// One handle, workspace and heuristic cache per host thread and device: each host
-// thread launches on its own stream (core/stream.h), so sharing a workspace would race.
+// The thread's cuBLASLt handle and workspace (lt_handle.h) and its heuristic cache on
+// the device.
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -52,11 +51,9 @@ LtState& lt_state() {
     s.policy = tuning_policy.load();
   }
   if (!s.handle) {
-    AMBER_CHECK(cublasLtCreate(&s.handle) == CUBLAS_STATUS_SUCCESS, "gemm: cublasLtCreate failed");
-    // Allocated once for the life of the thread; the pool would also serve it, but a
-    // fixed buffer keeps the steady state free of allocator calls.
-    AMBER_CHECK(cudaMalloc(&s.workspace, kWorkspaceBytes) == cudaSuccess,
-                "gemm: cannot allocate the ", kWorkspaceBytes, "-byte cuBLASLt workspace");
+    const LtHandle& h = lt_handle();
+    s.handle = h.handle;
+    s.workspace = h.workspace;
   }
   return s;
 }
@@ -169,7 +166,7 @@ struct Product {
   // cuBLASLt's first `count` heuristic answers, best first.
   std::vector<cublasLtMatmulHeuristicResult_t> heuristics(LtState& s, int count) {
     check(cublasLtMatmulPreferenceCreate(&d.pref), "preference");
-    const uint64_t ws = kWorkspaceBytes;
+    const uint64_t ws = kLtWorkspaceBytes;
     const uint32_t al_a = std::get<9>(key), al_b = std::get<8>(key), al_c = std::get<10>(key);  // Lt's a is our b
     check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
           "workspace preference");
@@ -195,7 +192,7 @@ struct Product {
   cublasStatus_t run(LtState& s, const cublasLtMatmulAlgo_t& algo, double alpha, double beta) const {
     const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
     return cublasLtMatmul(s.handle, d.op, &alpha_f, b->raw(), d.a, a->raw(), d.b, &beta_f, addend->raw(), d.c,
-                          c->raw(), d.c, &algo, s.workspace, kWorkspaceBytes, current_stream());
+                          c->raw(), d.c, &algo, s.workspace, kLtWorkspaceBytes, current_stream());
   }
 };
 

@@ -1,5 +1,6 @@
-// CUDA quantizers: a warp per 1x128 row block, a 256-thread block per 128x128 tile and
-// four threads per 32-element MX block (MXFP4, MXFP8). Each reduces |x| to the block's amax, forms
+// CUDA quantizers: a warp per 1x128 row block, a 256-thread block per 128x128 tile (its
+// transposed codes through shared memory), a 256-thread block per 128-row x 64-column
+// panel for the column blocks, and four threads per 32-element MX block (MXFP4, MXFP8). Each reduces |x| to the block's amax, forms
 // the scale with the CPU's fp32 operations (IEEE division, never the fast reciprocal)
 // and encodes with quant_codes.h, so the bits equal the CPU oracle's. Dequantizers are
 // element-wise, four (FP8) or eight (MX) elements a thread.
@@ -86,8 +87,9 @@ __device__ __forceinline__ void encode4(const float (&v)[4], float scale, bool f
 
 // Warp-uniform loop: warp b takes row block b = (row, column block).
 template <class T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    quantize_fp8_rows_kernel(const T* x, uint8_t* values, float* scales, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x, uint8_t* values, float* scales,
+                                                                     Fp8ScaleStrides strides, int64_t rows,
+                                                                     int64_t cols) {
   const int lane = threadIdx.x % 32;
   const int64_t col_tiles = (cols + kTile - 1) / kTile, blocks = rows * col_tiles;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
@@ -103,19 +105,39 @@ __global__ void __launch_bounds__(kThreads)
     uint8_t q[4];
     encode4(v, scale, finite, q);
     store4<kVec>(values + at, cols - c, q);
-    if (lane == 0) scales[b] = scale;
+    if (lane == 0) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
+  }
+}
+
+// A tile's codes, `codes` [column][row] in shared memory, written as the rows of the
+// transposed matrix [cols, rows] (4-byte words where whole, else bytes).
+__device__ __forceinline__ void store_transposed_tile(const uint8_t (*codes)[kTile + 4], uint8_t* transposed,
+                                                      int64_t rows, int64_t cols, int64_t r0, int64_t c0) {
+  constexpr int kWords = kTile * kTile / 4;
+  for (int word = threadIdx.x; word < kWords; word += kThreads) {
+    const int cl = word / (kTile / 4), rl = word % (kTile / 4) * 4;
+    const int64_t c = c0 + cl, r = r0 + rl;
+    if (c >= cols || r >= rows) continue;
+    uint8_t* out = transposed + c * rows + r;
+    if (r + 4 <= rows && rows % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0) {
+      *reinterpret_cast<uint32_t*>(out) = *reinterpret_cast<const uint32_t*>(&codes[cl][rl]);
+    } else {
+      for (int e = 0; e < 4 && r + e < rows; ++e) out[e] = codes[cl][rl + e];
+    }
   }
 }
 
 // One 128x128 tile per block iteration: warp w holds rows w, w + 8, ..., lane l the
 // columns 4l .. 4l + 3, all 64 elements in registers between the reduction and the
-// encoding.
+// encoding. With `transposed` (2-D w), the codes also pass through shared memory to
+// leave as rows of w^T.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, int64_t batch, int64_t rows,
-                               int64_t cols) {
+    quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, Fp8ScaleStrides strides,
+                               uint8_t* transposed, int64_t batch, int64_t rows, int64_t cols) {
   constexpr int kRowsPerWarp = kTile / kWarps;
   __shared__ float scratch[32];
+  __shared__ __align__(16) uint8_t codes[kTile][kTile + 4];  // [column][row]: +4 keeps words aligned
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
   const int64_t tiles = batch * row_tiles * col_tiles;
@@ -139,8 +161,61 @@ __global__ void __launch_bounds__(kThreads)
       uint8_t q[4];
       encode4(v[j], scale, finite, q);
       store4<kVec>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
+      if (transposed) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) codes[lane * 4 + e][warp + j * kWarps] = q[e];
+      }
     }
-    if (threadIdx.x == 0) scales[t] = scale;
+    const int64_t tile_row = t / col_tiles % row_tiles, tile_col = t % col_tiles;
+    if (threadIdx.x == 0)
+      scales[t / (row_tiles * col_tiles) * strides.matrix + tile_row * strides.row + tile_col * strides.col] = scale;
+    if (transposed) {
+      __syncthreads();
+      store_transposed_tile(codes, transposed, rows, cols, tile_row * kTile, tile_col * kTile);
+      __syncthreads();  // before the next tile's codes land
+    }
+  }
+}
+
+// x [rows, cols] in panels of 128 rows x 64 columns through shared memory: each warp
+// takes eight columns, each lane the rows l, l + 32, l + 64, l + 96 of one (a 65-float
+// pitch keeps those reads conflict-free), and writes the codes as rows of x^T and one
+// scale per 128-row block of a column.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    quantize_fp8_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides, int64_t rows,
+                                int64_t cols) {
+  constexpr int kPanelCols = 64, kPitch = kPanelCols + 1;
+  __shared__ float panel[kTile][kPitch];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row_blocks = (rows + kTile - 1) / kTile, col_panels = (cols + kPanelCols - 1) / kPanelCols;
+  for (int64_t p = blockIdx.x; p < row_blocks * col_panels; p += gridDim.x) {
+    const int64_t block = p / col_panels, r0 = block * kTile, c0 = p % col_panels * kPanelCols;
+    for (int i = threadIdx.x; i < kTile * kPanelCols; i += kThreads) {
+      const int rl = i / kPanelCols, cl = i % kPanelCols;
+      const int64_t r = r0 + rl, c = c0 + cl;
+      panel[rl][cl] = r < rows && c < cols ? to_f32(x[r * cols + c]) : 0.0f;
+    }
+    __syncthreads();
+    for (int cl = warp * 8; cl < warp * 8 + 8; ++cl) {
+      const int64_t c = c0 + cl;
+      if (c >= cols) break;  // warp-uniform
+      float v[4], amax = 0.0f;
+      bool finite = true;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = panel[lane + 32 * e][cl];
+      accumulate(v, amax, finite);
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      finite = __all_sync(0xffffffffu, finite);
+      const float scale = fp8_scale(amax, finite);
+      uint8_t q[4];
+      encode4(v, scale, finite, q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (r0 + lane + 32 * e < rows) values[c * rows + r0 + lane + 32 * e] = q[e];
+      if (lane == 0) scales[c * strides.row + block * strides.col] = scale;
+    }
+    __syncthreads();  // before the next panel overwrites this one
   }
 }
 
@@ -260,14 +335,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The FP8 scale layout of both recipes: `batch` matrices [rows, cols], tiles of
-// tile_rows x 128, scales [batch, row tiles, column tiles].
+// The FP8 scales of both recipes: `batch` matrices [rows, cols], tiles of tile_rows x
+// 128, scale (b, i, j) where `strides` says (ops/quant.h).
 struct Tiling {
   int64_t batch, rows, cols, tile_rows;
+  Fp8ScaleStrides strides;
   __device__ int64_t scale_index(int64_t e) const {
-    const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows, col_tiles = (cols + kTile - 1) / kTile;
     const int64_t b = e / (rows * cols), r = e / cols % rows, c = e % cols;
-    return (b * row_tiles + r / tile_rows) * col_tiles + c / kTile;
+    return b * strides.matrix + r / tile_rows * strides.row + c / kTile * strides.col;
   }
 };
 
@@ -324,23 +399,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, int64_t tile_rows, const char* op) {
+void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, int64_t tile_rows, Tensor* transposed,
+                        const char* op) {
   const int64_t rows = src.size(-2), cols = src.size(-1);
   const int64_t batch = src.numel() / (rows * cols);
+  const Fp8ScaleStrides strides = fp8_scale_strides(scales);
   with_element_type(src.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(src.raw());
     uint8_t* out = static_cast<uint8_t*>(values.raw());
     float* s = static_cast<float*>(scales.raw());
-    const bool vec = cols % 4 == 0 && aligned_to(in, 4 * sizeof(T)) && aligned_to(out, 4);
+    uint8_t* t = transposed ? static_cast<uint8_t*>(transposed->raw()) : nullptr;
+    const bool vec = cols % 4 == 0 && aligned_to(in, 4 * sizeof(T)) && aligned_to(out, 4) && aligned_to(t, 4);
     with_vec(vec, [&](auto v) {
       constexpr bool kVec = decltype(v)::value;
       if (tile_rows == 1)
         quantize_fp8_rows_kernel<T, kVec><<<grid_for(scales.numel() * 32, kThreads), kThreads, 0, current_stream()>>>(
-            in, out, s, rows, cols);
+            in, out, s, strides, rows, cols);
       else
         quantize_fp8_blocks_kernel<T, kVec><<<grid_for(scales.numel(), 1), kThreads, 0, current_stream()>>>(
-            in, out, s, batch, rows, cols);
+            in, out, s, strides, t, batch, rows, cols);
     });
   });
   check_launch(op, src.shape());
@@ -349,7 +427,7 @@ void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, int64
 void dequantize_fp8_tiles(const Tensor& values, const Tensor& scales, Tensor& out, int64_t tile_rows,
                           const char* op) {
   const int64_t rows = out.size(-2), cols = out.size(-1), n = out.numel();
-  const Tiling tiling{n / (rows * cols), rows, cols, tile_rows};
+  const Tiling tiling{n / (rows * cols), rows, cols, tile_rows, fp8_scale_strides(scales)};
   const uint8_t* v = static_cast<const uint8_t*>(values.raw());
   const float* s = static_cast<const float*>(scales.raw());
   with_element_type(out.dtype(), op, [&](auto tag) {
@@ -366,13 +444,25 @@ void dequantize_fp8_tiles(const Tensor& values, const Tensor& scales, Tensor& ou
 }  // namespace
 
 void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales) {
-  quantize_fp8_tiles(x, values, scales, 1, "quantize_fp8_rows");
+  quantize_fp8_tiles(x, values, scales, 1, nullptr, "quantize_fp8_rows");
+}
+void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
+  const char* op = "quantize_fp8_columns";
+  const int64_t rows = x.size(0), cols = x.size(1);
+  const int64_t panels = (rows + kTile - 1) / kTile * ((cols + 63) / 64);
+  with_element_type(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    quantize_fp8_columns_kernel<T><<<grid_for(panels, 1), kThreads, 0, current_stream()>>>(
+        static_cast<const T*>(x.raw()), static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()),
+        fp8_scale_strides(scales), rows, cols);
+  });
+  check_launch(op, x.shape());
 }
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {
   dequantize_fp8_tiles(values, scales, x, 1, "dequantize_fp8_rows");
 }
-void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales) {
-  quantize_fp8_tiles(w, values, scales, kFp8Block, "quantize_fp8_blocks");
+void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed) {
+  quantize_fp8_tiles(w, values, scales, kFp8Block, transposed, "quantize_fp8_blocks");
 }
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w) {
   dequantize_fp8_tiles(values, scales, w, kFp8Block, "dequantize_fp8_blocks");
