@@ -39,7 +39,9 @@ void print_model(const InfoOptions& o, const ModelConfig& c) {
             << "  components: norm " << c.norm << ", attention " << c.attention << ", posenc " << c.posenc
             << (c.qk_norm ? ", qk_norm" : "") << (c.attn_sink ? ", sinks" : "")
             << (c.tie_embeddings ? ", tied embeddings" : ", untied embeddings") << ", recompute "
-            << c.recompute << "\n";
+            << c.recompute << "\n"
+            << "  projections: attention " << c.attention_recipe << ", mlp " << c.mlp_recipe
+            << ", head and experts compute_dtype\n";
   if (c.moe_experts > 0) {
     int sparse = 0;
     for (int l = 0; l < c.depth; ++l) sparse += c.layer_is_sparse(l);

@@ -1,5 +1,5 @@
 // The block-scaled FP8 product of ops/fp8_gemm.h: the CPU oracle against a plain
-// float64 sum over the dequantized operands (K tails, both scalings of b, beta), the
+// float64 sum over the dequantized operands (K tails, both scalings of b, alpha, beta), the
 // scale layouts the GPU reads, shape errors, and (Fp8GemmGpu) cuBLASLt's product against
 // the oracle on fresh inputs.
 #include <gtest/gtest.h>
@@ -56,13 +56,14 @@ TEST(Fp8Gemm, OracleIsTheFloat64ProductOfTheDequantizedOperands) {
     const Tensor before = testing::random_tensor({m, n}, DType::f64, 3);
     for (double beta : {0.0, 1.0}) {
       Tensor c = before.clone();
-      gemm_fp8(a.values, a.scales, b.values, b.scales, scaling, c, beta);
+      gemm_fp8(a.values, a.scales, b.values, b.scales, scaling, c, 0.5, beta);
       const std::vector<double> got = c.to_doubles(), c0 = before.to_doubles();
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-          double sum = beta * c0[static_cast<size_t>(i * n + j)];
+          double dot = 0;
           for (int64_t q = 0; q < k; ++q)
-            sum += da[static_cast<size_t>(i * k + q)] * db[static_cast<size_t>(j * k + q)];
+            dot += da[static_cast<size_t>(i * k + q)] * db[static_cast<size_t>(j * k + q)];
+          const double sum = 0.5 * dot + beta * c0[static_cast<size_t>(i * n + j)];
           ASSERT_NEAR(got[static_cast<size_t>(i * n + j)], sum, 1e-12 * (1.0 + std::fabs(sum)))
               << "element (" << i << ", " << j << "), beta " << beta;
         }
@@ -142,10 +143,11 @@ TEST(Fp8GemmGpu, BlockScaledProductsMatchTheOracle) {
       for (double beta : {0.0, 1.0}) {
         if (out == DType::bf16 && beta != 0.0) continue;
         Tensor want = before.to(out).to(DType::f64);
-        gemm_fp8(a.values, a.scales, b.values, b.scales, s.b, want, beta);
+        const double alpha = beta == 0.0 ? 1.0 : 0.5;  // the residual add's form
+        gemm_fp8(a.values, a.scales, b.values, b.scales, s.b, want, alpha, beta);
         Tensor got = before.to(out).to(gpu_device());
         try {
-          gemm_fp8(ga.values, ga.scales, gb.values, gb.scales, s.b, got, beta);
+          gemm_fp8(ga.values, ga.scales, gb.values, gb.scales, s.b, got, alpha, beta);
         } catch (const Error& e) {
           ADD_FAILURE() << what << ": " << e.what();
           continue;

@@ -19,7 +19,8 @@ class CausalAttention final : public AttentionLayer {
         position_(s.position),
         qkv_(qkv_projection(s)),
         o_(*s.store, {s.name + ".o_proj", int64_t{heads_} * head_dim_, s.config->dim, s.config->attn_bias,
-                      ParamRole::hidden_matrix, s.config->projection_init_std(int64_t{heads_} * head_dim_, true)}) {
+                      ParamRole::hidden_matrix, s.config->projection_init_std(int64_t{heads_} * head_dim_, true),
+                      s.config->attention_recipe}) {
     const ModelConfig& c = *s.config;
     if (c.attn_sink) sinks_ = s.store->add(s.name + ".sinks", {heads_}, ParamRole::vector, ParamInit::zeros());
     if (c.qk_norm) {
@@ -118,7 +119,7 @@ class CausalAttention final : public AttentionLayer {
     for (const auto& p : weight.parts) p->product_gradient = true;
     const StackedParams bias = c.attn_bias ? stacked("bias", Shape{}, ParamRole::vector, ParamInit::zeros())
                                            : StackedParams{};
-    return Linear(weight.whole, bias.whole, kComputeDtypeRecipe);
+    return Linear(weight.whole, bias.whole, c.attention_recipe);
   }
   // s.q and s.k, what the attention kernel reads, from s.q_raw and s.k_raw: QK-norm and
   // the position encoding into fresh tensors (the raw projections stay intact for the

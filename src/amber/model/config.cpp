@@ -2,7 +2,6 @@
 // TOML binder (core/toml_fields.h) over ModelConfig::fields.
 #include "amber/model/config.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -10,6 +9,7 @@
 
 #include "amber/core/error.h"
 #include "amber/core/toml_fields.h"
+#include "amber/model/linear.h"
 
 namespace amber {
 
@@ -69,6 +69,16 @@ void ModelConfig::validate() const {
               "model.sliding_window and model.global_layer_every must be >= 0");
   for (int w : window_pattern)
     AMBER_CHECK(w >= 0, "model.window_pattern entries must be >= 0 (0 = global), got ", w);
+  for (const auto& [key, recipe] : {std::pair<const char*, const std::string&>{"attention_recipe", attention_recipe},
+                                     std::pair<const char*, const std::string&>{"mlp_recipe", mlp_recipe}}) {
+    if (!linear_recipe_registry().contains(recipe)) {
+      std::string valid;
+      for (const std::string& name : linear_recipe_registry().names()) valid += (valid.empty() ? "" : ", ") + name;
+      fail("model.", key, " = '", recipe, "' is not a linear recipe; valid: ", valid);
+    }
+    AMBER_CHECK(recipe != kFp8BlockRecipe || !attn_bias, "model.", key, " = 'fp8_block' has no projection bias yet; set ",
+                "model.attn_bias = false or keep the compute_dtype recipe");
+  }
   AMBER_CHECK(recompute == "none" || recompute == "block", "model.recompute = '", recompute,
               "' is not one of: none, block");
   AMBER_CHECK(rope_partial > 0 && rope_partial <= 1, "model.rope_partial must be in (0, 1], got ", rope_partial);

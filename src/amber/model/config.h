@@ -65,6 +65,10 @@ struct ModelConfig {
   double moe_bias_update_rate = 0.0;  // the auxiliary-loss-free balance bias's step; 0 = none
   double moe_balance_loss_weight = 0.0;  // the sequence-wise balance loss's weight; 0 = none
   double moe_z_loss_weight = 0.0;        // the router z-loss's weight; 0 = none
+  // how the projections' products run (linear recipes, model/linear.h): compute_dtype
+  // or fp8_block; the LM head and MoE experts keep the compute dtype
+  std::string attention_recipe = "compute_dtype";  // q, k, v and o projections
+  std::string mlp_recipe = "compute_dtype";        // dense MLPs (gate/up and down)
   // runtime
   std::string recompute = "none";  // none | block
 
@@ -135,6 +139,8 @@ struct ModelConfig {
     v("moe_bias_update_rate", moe_bias_update_rate);
     v("moe_balance_loss_weight", moe_balance_loss_weight);
     v("moe_z_loss_weight", moe_z_loss_weight);
+    v("attention_recipe", attention_recipe);
+    v("mlp_recipe", mlp_recipe);
     v("recompute", recompute);
   }
 };

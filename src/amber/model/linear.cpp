@@ -1,5 +1,6 @@
 #include "amber/model/linear.h"
 
+#include "amber/model/fp8_linear.h"
 #include "amber/ops/gemm.h"
 
 namespace amber {
@@ -9,22 +10,23 @@ Tensor work_or_none(const Param* p) { return p ? p->work : Tensor(); }
 
 class ComputeDtypeRecipe final : public LinearRecipe {
  public:
-  void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into) const override {
+  void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into,
+               Arena&) const override {
     if (into.residual)
       linear_forward(x, w.work, work_or_none(b), *into.sum, *into.residual, into.scale);
     else
       linear_forward(x, w.work, work_or_none(b), y);
   }
-  void backward(const Tensor& dy, const Tensor& x, Param& w, Param* b, Tensor& dx) const override {
+  void backward(const Tensor& dy, const Tensor& x, Param& w, Param* b, Tensor& dx, Arena&) const override {
     Tensor db = b ? b->grad : Tensor();
     linear_backward(dy, x, w.work, dx, w.grad, db, w.grad_accumulates());
   }
-  void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up,
-                   Tensor& h) const override {
+  void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up, Tensor& h,
+                   Arena&) const override {
     glu_linear_forward(glu, x, w.work, work_or_none(b), gate_up, h);
   }
   void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up, Tensor& dgate_up,
-                          Tensor& dh) const override {
+                          Tensor& dh, Arena&) const override {
     glu_linear_backward_input(glu, dy, w_down.work, gate_up, dgate_up, dh);
   }
 };
@@ -35,6 +37,7 @@ const Registry<LinearRecipe>& linear_recipe_registry() {
   static const auto registry = [] {
     Registry<LinearRecipe> r("linear recipe");
     r.add(kComputeDtypeRecipe, [] { return std::make_unique<ComputeDtypeRecipe>(); });
+    r.add(kFp8BlockRecipe, make_fp8_block_recipe);
     return r;
   }();
   return registry;
@@ -53,37 +56,40 @@ Linear::Linear(std::shared_ptr<Param> weight, std::shared_ptr<Param> bias, const
 Tensor Linear::forward(const Tensor& x, Arena& arena, const ResidualAdd& into) const {
   if (into.residual) {
     Tensor unused;
-    recipe_->forward(x, *weight_, bias_.get(), unused, into);
+    recipe_->forward(x, *weight_, bias_.get(), unused, into, arena);
     return *into.sum;
   }
   Tensor y = arena.alloc({x.size(0), out_features()}, x.dtype());
-  forward_into(x, y);
+  forward_into(x, y, arena);
   return y;
 }
 
-void Linear::forward_into(const Tensor& x, Tensor& y) const { recipe_->forward(x, *weight_, bias_.get(), y, {}); }
+void Linear::forward_into(const Tensor& x, Tensor& y, Arena& scratch) const {
+  recipe_->forward(x, *weight_, bias_.get(), y, {}, scratch);
+}
 
 Tensor Linear::backward(const Tensor& dy, const Tensor& x, Arena& arena) const {
   Tensor dx = arena.alloc(x.shape(), dy.dtype());
-  backward_into(dy, x, dx);
+  backward_into(dy, x, dx, arena);
   return dx;
 }
 
-void Linear::backward_into(const Tensor& dy, const Tensor& x, Tensor& dx) const {
-  recipe_->backward(dy, x, *weight_, bias_.get(), dx);
+void Linear::backward_into(const Tensor& dy, const Tensor& x, Tensor& dx, Arena& scratch) const {
+  recipe_->backward(dy, x, *weight_, bias_.get(), dx, scratch);
 }
 
 GluLinear::GluLinear(ParamStore& store, const LinearSpec& spec, Glu glu) : linear_(store, spec), glu_(glu) {}
 
-void GluLinear::forward(const Tensor& x, Tensor& gate_up, Tensor& h) const {
-  linear_.recipe_->glu_forward(glu_, x, *linear_.weight_, linear_.bias_.get(), gate_up, h);
+void GluLinear::forward(const Tensor& x, Tensor& gate_up, Tensor& h, Arena& scratch) const {
+  linear_.recipe_->glu_forward(glu_, x, *linear_.weight_, linear_.bias_.get(), gate_up, h, scratch);
 }
 
+// The down projection's recipe runs its input gradient (the product with w_down).
 void GluLinear::backward_through(const Linear& down, const Tensor& dy, const Tensor& h, const Tensor& gate_up,
-                                 Tensor& dgate_up, Tensor& dh) const {
+                                 Tensor& dgate_up, Tensor& dh, Arena& scratch) const {
   Tensor no_dx;  // the input gradient comes with the GLU's backward
-  down.backward_into(dy, h, no_dx);
-  linear_.recipe_->glu_backward_input(glu_, dy, *down.weight_, gate_up, dgate_up, dh);
+  down.backward_into(dy, h, no_dx, scratch);
+  down.recipe_->glu_backward_input(glu_, dy, *down.weight_, gate_up, dgate_up, dh, scratch);
 }
 
 }  // namespace amber

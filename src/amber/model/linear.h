@@ -18,26 +18,30 @@
 namespace amber {
 
 // How a projection's products run; one instance per projection (a recipe may keep
-// per-weight state, such as scales). Weights are [out, in], y = x W^T + b.
+// per-weight state, such as scales). Weights are [out, in], y = x W^T + b. `scratch`
+// holds a call's temporaries (quantized operands): a recipe allocates them after a mark
+// and rewinds to it before it returns.
 class LinearRecipe {
  public:
   virtual ~LinearRecipe() = default;
   // y = x W^T + b; with `into`: *into.sum = *into.residual + into.scale (x W^T + b).
-  virtual void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into) const = 0;
+  virtual void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into,
+                       Arena& scratch) const = 0;
   // dx = dy W (skipped when dx is undefined); W's gradient gets dy^T x (added, or
   // overwriting a stale gradient: Param::grad_accumulates); b's gradient += column sums.
-  virtual void backward(const Tensor& dy, const Tensor& x, Param& w, Param* b, Tensor& dx) const = 0;
+  virtual void backward(const Tensor& dy, const Tensor& x, Param& w, Param* b, Tensor& dx, Arena& scratch) const = 0;
   // gate_up = x W^T + b and h = glu(gate_up) (ops/glu_linear.h).
-  virtual void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up,
-                           Tensor& h) const = 0;
+  virtual void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up, Tensor& h,
+                           Arena& scratch) const = 0;
   // dgate_up = the GLU's backward at gate_up of dy w_down (w_down [out, H], dh scratch).
   virtual void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up,
-                                  Tensor& dgate_up, Tensor& dh) const = 0;
+                                  Tensor& dgate_up, Tensor& dh, Arena& scratch) const = 0;
 };
 
-// The recipe every projection runs today: operands in the model's compute dtype (the
-// working copies: f32, bf16 or f16) with f32 accumulation.
+// The recipes: operands in the model's compute dtype (the working copies: f32, bf16 or
+// f16) with f32 accumulation; or block-scaled FP8 (model/fp8_linear.h).
 inline constexpr const char* kComputeDtypeRecipe = "compute_dtype";
+inline constexpr const char* kFp8BlockRecipe = "fp8_block";
 const Registry<LinearRecipe>& linear_recipe_registry();
 
 struct LinearSpec {
@@ -64,12 +68,12 @@ class Linear {
 
   // y [N, out] from `arena`; with `into`, *into.sum (written by the product) instead.
   Tensor forward(const Tensor& x, Arena& arena, const ResidualAdd& into = {}) const;
-  // The same into a caller's y [N, out].
-  void forward_into(const Tensor& x, Tensor& y) const;
+  // The same into a caller's y [N, out] (the recipe's temporaries from `scratch`).
+  void forward_into(const Tensor& x, Tensor& y, Arena& scratch) const;
   // Accumulates the weight's (and bias's) gradient; returns dx from `arena`.
   Tensor backward(const Tensor& dy, const Tensor& x, Arena& arena) const;
   // The same into a caller's dx (a view, or undefined to skip the input gradient).
-  void backward_into(const Tensor& dy, const Tensor& x, Tensor& dx) const;
+  void backward_into(const Tensor& dy, const Tensor& x, Tensor& dx, Arena& scratch) const;
 
  private:
   friend class GluLinear;
@@ -85,12 +89,12 @@ class GluLinear {
   GluLinear(ParamStore& store, const LinearSpec& spec, Glu glu);
 
   int64_t out_features() const { return linear_.out_features(); }
-  // gate_up [N, 2H] and h [N, H], both the caller's.
-  void forward(const Tensor& x, Tensor& gate_up, Tensor& h) const;
+  // gate_up [N, 2H] and h [N, H], both the caller's (the recipe's temporaries from `scratch`).
+  void forward(const Tensor& x, Tensor& gate_up, Tensor& h, Arena& scratch) const;
   // From d(loss)/d(down's output): down's weight gradient, then dgate_up (the caller's)
   // through down's input gradient and the GLU (dh [N, H] the caller's scratch).
   void backward_through(const Linear& down, const Tensor& dy, const Tensor& h, const Tensor& gate_up,
-                        Tensor& dgate_up, Tensor& dh) const;
+                        Tensor& dgate_up, Tensor& dh, Arena& scratch) const;
   // dx from `arena`; the weight's gradient accumulates.
   Tensor backward(const Tensor& dgate_up, const Tensor& x, Arena& arena) const {
     return linear_.backward(dgate_up, x, arena);

@@ -58,7 +58,8 @@ Tensor LMHead::forward_backward(const Tensor& hidden, const Tensor& targets, con
 
 Tensor LMHead::logits(const Tensor& hidden) const {
   Tensor out = Tensor::empty({hidden.size(0), projection_.out_features()}, hidden.dtype(), hidden.device());
-  projection_.forward_into(hidden, out);
+  Arena scratch(hidden.device());  // for a recipe's temporaries; the head's own takes none
+  projection_.forward_into(hidden, out, scratch);
   return out;
 }
 

@@ -11,7 +11,7 @@ namespace {
 
 LinearSpec projection(const MlpSpec& s, const char* name, int64_t in, int64_t out, bool writes_residual) {
   return {s.name + "." + name, in, out, s.bias, ParamRole::hidden_matrix,
-          s.config->projection_init_std(in, writes_residual)};
+          s.config->projection_init_std(in, writes_residual), s.config->mlp_recipe};
 }
 
 // Gated: gate_up -> GLU (in the product's call) -> down.
@@ -30,7 +30,7 @@ class GatedMlp final : public Mlp {
     s.h = h;
     s.gate_up = arena.alloc({tokens, gate_up_.out_features()}, h.dtype());
     s.act = arena.alloc({tokens, hidden_}, h.dtype());
-    gate_up_.forward(h, s.gate_up, s.act);
+    gate_up_.forward(h, s.gate_up, s.act, arena);
     return down_.forward(s.act, arena, into);
   }
 
@@ -38,7 +38,7 @@ class GatedMlp final : public Mlp {
     const auto& s = static_cast<const Saved&>(saved);
     Tensor dact = arena.alloc(s.act.shape(), dout.dtype());
     Tensor dgate_up = arena.alloc(s.gate_up.shape(), dout.dtype());
-    gate_up_.backward_through(down_, dout, s.act, s.gate_up, dgate_up, dact);
+    gate_up_.backward_through(down_, dout, s.act, s.gate_up, dgate_up, dact, arena);
     return gate_up_.backward(dgate_up, s.h, arena);
   }
 

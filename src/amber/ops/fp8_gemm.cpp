@@ -48,7 +48,7 @@ Tensor fp8_gemm_scales(Fp8Scaling scaling, const Tensor& storage, int64_t rows, 
 }
 
 void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales, Fp8Scaling b_scaling,
-              Tensor& c, double beta) {
+              Tensor& c, double alpha, double beta) {
   const char* op = "gemm_fp8";
   AMBER_CHECK(a.ndim() == 2, op, ": a ", a.shape(), " must be [M, K]");
   const int64_t k = a.size(1);
@@ -61,8 +61,8 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Te
   require_contiguous(c, op);
   if (c.numel() == 0) return;
   AMBER_ON_DEVICE(ops::common_device(op, {&a, &a_scales, &b, &b_scales, &c}), op,
-                  cuda::gemm_fp8(a, a_scales, b, b_scales, b_scaling, c, beta),
-                  cpu::gemm_fp8(a, a_scales, b, b_scales, b_scaling, c, beta));
+                  cuda::gemm_fp8(a, a_scales, b, b_scales, b_scaling, c, alpha, beta),
+                  cpu::gemm_fp8(a, a_scales, b, b_scales, b_scaling, c, alpha, beta));
 }
 
 }  // namespace amber

@@ -13,14 +13,14 @@ namespace amber {
 // (scales [ceil(R/128), ceil(K/128)], quantize_fp8_blocks).
 enum class Fp8Scaling { rows, tiles };
 
-// c [M, N] = (a * a_scales) (b * b_scales)^T + beta c: a e4m3 [M, K] scaled by rows,
+// c [M, N] = alpha (a * a_scales) (b * b_scales)^T + beta c: a e4m3 [M, K] scaled by rows,
 // b e4m3 [N, K] by rows or tiles (b_scaling); c f32 or bf16. The CPU dequantizes both
 // operands exactly into float64 and rounds the float64 product once; the GPU accumulates
 // in fp32 (scales applied per 128-wide k block), within about 1e-4 of the oracle
 // (docs/numerics.md). GPU: M, N and K multiples of 16, a and b contiguous, scales as
 // fp8_gemm_scales lays them out.
 void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
-              Fp8Scaling b_scaling, Tensor& c, double beta = 0.0);
+              Fp8Scaling b_scaling, Tensor& c, double alpha = 1.0, double beta = 0.0);
 
 // Scales for an operand [rows, cols] laid out as the GPU product reads them, views into
 // `storage` (allocated with fp8_gemm_scales_storage's shape, f32): by rows, [rows,

@@ -9,7 +9,7 @@
 namespace amber::cpu {
 
 void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales, Fp8Scaling b_scaling,
-              Tensor& c, double beta) {
+              Tensor& c, double alpha, double beta) {
   Tensor a64 = Tensor::empty(a.shape(), DType::f64), b64 = Tensor::empty(b.shape(), DType::f64);
   dequantize_fp8_rows(a, a_scales, a64);
   if (b_scaling == Fp8Scaling::rows)
@@ -18,7 +18,7 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Te
     dequantize_fp8_blocks(b, b_scales, b64);
   // beta = 0 never reads c (which may hold anything, NaN included).
   Tensor c64 = beta == 0.0 ? Tensor::zeros(c.shape(), DType::f64) : c.to(DType::f64);
-  gemm(a64, false, b64, true, c64, 1.0, beta);
+  gemm(a64, false, b64, true, c64, alpha, beta);
   c.copy_from(c64);
 }
 

@@ -50,7 +50,7 @@ void check_layout(const Tensor& scales, Fp8Scaling scaling, int64_t rows, int64_
 }  // namespace
 
 void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales, Fp8Scaling b_scaling,
-              Tensor& c, double beta) {
+              Tensor& c, double alpha, double beta) {
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   // cuBLASLt (CUDA 13.0, sm_90) has no block-scaled algorithm otherwise: status 15 for
   // a [130, 256] by b [200, 256]; K tails within a 128-wide block are fine.
@@ -106,7 +106,7 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Te
                 ", ", k, "] on this card (sm_90 or later with CUDA 12.9 or later is needed)");
     found = algos.emplace(std::make_pair(device, key), result.algo).first;
   }
-  const float alpha_f = 1.0f, beta_f = static_cast<float>(beta);
+  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   check(cublasLtMatmul(lt.handle, d.op, &alpha_f, b.raw(), d.a, a.raw(), d.b, &beta_f, c.raw(), d.c, c.raw(), d.c,
                        &found->second, lt.workspace, kLtWorkspaceBytes, current_stream()),
         "matmul");

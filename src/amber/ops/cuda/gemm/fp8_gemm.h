@@ -7,6 +7,6 @@
 namespace amber::cuda {
 
 void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales, Fp8Scaling b_scaling,
-              Tensor& c, double beta);
+              Tensor& c, double alpha, double beta);
 
 }  // namespace amber::cuda

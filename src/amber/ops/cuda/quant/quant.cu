@@ -181,20 +181,32 @@ __global__ void __launch_bounds__(kThreads)
 // takes eight columns, each lane the rows l, l + 32, l + 64, l + 96 of one (a 65-float
 // pitch keeps those reads conflict-free), and writes the codes as rows of x^T and one
 // scale per 128-row block of a column.
-template <class T>
+// kVec: 16-byte loads (cols a multiple of 16 / sizeof(T), x aligned to 16 bytes).
+template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp8_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides, int64_t rows,
                                 int64_t cols) {
-  constexpr int kPanelCols = 64, kPitch = kPanelCols + 1;
+  constexpr int kPanelCols = 64, kPitch = kPanelCols + 1, V = kVec ? 16 / sizeof(T) : 1;
   __shared__ float panel[kTile][kPitch];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_blocks = (rows + kTile - 1) / kTile, col_panels = (cols + kPanelCols - 1) / kPanelCols;
   for (int64_t p = blockIdx.x; p < row_blocks * col_panels; p += gridDim.x) {
     const int64_t block = p / col_panels, r0 = block * kTile, c0 = p % col_panels * kPanelCols;
-    for (int i = threadIdx.x; i < kTile * kPanelCols; i += kThreads) {
-      const int rl = i / kPanelCols, cl = i % kPanelCols;
+    for (int i = threadIdx.x; i < kTile * kPanelCols / V; i += kThreads) {
+      const int rl = i / (kPanelCols / V), cl = i % (kPanelCols / V) * V;
       const int64_t r = r0 + rl, c = c0 + cl;
-      panel[rl][cl] = r < rows && c < cols ? to_f32(x[r * cols + c]) : 0.0f;
+      float f[V];
+      if (r < rows && c < cols) {
+        if constexpr (kVec)
+          load_f32<T, V>(x + r * cols + c, f);
+        else
+          f[0] = to_f32(x[r * cols + c]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) f[e] = 0.0f;
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) panel[rl][cl + e] = f[e];
     }
     __syncthreads();
     for (int cl = warp * 8; cl < warp * 8 + 8; ++cl) {
@@ -452,9 +464,13 @@ void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
   const int64_t panels = (rows + kTile - 1) / kTile * ((cols + 63) / 64);
   with_element_type(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    quantize_fp8_columns_kernel<T><<<grid_for(panels, 1), kThreads, 0, current_stream()>>>(
-        static_cast<const T*>(x.raw()), static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()),
-        fp8_scale_strides(scales), rows, cols);
+    const T* in = static_cast<const T*>(x.raw());
+    const bool vec = cols % static_cast<int64_t>(16 / sizeof(T)) == 0 && aligned_to(in, 16);
+    with_vec(vec, [&](auto v) {
+      quantize_fp8_columns_kernel<T, decltype(v)::value><<<grid_for(panels, 1), kThreads, 0, current_stream()>>>(
+          in, static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()), fp8_scale_strides(scales), rows,
+          cols);
+    });
   });
   check_launch(op, x.shape());
 }

@@ -1,0 +1,143 @@
+#include "amber/model/fp8_linear.h"
+
+#include "amber/core/error.h"
+#include "amber/ops/activation.h"
+#include "amber/ops/fp8_gemm.h"
+#include "amber/ops/quant.h"
+
+namespace amber {
+namespace {
+
+// An e4m3 operand and its scales, in the layout the product reads.
+struct Quantized {
+  Tensor values, scales;
+};
+
+Tensor scales_for(Fp8Scaling scaling, int64_t rows, int64_t cols, Arena& scratch) {
+  Tensor storage = scratch.alloc(fp8_gemm_scales_storage(scaling, rows, cols), DType::f32);
+  return fp8_gemm_scales(scaling, storage, rows, cols);
+}
+
+// x [R, C] in 1x128 blocks of its rows.
+Quantized rows_of(const Tensor& x, Arena& scratch) {
+  Quantized q{scratch.alloc(x.shape(), DType::f8e4m3), scales_for(Fp8Scaling::rows, x.size(0), x.size(1), scratch)};
+  quantize_fp8_rows(x, q.values, q.scales);
+  return q;
+}
+
+// x^T [C, R] in 1x128 blocks of its rows (128 consecutive rows of x).
+Quantized columns_of(const Tensor& x, Arena& scratch) {
+  const int64_t rows = x.size(1), cols = x.size(0);
+  Quantized q{scratch.alloc({rows, cols}, DType::f8e4m3), scales_for(Fp8Scaling::rows, rows, cols, scratch)};
+  quantize_fp8_columns(x, q.values, q.scales);
+  return q;
+}
+
+// w [out, in] in 128x128 tiles.
+Quantized tiles_of(const Tensor& w, Arena& scratch) {
+  Quantized q{scratch.alloc(w.shape(), DType::f8e4m3), scales_for(Fp8Scaling::tiles, w.size(0), w.size(1), scratch)};
+  quantize_fp8_blocks(w, q.values, q.scales);
+  return q;
+}
+
+// w^T [in, out] in 128x128 tiles: w's quantizer writes the transposed codes, and w's
+// scales land transposed in w^T's layout.
+Quantized transposed_tiles_of(const Tensor& w, Arena& scratch) {
+  const int64_t rows = w.size(1), cols = w.size(0);
+  Quantized q{scratch.alloc({rows, cols}, DType::f8e4m3), scales_for(Fp8Scaling::tiles, rows, cols, scratch)};
+  Tensor codes = scratch.alloc(w.shape(), DType::f8e4m3);
+  Tensor w_scales = q.scales.transpose(0, 1);
+  quantize_fp8_blocks(w, codes, w_scales, &q.values);
+  return q;
+}
+
+void glu_activation(Glu glu, const Tensor& gate_up, Tensor& h) {
+  if (glu == Glu::swiglu)
+    swiglu_forward(gate_up, h);
+  else
+    geglu_forward(gate_up, h);
+}
+
+void glu_activation_backward(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up) {
+  if (glu == Glu::swiglu)
+    swiglu_backward(dh, gate_up, dgate_up);
+  else
+    geglu_backward(dh, gate_up, dgate_up);
+}
+
+class Fp8BlockRecipe final : public LinearRecipe {
+ public:
+  Fp8BlockRecipe() : fallback_(linear_recipe_registry().build(kComputeDtypeRecipe)) {}
+
+  void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into,
+               Arena& scratch) const override {
+    if (!fits(x, w)) return fallback_->forward(x, w, b, y, into, scratch);
+    refuse_bias(b);
+    const Arena::Mark mark = scratch.mark();
+    const Quantized qx = rows_of(x, scratch), qw = tiles_of(w.work, scratch);
+    if (into.residual) {
+      if (into.sum->raw() != into.residual->raw()) into.sum->copy_from(*into.residual);
+      gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, *into.sum, into.scale, 1.0);
+    } else {
+      gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, y);
+    }
+    scratch.rewind(mark);
+  }
+
+  void backward(const Tensor& dy, const Tensor& x, Param& w, Param* b, Tensor& dx, Arena& scratch) const override {
+    if (!fits(dy, w)) return fallback_->backward(dy, x, w, b, dx, scratch);
+    refuse_bias(b);
+    const Arena::Mark mark = scratch.mark();
+    if (dx.defined()) input_gradient(dy, w, dx, scratch);
+    const bool accumulate = w.grad_accumulates();
+    const Quantized dyt = columns_of(dy, scratch), xt = columns_of(x, scratch);
+    gemm_fp8(dyt.values, dyt.scales, xt.values, xt.scales, Fp8Scaling::rows, w.grad, 1.0, accumulate ? 1.0 : 0.0);
+    scratch.rewind(mark);
+  }
+
+  void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up, Tensor& h,
+                   Arena& scratch) const override {
+    if (!fits(x, w)) return fallback_->glu_forward(glu, x, w, b, gate_up, h, scratch);
+    refuse_bias(b);
+    const Arena::Mark mark = scratch.mark();
+    const Quantized qx = rows_of(x, scratch), qw = tiles_of(w.work, scratch);
+    gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, gate_up);
+    scratch.rewind(mark);
+    glu_activation(glu, gate_up, h);
+  }
+
+  void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up, Tensor& dgate_up,
+                          Tensor& dh, Arena& scratch) const override {
+    if (!fits(dy, w_down)) return fallback_->glu_backward_input(glu, dy, w_down, gate_up, dgate_up, dh, scratch);
+    const Arena::Mark mark = scratch.mark();
+    input_gradient(dy, w_down, dh, scratch);
+    scratch.rewind(mark);
+    glu_activation_backward(glu, dh, gate_up, dgate_up);
+  }
+
+ private:
+  // cuBLASLt's FP8 products take sizes that are multiples of 16 (ops/fp8_gemm.h).
+  static bool fits(const Tensor& rows, const Param& w) {
+    if (rows.device().is_cpu()) return true;
+    return rows.size(0) % 16 == 0 && w.work.size(0) % 16 == 0 && w.work.size(1) % 16 == 0;
+  }
+
+  static void refuse_bias(const Param* b) {
+    AMBER_CHECK(!b, "the fp8_block recipe has no bias yet (", b->name,
+                "); set model.bias = false or run this projection in the compute dtype");
+  }
+
+  // dx = dy W in FP8: dy by rows, W^T by tiles.
+  static void input_gradient(const Tensor& dy, const Param& w, Tensor& dx, Arena& scratch) {
+    const Quantized qdy = rows_of(dy, scratch), qwt = transposed_tiles_of(w.work, scratch);
+    gemm_fp8(qdy.values, qdy.scales, qwt.values, qwt.scales, Fp8Scaling::tiles, dx);
+  }
+
+  std::unique_ptr<LinearRecipe> fallback_;
+};
+
+}  // namespace
+
+std::unique_ptr<LinearRecipe> make_fp8_block_recipe() { return std::make_unique<Fp8BlockRecipe>(); }
+
+}  // namespace amber

@@ -1,0 +1,126 @@
+// The fp8_block Linear recipe: each of its products is the FP8 oracle of ops/fp8_gemm.h
+// on the operands quantized as the recipe says (x and dy by rows, W and W^T by tiles,
+// dy^T and x^T by rows along the tokens), bit for bit on the CPU, and within FP8's
+// rounding of the compute-dtype products; the config refuses it with a bias.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "amber/core/error.h"
+#include "amber/model/config.h"
+#include "amber/model/linear.h"
+#include "amber/ops/fp8_gemm.h"
+#include "amber/ops/quant.h"
+#include "ops/testing.h"
+#include "tiny_model.h"
+
+namespace amber {
+namespace {
+
+struct Quantized {
+  Tensor values, scales;
+};
+
+Quantized rows(const Tensor& x) {
+  Quantized q{Tensor::empty(x.shape(), DType::f8e4m3), Tensor::empty(fp8_rows_scales_shape(x.shape()), DType::f32)};
+  quantize_fp8_rows(x, q.values, q.scales);
+  return q;
+}
+
+Quantized tiles(const Tensor& w) {
+  Quantized q{Tensor::empty(w.shape(), DType::f8e4m3), Tensor::empty(fp8_blocks_scales_shape(w.shape()), DType::f32)};
+  quantize_fp8_blocks(w, q.values, q.scales);
+  return q;
+}
+
+Tensor product(const Quantized& a, const Quantized& b, Fp8Scaling scaling) {
+  Tensor c = Tensor::empty({a.values.size(0), b.values.size(0)}, DType::f32);
+  gemm_fp8(a.values, a.scales, b.values, b.scales, scaling, c);
+  return c;
+}
+
+Tensor transposed(const Tensor& t) { return t.transpose(0, 1).contiguous(); }
+
+TEST(Fp8BlockRecipe, EachProductIsTheFp8OracleOfItsQuantizedOperands) {
+  ParamStore store(Placement{});
+  LinearSpec spec{"fp8", 256, 144, false, ParamRole::hidden_matrix, 0.05, kFp8BlockRecipe};
+  Linear fp8(store, spec);
+  spec.name = "exact";
+  spec.recipe = kComputeDtypeRecipe;
+  Linear exact(store, spec);
+  store.allocate();
+  const Tensor w = testing::random_tensor({144, 256}, DType::f32, 1, 0.05f);
+  fp8.weight().value.copy_from(w);
+  exact.weight().value.copy_from(w);
+  store.refresh_working_copies();
+  const Tensor x = testing::random_tensor({96, 256}, DType::f32, 2), dy = testing::random_tensor({96, 144}, DType::f32, 3);
+  Arena arena;
+
+  const Tensor y = fp8.forward(x, arena), y_exact = exact.forward(x, arena);
+  EXPECT_EQ(y.to_doubles(), product(rows(x), tiles(w), Fp8Scaling::tiles).to_doubles());
+  const double forward_error = testing::relative_error(y, y_exact);
+  EXPECT_GT(forward_error, 1e-3) << "the FP8 path did not run";
+  EXPECT_LT(forward_error, 0.1);
+
+  // The gradients start at zero, so the products' sums are the gradients themselves.
+  const Tensor dx = fp8.backward(dy, x, arena), dx_exact = exact.backward(dy, x, arena);
+  EXPECT_EQ(dx.to_doubles(), product(rows(dy), tiles(transposed(w)), Fp8Scaling::tiles).to_doubles());
+  EXPECT_EQ(fp8.weight().grad.to_doubles(),
+            product(rows(transposed(dy)), rows(transposed(x)), Fp8Scaling::rows).to_doubles());
+  for (const auto& [name, error] : {std::pair{"dx", testing::relative_error(dx, dx_exact)},
+                                    std::pair{"dW", testing::relative_error(fp8.weight().grad, exact.weight().grad)}}) {
+    EXPECT_GT(error, 1e-3) << name;
+    EXPECT_LT(error, 0.1) << name;
+  }
+}
+
+// The GLU forward is the FP8 product and the activation; the down projection's input
+// gradient through the GLU uses W_down^T's tiles.
+TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesFollowedByTheActivation) {
+  ParamStore store(Placement{});
+  GluLinear gate_up(store, {"gate_up", 128, 2 * 160, false, ParamRole::hidden_matrix, 0.05, kFp8BlockRecipe},
+                    Glu::swiglu);
+  Linear down(store, {"down", 160, 128, false, ParamRole::hidden_matrix, 0.05, kFp8BlockRecipe});
+  store.allocate();
+  for (const auto& p : store.params()) p->value.copy_from(testing::random_tensor(p->value.shape(), DType::f32, 4, 0.05f));
+  store.refresh_working_copies();
+  const Tensor x = testing::random_tensor({64, 128}, DType::f32, 5), dy = testing::random_tensor({64, 128}, DType::f32, 6);
+  Arena arena;
+  Tensor gu = Tensor::empty({64, 320}, DType::f32), h = Tensor::empty({64, 160}, DType::f32);
+  gate_up.forward(x, gu, h, arena);
+  const Tensor w_gate_up = store.params()[0]->value, w_down = store.params()[1]->value;
+  EXPECT_EQ(gu.to_doubles(), product(rows(x), tiles(w_gate_up), Fp8Scaling::tiles).to_doubles());
+  Tensor dgu = Tensor::empty({64, 320}, DType::f32), dh = Tensor::empty({64, 160}, DType::f32);
+  gate_up.backward_through(down, dy, h, gu, dgu, dh, arena);
+  EXPECT_EQ(dh.to_doubles(), product(rows(dy), tiles(transposed(w_down)), Fp8Scaling::tiles).to_doubles());
+}
+
+TEST(Fp8BlockRecipe, ConfigTakesItPerGroupAndRefusesItWithABias) {
+  ModelConfig c = testing::tiny_model();
+  c.attention_recipe = kFp8BlockRecipe;
+  c.mlp_recipe = kFp8BlockRecipe;
+  EXPECT_NO_THROW(c.validate());
+  c.attn_bias = true;
+  try {
+    c.validate();
+    FAIL() << "fp8_block with a bias accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.attention_recipe = 'fp8_block' has no projection bias yet"),
+              std::string::npos)
+        << e.what();
+  }
+  c.attn_bias = false;
+  c.mlp_recipe = "fp7";
+  try {
+    c.validate();
+    FAIL() << "an unknown recipe accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.mlp_recipe = 'fp7' is not a linear recipe; valid: compute_dtype, "
+                                         "fp8_block"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace amber
