@@ -39,16 +39,14 @@ def quantize_rows(t):
 
 def quantize_tiles(t):
     """t [R, C] -> e4m3 [R, C] and fp32 scales [R/128, C/128], one per 128x128 tile,
-    row-major with rows padded to a multiple of 4 scales: cuBLASLt's 128x128 mode reads
-    them so (unpadded, C/128 = 10 or 14 gave errors of 1e-1 to 1e11 on an H100)."""
+    row-major: the layout PyTorch 2.11 accepts. cuBLASLt reads rows padded to a multiple
+    of 4 scales, so where C/128 is not one the FP8 error column shows wrong products
+    (docs/perf/fp8.md); PyTorch refuses the padded layout."""
     r, c = t.shape
     tiles = t.float().view(r // BLOCK, BLOCK, c // BLOCK, BLOCK)
     scale = (tiles.abs().amax(dim=(1, 3)) / E4M3_MAX).clamp(min=1e-30)
     q = (tiles / scale[:, None, :, None]).to(torch.float8_e4m3fn).view(r, c)
-    blocks = c // BLOCK
-    padded = torch.zeros(r // BLOCK, (blocks + 3) // 4 * 4, device=t.device)
-    padded[:, :blocks] = scale
-    return q, padded[:, :blocks]
+    return q, scale.contiguous()
 
 
 def dequantize_rows(q, scale):
