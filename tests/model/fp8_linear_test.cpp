@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "amber/core/device.h"
 #include "amber/core/error.h"
 #include "amber/model/config.h"
 #include "amber/model/linear.h"
@@ -93,6 +94,39 @@ TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesFollowedByTheActivation) {
   Tensor dgu = Tensor::empty({64, 320}, DType::f32), dh = Tensor::empty({64, 160}, DType::f32);
   gate_up.backward_through(down, dy, h, gu, dgu, dh, arena);
   EXPECT_EQ(dh.to_doubles(), product(rows(dy), tiles(transposed(w_down)), Fp8Scaling::tiles).to_doubles());
+}
+
+// On a GPU a token count that is not a multiple of 16 is padded with zero rows: the
+// results equal those of the same rows padded by hand, bit for bit (forward, input
+// gradient and weight gradient).
+TEST(Fp8BlockRecipeGpu, PaddedRowsGiveTheResultsOfExplicitZeroRows) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda();
+  ParamStore store({DType::f32, gpu, DType::bf16});
+  Linear linear(store, {"p", 256, 144, false, ParamRole::hidden_matrix, 0.05, kFp8BlockRecipe});
+  store.allocate();
+  Param& w = linear.weight();
+  w.value.copy_from(testing::random_tensor({144, 256}, DType::f32, 1, 0.05f).to(gpu));
+  store.refresh_working_copies();
+  const auto rows_of_zeros = [&](const Tensor& t, int64_t rows) {
+    Tensor out = Tensor::zeros({rows, t.size(1)}, DType::bf16, gpu);
+    Tensor head = out.slice(0, 0, t.size(0));
+    head.copy_from(t);
+    return out;
+  };
+  const Tensor x = testing::random_tensor({37, 256}, DType::bf16, 2).to(gpu);
+  const Tensor dy = testing::random_tensor({37, 144}, DType::bf16, 3).to(gpu);
+  const Tensor x48 = rows_of_zeros(x, 48), dy48 = rows_of_zeros(dy, 48);
+  const auto host = [](const Tensor& t) { return t.to(Device::cpu()).to_doubles(); };
+  Arena arena(gpu);
+  EXPECT_EQ(host(linear.forward(x, arena)), host(linear.forward(x48, arena).slice(0, 0, 37)));
+  *w.stale_grad = true;
+  const Tensor dx = linear.backward(dy, x, arena);
+  const std::vector<double> grad = host(w.grad);
+  *w.stale_grad = true;
+  const Tensor dx48 = linear.backward(dy48, x48, arena);
+  EXPECT_EQ(host(dx), host(dx48.slice(0, 0, 37)));
+  EXPECT_EQ(grad, host(w.grad));
 }
 
 TEST(Fp8BlockRecipe, ConfigTakesItPerGroupAndRefusesItWithABias) {

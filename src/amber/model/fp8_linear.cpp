@@ -2,6 +2,7 @@
 
 #include "amber/core/error.h"
 #include "amber/ops/activation.h"
+#include "amber/ops/elementwise.h"
 #include "amber/ops/fp8_gemm.h"
 #include "amber/ops/quant.h"
 
@@ -65,72 +66,118 @@ void glu_activation_backward(Glu glu, const Tensor& dh, const Tensor& gate_up, T
     geglu_backward(dh, gate_up, dgate_up);
 }
 
+// cuBLASLt's FP8 products take row counts that are multiples of 16 (ops/fp8_gemm.h).
+// Rows past a tensor's end are zeros: they quantize to zero codes without touching any
+// other row's or block's scale, and add nothing to any product, so a product over the
+// padded rows holds the real rows' results bit for bit.
+constexpr int64_t kRowMultiple = 16;
+
+int64_t padded_rows(const Tensor& t) {
+  const int64_t rows = t.size(0);
+  return t.device().is_cpu() ? rows : (rows + kRowMultiple - 1) / kRowMultiple * kRowMultiple;
+}
+
+// t itself, or a copy in `scratch` with zero rows up to padded_rows(t).
+Tensor padded(const Tensor& t, Arena& scratch) {
+  const int64_t rows = padded_rows(t);
+  if (rows == t.size(0)) return t;
+  Tensor p = scratch.alloc({rows, t.size(1)}, t.dtype());
+  Tensor real = p.slice(0, 0, t.size(0)), rest = p.slice(0, t.size(0), rows);
+  real.copy_from(t);
+  rest.zero();
+  return p;
+}
+
+// Where a product of `like`'s padded rows lands: `out` itself, or a scratch tensor
+// whose first rows deliver() copies into `out`.
+struct PaddedOutput {
+  Tensor out, product;
+  PaddedOutput(Tensor& target, const Tensor& like, Arena& scratch)
+      : out(target),
+        product(padded_rows(like) == target.size(0) ? target
+                                                      : scratch.alloc({padded_rows(like), target.size(1)},
+                                                                      target.dtype())) {}
+  void deliver() {
+    if (product.raw() != out.raw()) out.copy_from(product.slice(0, 0, out.size(0)));
+  }
+};
+
 class Fp8BlockRecipe final : public LinearRecipe {
  public:
   Fp8BlockRecipe() : fallback_(linear_recipe_registry().build(kComputeDtypeRecipe)) {}
 
   void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into,
                Arena& scratch) const override {
-    if (!fits(x, w)) return fallback_->forward(x, w, b, y, into, scratch);
+    if (!fits(w)) return fallback_->forward(x, w, b, y, into, scratch);
     refuse_bias(b);
     const Arena::Mark mark = scratch.mark();
-    const Quantized qx = rows_of(x, scratch), qw = tiles_of(w.work, scratch);
-    if (into.residual) {
+    const Quantized qx = rows_of(padded(x, scratch), scratch), qw = tiles_of(w.work, scratch);
+    if (into.residual && padded_rows(x) == x.size(0)) {
       if (into.sum->raw() != into.residual->raw()) into.sum->copy_from(*into.residual);
       gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, *into.sum, into.scale, 1.0);
+    } else if (into.residual) {
+      Tensor product = scratch.alloc({qx.values.size(0), w.work.size(0)}, into.sum->dtype());
+      gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, product);
+      add_scaled_into(*into.sum, *into.residual, product.slice(0, 0, x.size(0)), into.scale, "fp8_block residual");
     } else {
-      gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, y);
+      PaddedOutput out(y, x, scratch);
+      gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, out.product);
+      out.deliver();
     }
     scratch.rewind(mark);
   }
 
   void backward(const Tensor& dy, const Tensor& x, Param& w, Param* b, Tensor& dx, Arena& scratch) const override {
-    if (!fits(dy, w)) return fallback_->backward(dy, x, w, b, dx, scratch);
+    if (!fits(w)) return fallback_->backward(dy, x, w, b, dx, scratch);
     refuse_bias(b);
     const Arena::Mark mark = scratch.mark();
-    if (dx.defined()) input_gradient(dy, w, dx, scratch);
+    const Tensor dy_rows = padded(dy, scratch);
+    if (dx.defined()) input_gradient(dy_rows, w, dx, scratch);
     const bool accumulate = w.grad_accumulates();
-    const Quantized dyt = columns_of(dy, scratch), xt = columns_of(x, scratch);
+    const Quantized dyt = columns_of(dy_rows, scratch), xt = columns_of(padded(x, scratch), scratch);
     gemm_fp8(dyt.values, dyt.scales, xt.values, xt.scales, Fp8Scaling::rows, w.grad, 1.0, accumulate ? 1.0 : 0.0);
     scratch.rewind(mark);
   }
 
   void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up, Tensor& h,
                    Arena& scratch) const override {
-    if (!fits(x, w)) return fallback_->glu_forward(glu, x, w, b, gate_up, h, scratch);
+    if (!fits(w)) return fallback_->glu_forward(glu, x, w, b, gate_up, h, scratch);
     refuse_bias(b);
     const Arena::Mark mark = scratch.mark();
-    const Quantized qx = rows_of(x, scratch), qw = tiles_of(w.work, scratch);
-    gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, gate_up);
+    const Quantized qx = rows_of(padded(x, scratch), scratch), qw = tiles_of(w.work, scratch);
+    PaddedOutput out(gate_up, x, scratch);
+    gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, out.product);
+    out.deliver();
     scratch.rewind(mark);
     glu_activation(glu, gate_up, h);
   }
 
   void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up, Tensor& dgate_up,
                           Tensor& dh, Arena& scratch) const override {
-    if (!fits(dy, w_down)) return fallback_->glu_backward_input(glu, dy, w_down, gate_up, dgate_up, dh, scratch);
+    if (!fits(w_down)) return fallback_->glu_backward_input(glu, dy, w_down, gate_up, dgate_up, dh, scratch);
     const Arena::Mark mark = scratch.mark();
-    input_gradient(dy, w_down, dh, scratch);
+    input_gradient(padded(dy, scratch), w_down, dh, scratch);
     scratch.rewind(mark);
     glu_activation_backward(glu, dh, gate_up, dgate_up);
   }
 
  private:
-  // cuBLASLt's FP8 products take sizes that are multiples of 16 (ops/fp8_gemm.h).
-  static bool fits(const Tensor& rows, const Param& w) {
-    if (rows.device().is_cpu()) return true;
-    return rows.size(0) % 16 == 0 && w.work.size(0) % 16 == 0 && w.work.size(1) % 16 == 0;
+  // The weight's sides are cuBLASLt's N and K: multiples of 16 on a GPU.
+  static bool fits(const Param& w) {
+    return w.work.device().is_cpu() || (w.work.size(0) % kRowMultiple == 0 && w.work.size(1) % kRowMultiple == 0);
   }
 
   static void refuse_bias(const Param* b) {
     AMBER_CHECK(!b, "the fp8_block recipe has no bias yet (", b->name,
-                "); set model.bias = false or run this projection in the compute dtype");
+                "); set model.attn_bias = false or run this projection in the compute dtype");
   }
 
-  // dx = dy W in FP8: dy by rows, W^T by tiles.
-  static void input_gradient(const Tensor& dy, const Param& w, Tensor& dx, Arena& scratch) {
-    const Quantized qdy = rows_of(dy, scratch), qwt = transposed_tiles_of(w.work, scratch);
-    gemm_fp8(qdy.values, qdy.scales, qwt.values, qwt.scales, Fp8Scaling::tiles, dx);
+  // dx = dy W in FP8 (dy's rows padded already): dy by rows, W^T by tiles.
+  static void input_gradient(const Tensor& dy_rows, const Param& w, Tensor& dx, Arena& scratch) {
+    const Quantized qdy = rows_of(dy_rows, scratch), qwt = transposed_tiles_of(w.work, scratch);
+    PaddedOutput out(dx, dy_rows, scratch);
+    gemm_fp8(qdy.values, qdy.scales, qwt.values, qwt.scales, Fp8Scaling::tiles, out.product);
+    out.deliver();
   }
 
   std::unique_ptr<LinearRecipe> fallback_;

@@ -5,8 +5,10 @@
 // gradient: dy^T and x^T in 1x128 blocks along the tokens (quantized from dy and x in
 // one pass each). Outputs (y, dx, the GLU's input) in the compute dtype, the weight
 // gradient in fp32. Weights are quantized from their working copies at every call.
-// On a GPU, products whose token count is not a multiple of 16 (a decode step's) run
-// in the compute dtype instead, which cuBLASLt's FP8 products do not take.
+// On a GPU, token counts that are not a multiple of 16 (an evaluation batch, a decode
+// step) are padded with zero rows in the arena, which changes no result; a weight whose
+// sides are not multiples of 16 runs in the compute dtype, as cuBLASLt's FP8 products
+// do not take it.
 #pragma once
 
 #include <memory>
