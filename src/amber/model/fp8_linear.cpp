@@ -14,29 +14,29 @@ struct Quantized {
   Tensor values, scales;
 };
 
-Tensor scales_for(Fp8Scaling scaling, int64_t rows, int64_t cols, Arena& scratch) {
+// Room for an operand [rows, cols] and its scales in the product's layout.
+Quantized allocate(int64_t rows, int64_t cols, Fp8Scaling scaling, Arena& scratch) {
   Tensor storage = scratch.alloc(fp8_gemm_scales_storage(scaling, rows, cols), DType::f32);
-  return fp8_gemm_scales(scaling, storage, rows, cols);
+  return {scratch.alloc({rows, cols}, DType::f8e4m3), fp8_gemm_scales(scaling, storage, rows, cols)};
 }
 
 // x [R, C] in 1x128 blocks of its rows.
 Quantized rows_of(const Tensor& x, Arena& scratch) {
-  Quantized q{scratch.alloc(x.shape(), DType::f8e4m3), scales_for(Fp8Scaling::rows, x.size(0), x.size(1), scratch)};
+  Quantized q = allocate(x.size(0), x.size(1), Fp8Scaling::rows, scratch);
   quantize_fp8_rows(x, q.values, q.scales);
   return q;
 }
 
 // x^T [C, R] in 1x128 blocks of its rows (128 consecutive rows of x).
 Quantized columns_of(const Tensor& x, Arena& scratch) {
-  const int64_t rows = x.size(1), cols = x.size(0);
-  Quantized q{scratch.alloc({rows, cols}, DType::f8e4m3), scales_for(Fp8Scaling::rows, rows, cols, scratch)};
+  Quantized q = allocate(x.size(1), x.size(0), Fp8Scaling::rows, scratch);
   quantize_fp8_columns(x, q.values, q.scales);
   return q;
 }
 
 // w [out, in] in 128x128 tiles.
 Quantized tiles_of(const Tensor& w, Arena& scratch) {
-  Quantized q{scratch.alloc(w.shape(), DType::f8e4m3), scales_for(Fp8Scaling::tiles, w.size(0), w.size(1), scratch)};
+  Quantized q = allocate(w.size(0), w.size(1), Fp8Scaling::tiles, scratch);
   quantize_fp8_blocks(w, q.values, q.scales);
   return q;
 }
@@ -44,8 +44,7 @@ Quantized tiles_of(const Tensor& w, Arena& scratch) {
 // w^T [in, out] in 128x128 tiles: w's quantizer writes the transposed codes, and w's
 // scales land transposed in w^T's layout.
 Quantized transposed_tiles_of(const Tensor& w, Arena& scratch) {
-  const int64_t rows = w.size(1), cols = w.size(0);
-  Quantized q{scratch.alloc({rows, cols}, DType::f8e4m3), scales_for(Fp8Scaling::tiles, rows, cols, scratch)};
+  Quantized q = allocate(w.size(1), w.size(0), Fp8Scaling::tiles, scratch);
   Tensor codes = scratch.alloc(w.shape(), DType::f8e4m3);
   Tensor w_scales = q.scales.transpose(0, 1);
   quantize_fp8_blocks(w, codes, w_scales, &q.values);

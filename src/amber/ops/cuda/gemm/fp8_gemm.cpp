@@ -22,19 +22,6 @@ namespace {
 // read (beta != 0).
 using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int, int, bool>;
 
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 // The scale layouts cuBLASLt reads (ops/fp8_gemm.h's fp8_gemm_scales).
 void check_layout(const Tensor& scales, Fp8Scaling scaling, int64_t rows, int64_t cols, const char* name) {
   const Shape storage = fp8_gemm_scales_storage(scaling, rows, cols);
@@ -60,7 +47,7 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scales, const Tensor& b, const Te
   check_layout(b_scales, b_scaling, n, k, "b");
   const LtHandle& lt = lt_handle();
   const cudaDataType_t c_type = c.dtype() == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
-  Descriptors d;
+  LtDescriptors d;
   const auto check = [&](cublasStatus_t status, const char* what) {
     AMBER_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_fp8: cuBLASLt ", what, " failed (status ",
                 static_cast<int>(status), ") for a [", m, ", ", k, "], b [", n, ", ", k, "] scaled by ",

@@ -76,20 +76,6 @@ int alignment(const void* p, int64_t batch_stride_bytes = 0) {
   return a;
 }
 
-// Owns the descriptors of one call, so every error path releases them.
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 // How far apart c's rows lie: a column slice of a wider tensor keeps its parent's pitch.
 // A batch's c is contiguous; a single product's c may be a column slice.
 int64_t row_pitch(const Tensor& c) {
@@ -118,7 +104,7 @@ struct Product {
   bool ta, tb;
   int64_t m, n, k;
   int64_t batch;  // products, each matrix of a 3-D tensor's leading index
-  Descriptors d;
+  LtDescriptors d;
   AlgoKey key;
 
   void check(cublasStatus_t status, const char* what) const {

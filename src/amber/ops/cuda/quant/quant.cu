@@ -1,9 +1,12 @@
 // CUDA quantizers: a warp per 1x128 row block, a 256-thread block per 128x128 tile (its
 // transposed codes through shared memory), a 256-thread block per 128-row x 64-column
-// panel for the column blocks, and four threads per 32-element MX block (MXFP4, MXFP8). Each reduces |x| to the block's amax, forms
-// the scale with the CPU's fp32 operations (IEEE division, never the fast reciprocal)
-// and encodes with quant_codes.h, so the bits equal the CPU oracle's. Dequantizers are
-// element-wise, four (FP8) or eight (MX) elements a thread.
+// panel for the column blocks, and four threads per 32-element MX block (MXFP4,
+// MXFP8). Each reduces |x| to the block's amax, forms the scale with the CPU's fp32
+// operations (IEEE division, never the fast reciprocal) and encodes with the hardware's
+// e4m3 conversion (sm_89 on) or quant_codes.h's encoders, so the bits equal the CPU
+// oracle's. Dequantizers are element-wise, four (FP8) or eight (MX) elements a thread.
+#include <cuda_fp8.h>
+
 #include <type_traits>
 
 #include "amber/core/stream.h"
@@ -80,9 +83,43 @@ __device__ __forceinline__ float fp8_scale(float amax, bool finite) {
   return s == 0.0f ? 1.0f : s;
 }
 
+// The e4m3 codes of a and b (a in the low byte). From sm_89 the hardware conversion:
+// round to nearest even, finite saturation to +-448, the bits of qc::e4m3_code for
+// every finite input (the quantizers never encode NaN or an infinity: such a block
+// takes NaN codes whole).
+__device__ __forceinline__ uint32_t e4m3_pair(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+#else
+  return qc::e4m3_code(a) | (static_cast<uint32_t>(qc::e4m3_code(b)) << 8);
+#endif
+}
+
 __device__ __forceinline__ void encode4(const float (&v)[4], float scale, bool finite, uint8_t (&q)[4]) {
+  if (!finite) {
 #pragma unroll
-  for (int e = 0; e < 4; ++e) q[e] = finite ? qc::e4m3_code(__fdiv_rn(v[e], scale)) : kE4m3Nan;
+    for (int e = 0; e < 4; ++e) q[e] = kE4m3Nan;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; e += 2) {
+    const uint32_t pair = e4m3_pair(__fdiv_rn(v[e], scale), __fdiv_rn(v[e + 1], scale));
+    q[e] = static_cast<uint8_t>(pair & 0xFFu);
+    q[e + 1] = static_cast<uint8_t>(pair >> 8);
+  }
+}
+
+// A 1x128 block held by a warp, four elements a lane: the lane's codes, and the block's
+// scale from the warp's amax.
+__device__ __forceinline__ float warp_block_codes(const float (&v)[4], uint8_t (&q)[4]) {
+  float amax = 0.0f;
+  bool finite = true;
+  accumulate(v, amax, finite);
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  finite = __all_sync(0xffffffffu, finite);
+  const float scale = fp8_scale(amax, finite);
+  encode4(v, scale, finite, q);
+  return scale;
 }
 
 // Warp-uniform loop: warp b takes row block b = (row, column block).
@@ -95,15 +132,10 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x,
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < blocks; b += warps) {
     const int64_t c = b % col_tiles * kTile + lane * 4, at = b / col_tiles * cols + c;
-    float v[4], amax = 0.0f;
-    bool finite = true;
+    float v[4];
     load4<T, kVec>(x + at, cols - c, v);
-    accumulate(v, amax, finite);
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    finite = __all_sync(0xffffffffu, finite);
-    const float scale = fp8_scale(amax, finite);
     uint8_t q[4];
-    encode4(v, scale, finite, q);
+    const float scale = warp_block_codes(v, q);
     store4<kVec>(values + at, cols - c, q);
     if (lane == 0) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
   }
@@ -212,16 +244,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int cl = warp * 8; cl < warp * 8 + 8; ++cl) {
       const int64_t c = c0 + cl;
       if (c >= cols) break;  // warp-uniform
-      float v[4], amax = 0.0f;
-      bool finite = true;
+      float v[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = panel[lane + 32 * e][cl];
-      accumulate(v, amax, finite);
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      finite = __all_sync(0xffffffffu, finite);
-      const float scale = fp8_scale(amax, finite);
       uint8_t q[4];
-      encode4(v, scale, finite, q);
+      const float scale = warp_block_codes(v, q);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (r0 + lane + 32 * e < rows) values[c * rows + r0 + lane + 32 * e] = q[e];
@@ -294,9 +321,9 @@ struct Mxfp8 {
   __device__ static Codes encode(const float (&v)[8], float scale) {
     Codes c = make_uint2(0, 0);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      c.x |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e], scale))) << (8 * e);
-      c.y |= static_cast<uint32_t>(qc::e4m3_code(__fdiv_rn(v[e + 4], scale))) << (8 * e);
+    for (int e = 0; e < 4; e += 2) {
+      c.x |= e4m3_pair(__fdiv_rn(v[e], scale), __fdiv_rn(v[e + 1], scale)) << (8 * e);
+      c.y |= e4m3_pair(__fdiv_rn(v[e + 4], scale), __fdiv_rn(v[e + 5], scale)) << (8 * e);
     }
     return c;
   }
