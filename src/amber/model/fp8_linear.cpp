@@ -1,9 +1,9 @@
 #include "amber/model/fp8_linear.h"
 
 #include "amber/core/error.h"
-#include "amber/ops/activation.h"
 #include "amber/ops/elementwise.h"
 #include "amber/ops/fp8_gemm.h"
+#include "amber/ops/glu_linear.h"
 #include "amber/ops/quant.h"
 
 namespace amber {
@@ -49,20 +49,6 @@ Quantized transposed_tiles_of(const Tensor& w, Arena& scratch) {
   Tensor w_scales = q.scales.transpose(0, 1);
   quantize_fp8_blocks(w, codes, w_scales, &q.values);
   return q;
-}
-
-void glu_activation(Glu glu, const Tensor& gate_up, Tensor& h) {
-  if (glu == Glu::swiglu)
-    swiglu_forward(gate_up, h);
-  else
-    geglu_forward(gate_up, h);
-}
-
-void glu_activation_backward(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up) {
-  if (glu == Glu::swiglu)
-    swiglu_backward(dh, gate_up, dgate_up);
-  else
-    geglu_backward(dh, gate_up, dgate_up);
 }
 
 // cuBLASLt's FP8 products take row counts that are multiples of 16 (ops/fp8_gemm.h).
@@ -148,7 +134,7 @@ class Fp8BlockRecipe final : public LinearRecipe {
     gemm_fp8(qx.values, qx.scales, qw.values, qw.scales, Fp8Scaling::tiles, out.product);
     out.deliver();
     scratch.rewind(mark);
-    glu_activation(glu, gate_up, h);
+    glu_activation_forward(glu, gate_up, h);
   }
 
   void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up, Tensor& dgate_up,

@@ -25,10 +25,7 @@ bool glu_linear_forward(Glu glu, const Tensor& x, const Tensor& w, const Tensor&
                       fused = cuda::glu_linear_forward(glu, x, w, gate_up, h), fused = false);
     if (fused) return true;
     linear_forward(x, w, bias, gate_up);
-    if (glu == Glu::swiglu)
-      swiglu_forward(gate_up, h);
-    else
-      geglu_forward(gate_up, h);
+    glu_activation_forward(glu, gate_up, h);
     return false;
   };
   bool fused = false;
@@ -51,15 +48,26 @@ bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, 
                     fused = cuda::glu_linear_backward_input(glu, dy, w_down, gate_up, dgate_up), fused = false);
     if (fused) return true;
     gemm(dy, false, w_down, false, dh);
-    if (glu == Glu::swiglu)
-      swiglu_backward(dh, gate_up, dgate_up);
-    else
-      geglu_backward(dh, gate_up, dgate_up);
+    glu_activation_backward(glu, dh, gate_up, dgate_up);
     return false;
   };
   bool fused = false;
   call_repeatable(op, [&] { fused = once(); });
   return fused;
+}
+
+void glu_activation_forward(Glu glu, const Tensor& gate_up, Tensor& h) {
+  if (glu == Glu::swiglu)
+    swiglu_forward(gate_up, h);
+  else
+    geglu_forward(gate_up, h);
+}
+
+void glu_activation_backward(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up) {
+  if (glu == Glu::swiglu)
+    swiglu_backward(dh, gate_up, dgate_up);
+  else
+    geglu_backward(dh, gate_up, dgate_up);
 }
 
 bool glu_epilogues(Device device) {

@@ -24,6 +24,12 @@ bool glu_linear_forward(Glu glu, const Tensor& x, const Tensor& w, const Tensor&
 bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, const Tensor& gate_up,
                                Tensor& dgate_up, Tensor& dh);
 
+// The GLU alone (ops/activation.h's op for `glu`): h [N, H] = act(gate) * value of
+// gate_up [N, 2H], and dgate_up from dh. For products that cannot take it in their
+// epilogue.
+void glu_activation_forward(Glu glu, const Tensor& gate_up, Tensor& h);
+void glu_activation_backward(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up);
+
 // Whether `device` runs the epilogue forms for bf16 tensors whose rows are multiples
 // of 16 bytes, without bias: an sm_90 GPU, in a build with CUTLASS's headers.
 bool glu_epilogues(Device device);
