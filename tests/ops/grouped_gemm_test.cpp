@@ -356,9 +356,11 @@ TEST(GroupedGemmGpu, Fp8ProductsMatchTheDequantizedFloat64Oracle) {
     grouped_gemm_forward_fp8(q.x, q.x_scales, q.w, q.w_scales, offsets, ref_scaled, scale);
     Tensor ref_gu = Tensor::zeros({rows, c.n}, DType::f64), ref_h = Tensor::zeros({rows, c.n / 2}, DType::f64);
     grouped_gemm_swiglu_forward_fp8(q.x, q.x_scales, q.w, q.w_scales, offsets, ref_gu, ref_h);
-    for (const bool split : {true, false}) {
-      set_grouped_gemm_variant({.store_partition = true, .split_scales = split, .tile_n = 0});
-      const std::string v = tag + (split ? "" : ", loader-scales");
+    // Every scale loader, and the plain products' 256-wide tiles (N = 384: a tile half
+    // past the experts' rows) beside the default choice.
+    for (const auto& [split, tile_n] : {std::pair{true, 0}, std::pair{false, 0}, std::pair{true, 256}}) {
+      set_grouped_gemm_variant({.store_partition = true, .split_scales = split, .tile_n = tile_n});
+      const std::string v = tag + (split ? "" : ", loader-scales") + (tile_n == 256 ? ", 256 wide" : "");
       Tensor y = nan_gpu({rows, c.n}, DType::bf16), ys = nan_gpu({rows, c.n}, DType::bf16);
       grouped_gemm_forward_fp8(qx, qxs, qw, qws, offsets_gpu, y);
       expect_matches("fp8 forward " + v, y, ref, used, 5e-3);

@@ -1,5 +1,6 @@
 // The FP8 m-grouped forward products (e4m3 operands with 1x128 activation and 128x128
-// weight block scales) on the Hopper kernel of grouped_m.cuh, writing bf16.
+// weight block scales) on the Hopper kernel of grouped_m.cuh, writing bf16; the plain
+// products take 256-wide tiles where the 16-bit ones would.
 #include "amber/ops/cuda/grouped/grouped_m.cuh"
 
 namespace amber::cuda {
@@ -37,9 +38,15 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
   AMBER_CHECK(y.dtype() == DType::bf16, op, ": the GPU writes bf16, got ", dtype_name(y.dtype()));
   a.y = static_cast<__nv_bfloat16*>(y.raw());
   a.y_cols = a.n_out;
+  const bool wide = grouped::wide_tiles(a);
   if (row_scale.defined()) {
     a.row_scale = static_cast<const float*>(row_scale.raw());
-    grouped::launch_tiles<Fp8, Epilogue::row_scale, 128, false>(x, w, y, nullptr, a, op);
+    if (wide)
+      grouped::launch_tiles<Fp8, Epilogue::row_scale, 256, false>(x, w, y, nullptr, a, op);
+    else
+      grouped::launch_tiles<Fp8, Epilogue::row_scale, 128, false>(x, w, y, nullptr, a, op);
+  } else if (wide) {
+    grouped::launch_tiles<Fp8, Epilogue::plain, 256, false>(x, w, y, nullptr, a, op);
   } else {
     grouped::launch_tiles<Fp8, Epilogue::plain, 128, false>(x, w, y, nullptr, a, op);
   }

@@ -9,15 +9,10 @@ using grouped::Args;
 using grouped::Epilogue;
 using grouped::Plain;
 
-// Tiles 256 columns wide where the experts average a 256-row tile's worth of rows and the
-// output is that wide: fewer, larger products per byte of shared memory read; else 128.
-// SwiGLU stays 128 wide: its two staging buffers at 256 would leave the ring two stages.
 template <class T, Epilogue kE, bool kTransB>
 void launch(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* gate_up, const Args<T>& a,
             const char* op) {
-  const int chosen = grouped_variant().tile_n;
-  const bool wide = chosen != 0 ? chosen == 256 : a.n_out >= 256 && int64_t{a.rows} >= int64_t{256} * a.experts;
-  if (kE != Epilogue::swiglu && wide)
+  if (kE != Epilogue::swiglu && grouped::wide_tiles(a))
     grouped::launch_tiles<Plain<T>, kE, kE == Epilogue::swiglu ? 128 : 256, kTransB>(x, w, y, gate_up, a, op);
   else
     grouped::launch_tiles<Plain<T>, kE, 128, kTransB>(x, w, y, gate_up, a, op);

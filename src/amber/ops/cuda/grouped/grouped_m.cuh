@@ -145,8 +145,11 @@ __device__ __forceinline__ void copy_scales(float* slot, const Args<Out>& a, con
   for (int r = lane; r < kBM; r += 32)
     cp_async_4(slot + r, a.x_scales + static_cast<int64_t>(min(t.row0 + r, a.rows - 1)) * a.k_blocks + kb);
   if (lane < 2) {
-    const int first_row = kE == Epilogue::swiglu ? (lane == 0 ? 0 : a.n_out / 2) + t.n_tile * (kBN / 2) : t.n_tile * kBN;
-    const int block = (t.e * a.n_blocks + first_row / 128) * a.k_blocks + kb;
+    // A 256-wide tile's second half lies in the next weight block (past N: the last one,
+    // whose scale then multiplies zeros).
+    const int first_row = kE == Epilogue::swiglu ? (lane == 0 ? 0 : a.n_out / 2) + t.n_tile * (kBN / 2)
+                                                 : t.n_tile * kBN + lane * (kBN / 2);
+    const int block = (t.e * a.n_blocks + min(first_row / 128, a.n_blocks - 1)) * a.k_blocks + kb;
     cp_async_4(slot + kBM + lane, a.w_scales + block);
   }
 }
@@ -340,40 +343,52 @@ __device__ __forceinline__ void products(const S& s, int k_blocks, int group, in
 }
 
 // One tile's products, FP8: each 128-wide k-block's product lands in a fresh accumulator
-// and is added to the total scaled by the row's and the weight block's scales. (Two
-// accumulators alternating, so that one block's product would run while the previous one
-// is scaled in, measured slower on long reductions: docs/perf/grouped_gemm.md.)
+// and is added to the total scaled by the row's and the weight block's scales; a
+// 256-wide tile runs its two 128-column halves one after the other through the same
+// fresh accumulator (both at once would not fit the registers). (Two accumulators
+// alternating, so that one block's product would run while the previous one is scaled
+// in, measured slower on long reductions: docs/perf/grouped_gemm.md.)
 template <class F, int kBN, bool kTransB, bool kSplit, class S>
 __device__ __forceinline__ void scaled_products(const S& s, int k_blocks, int group, int& stage, int& slot,
                                                 float (&acc)[kBN / 8][4]) {
-  static_assert(kBN == 128 && !kTransB, "FP8 tiles are 128 wide, weights K-major");
+  static_assert((kBN == 128 || kBN == 256) && !kTransB, "FP8 tiles are 128 or 256 wide, weights K-major");
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int local0 = group * 64 + warp * 16 + lane / 4;
   for (int kb = 0; kb < k_blocks; ++kb, ++stage, ++slot) {
     barrier_wait(s.full(stage), S::parity(stage));
-    if constexpr (kSplit) barrier_wait(s.scale_full(slot), S::scale_parity(slot));
-    const float* sc = s.scales(kSplit ? slot : stage);
-    const float row0 = sc[local0], row1 = sc[local0 + 8], w_lo = sc[kBM], w_hi = sc[kBM + 1];
-    if constexpr (kSplit) {
-      __syncwarp();
-      if (lane == 0) barrier_arrive(s.scale_empty(slot));
-    }
-    float part[16][4];
-    const uint64_t a = k_major(s.a(stage) + group * 64 * 128), b = k_major(s.b(stage));
-    wgmma_fence();
+    const uint64_t a = k_major(s.a(stage) + group * 64 * 128);
+    float row0 = 0.0f, row1 = 0.0f, w_lo = 0.0f, w_hi = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) mma_ss_e4m3(part, k_step<kBM * 128>(a, kk), k_step<kBN * 128>(b, kk), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin(part);
-    if (lane == 0) barrier_arrive(s.empty(stage));
+    for (int half = 0; half < kBN / 128; ++half) {
+      float part[16][4];
+      const uint64_t b = k_major(s.b(stage) + half * 128 * 128);
+      wgmma_fence();
 #pragma unroll
-    for (int n8 = 0; n8 < 16; ++n8) {
-      const float w = n8 < 8 ? w_lo : w_hi;
-      acc[n8][0] += part[n8][0] * (row0 * w);
-      acc[n8][1] += part[n8][1] * (row0 * w);
-      acc[n8][2] += part[n8][2] * (row1 * w);
-      acc[n8][3] += part[n8][3] * (row1 * w);
+      for (int kk = 0; kk < 4; ++kk) mma_ss_e4m3(part, k_step<kBM * 128>(a, kk), k_step<kBN * 128>(b, kk), kk > 0);
+      wgmma_commit();
+      if (half == 0) {
+        // The scales are read while the products run.
+        if constexpr (kSplit) barrier_wait(s.scale_full(slot), S::scale_parity(slot));
+        const float* sc = s.scales(kSplit ? slot : stage);
+        row0 = sc[local0], row1 = sc[local0 + 8], w_lo = sc[kBM], w_hi = sc[kBM + 1];
+        if constexpr (kSplit) {
+          __syncwarp();
+          if (lane == 0) barrier_arrive(s.scale_empty(slot));
+        }
+      }
+      wgmma_wait<0>();
+      pin(part);
+      if (half == kBN / 128 - 1 && lane == 0) barrier_arrive(s.empty(stage));
+#pragma unroll
+      for (int n8 = 0; n8 < 16; ++n8) {
+        // Columns below kBN / 2 take the first weight block's scale (SwiGLU: the gate's).
+        const float w = half * 16 + n8 < kBN / 16 ? w_lo : w_hi;
+        float(&total)[4] = acc[half * 16 + n8];
+        total[0] += part[n8][0] * (row0 * w);
+        total[1] += part[n8][1] * (row0 * w);
+        total[2] += part[n8][2] * (row1 * w);
+        total[3] += part[n8][3] * (row1 * w);
+      }
     }
   }
 }
@@ -444,6 +459,16 @@ inline void check_supported(const Tensor& x, int experts, const char* op) {
               "run this model on an H100/H200 or on the CPU");
   AMBER_CHECK(experts <= kMaxExperts, op, ": ", experts, " experts; the GPU kernels plan at most ", kMaxExperts);
   AMBER_CHECK(x.size(0) < (int64_t{1} << 31) - kBM, op, ": ", x.size(0), " rows exceed the kernels' 32-bit row indices");
+}
+
+// Tiles 256 columns wide where the experts average a 256-row tile's worth of rows and the
+// output is that wide (fewer, larger products per byte of shared memory read), else 128;
+// the benchmarks' variant can force either. SwiGLU stays 128 wide: its two staging
+// buffers at 256 would leave the ring two stages.
+template <class Out>
+bool wide_tiles(const Args<Out>& a) {
+  const int chosen = grouped_variant().tile_n;
+  return chosen != 0 ? chosen == 256 : a.n_out >= 256 && int64_t{a.rows} >= int64_t{256} * a.experts;
 }
 
 template <class F, Epilogue kE, int kBN, bool kTransB>
