@@ -67,7 +67,9 @@ void run(BenchArgs& a) {
     std::cout << " | measured GEMM peak " << r.gemm_tflops << " TFLOP/s (MFU " << std::setprecision(1)
               << 100 * r.mfu_vs_gemm << "% of it) | peak memory " << std::setprecision(2) << r.peak_memory_gib
               << " GiB";
-  std::cout << " | loss " << std::setprecision(4) << r.loss;
+  // Every step trains on the same batch and warm-up runs for a time, not a count: the
+  // loss is the last step's, after however many steps this process ran.
+  std::cout << " | loss " << std::setprecision(4) << r.loss << " at step " << r.warmup_steps + a.options.steps;
   // A card at its power limit runs below its boost clock (docs/perf/step.md, fc5f14d).
   if (r.card.available)
     std::cout << " | SM clock " << std::setprecision(0) << r.card.sm_mhz << " MHz, " << r.card.watts << " W of "
