@@ -3,7 +3,7 @@
 command or option, a missing argument, a value outside its choices) exit with status 2
 and say what was wrong; a mistyped command name, at the top or one level down, or a
 mistyped option gets the nearest valid name; --help and --version exit 0; `amber info --config` prints the whole
-resolved run config, every table."""
+resolved run config, every table; `amber bench step` names the step its loss is from."""
 import os
 import sys
 import tempfile
@@ -52,6 +52,11 @@ def main():
         for fragment in ["[model]", "dim = 32", "[train]", "steps = 77", "[optimizer]", "name = 'muon'",
                          "[schedule]", "[data]", "max_seq_len = "]:
             expect(fragment in r.stdout, f"info prints the resolved run config's {fragment!r}: {r.stdout[-900:]!r}")
+        # bench step trains one batch for every step it runs: its loss names the step it
+        # is from (here 2 warm-up steps, no timed warm-up, then 1 timed step).
+        r = run(["bench", "step", "--config", config, "--device", "cpu", "--tokens", "64", "--steps", "1",
+                 "--warmup", "2", "--warmup-seconds", "0"])
+        expect(r.returncode == 0 and " at step 3" in r.stdout, f"bench step: exit {r.returncode}, {r.stdout[-400:]!r}")
 
     return checks.finish()
 
