@@ -29,6 +29,15 @@ Args<__nv_bfloat16> fp8_args(const Tensor& x, const Tensor& x_scales, const Tens
   return a;
 }
 
+// The plain products at the width wide_tiles chooses.
+template <Epilogue kE>
+void launch(const Tensor& x, const Tensor& w, const Tensor& y, const Args<__nv_bfloat16>& a, const char* op) {
+  if (grouped::wide_tiles(a))
+    grouped::launch_tiles<Fp8, kE, 256, false>(x, w, y, nullptr, a, op);
+  else
+    grouped::launch_tiles<Fp8, kE, 128, false>(x, w, y, nullptr, a, op);
+}
+
 }  // namespace
 
 void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w, const Tensor& w_scales,
@@ -38,17 +47,11 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
   AMBER_CHECK(y.dtype() == DType::bf16, op, ": the GPU writes bf16, got ", dtype_name(y.dtype()));
   a.y = static_cast<__nv_bfloat16*>(y.raw());
   a.y_cols = a.n_out;
-  const bool wide = grouped::wide_tiles(a);
   if (row_scale.defined()) {
     a.row_scale = static_cast<const float*>(row_scale.raw());
-    if (wide)
-      grouped::launch_tiles<Fp8, Epilogue::row_scale, 256, false>(x, w, y, nullptr, a, op);
-    else
-      grouped::launch_tiles<Fp8, Epilogue::row_scale, 128, false>(x, w, y, nullptr, a, op);
-  } else if (wide) {
-    grouped::launch_tiles<Fp8, Epilogue::plain, 256, false>(x, w, y, nullptr, a, op);
+    launch<Epilogue::row_scale>(x, w, y, a, op);
   } else {
-    grouped::launch_tiles<Fp8, Epilogue::plain, 128, false>(x, w, y, nullptr, a, op);
+    launch<Epilogue::plain>(x, w, y, a, op);
   }
 }
 
