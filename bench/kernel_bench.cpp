@@ -14,6 +14,7 @@
 #include "amber/ops/glu_linear.h"
 #include "amber/ops/loss.h"
 #include "amber/ops/norm.h"
+#include "amber/ops/quant.h"
 #include "amber/ops/rope.h"
 
 namespace amber {
@@ -56,8 +57,8 @@ double best_ms(Device device, int repeats, int calls, const std::function<void()
 
 KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64_t tokens, int64_t width,
                                    int repeats) {
-  AMBER_CHECK(name == "all" || name == "rmsnorm" || name == "swiglu" || name == "rope", "unknown kernel '", name,
-              "'; valid: rmsnorm, swiglu, rope, all");
+  AMBER_CHECK(name == "all" || name == "rmsnorm" || name == "swiglu" || name == "rope" || name == "quant",
+              "unknown kernel '", name, "'; valid: rmsnorm, swiglu, rope, quant, all");
   AMBER_CHECK(tokens > 0 && width > 0 && width % 128 == 0, "bench kernel: width must be a positive multiple of 128");
   KernelBenchResult result;
   {
@@ -143,6 +144,31 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
           rmsnorm_backward(qr, q, w, rstd, dq, dw);
           rmsnorm_backward(kr, k, w, k_rstd, dk, k_dw);
         }));
+  }
+  if (name == "all" || name == "quant") {
+    // The FP8 recipe's quantizers (ops/quant.h): bf16 read once, e4m3 codes and fp32
+    // scales written, per layout.
+    Tensor x = random({tokens, width}, device, 11);
+    const Shape flipped{width, tokens};
+    Tensor values = Tensor::empty(x.shape(), DType::f8e4m3, device);
+    Tensor t_values = Tensor::empty(flipped, DType::f8e4m3, device);
+    Tensor scales = Tensor::empty(fp8_rows_scales_shape(x.shape()), DType::f32, device);
+    Tensor t_scales = Tensor::empty(fp8_rows_scales_shape(flipped), DType::f32, device);
+    Tensor tile_scales = Tensor::empty(fp8_blocks_scales_shape(x.shape()), DType::f32, device);
+    const double codes = act / 2, row_scales = 4.0 * static_cast<double>(scales.numel());
+    add("fp8 rows (1x128 blocks)", act + codes + row_scales,
+        best_ms(device, repeats, 1, [&] { quantize_fp8_rows(x, values, scales); }));
+    add("fp8 columns (1x128 blocks of x^T)", act + codes + row_scales,
+        best_ms(device, repeats, 1, [&] { quantize_fp8_columns(x, t_values, t_scales); }));
+    add("fp8 rows and columns, one pass", act + 2 * codes + 2 * row_scales,
+        best_ms(device, repeats, 1, [&] { quantize_fp8_rows_and_columns(x, values, scales, t_values, t_scales); }));
+    add("fp8 rows, then columns (two passes)", act + 2 * codes + 2 * row_scales,
+        best_ms(device, repeats, 1, [&] {
+          quantize_fp8_rows(x, values, scales);
+          quantize_fp8_columns(x, t_values, t_scales);
+        }));
+    add("fp8 128x128 tiles and their transpose", act + 2 * codes,
+        best_ms(device, repeats, 1, [&] { quantize_fp8_blocks(x, values, tile_scales, &t_values); }));
   }
   return result;
 }

@@ -292,8 +292,8 @@ void add_bench_command(CLI::App& app) {
   auto k = std::make_shared<KernelArgs>();
   auto* kernel = bench->add_subcommand("kernel", "Time kernels: memory-bound ones in TB/s beside the measured copy bandwidth, attention against PyTorch's shapes, the LM head against materialised logits, MoE grouped products against both roofline limits");
   kernel->add_option("name", k->name,
-                     "rmsnorm, swiglu, rope, all (the memory-bound ones), attention, lmhead (chunked "
-                     "linear cross-entropy against materialised logits), gemm (a model's products against "
+                     "rmsnorm, swiglu, rope, quant (the FP8 quantizers), all (the memory-bound ones), attention, "
+                     "lmhead (chunked linear cross-entropy against materialised logits), gemm (a model's products against "
                      "cuBLASLt's other algorithms), glu (the MLP's products with SwiGLU in their epilogues "
                      "against the product and the pass) or grouped (MoE expert products, ops/grouped_gemm.h, "
                      "against the copy-bandwidth and dense-GEMM limits)")

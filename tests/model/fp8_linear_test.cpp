@@ -76,7 +76,8 @@ TEST(Fp8BlockRecipe, EachProductIsTheFp8OracleOfItsQuantizedOperands) {
 }
 
 // The GLU forward is the FP8 product and the activation; the down projection's input
-// gradient through the GLU uses W_down^T's tiles.
+// gradient through the GLU uses W_down^T's tiles, its weight gradient dy^T and h^T by
+// rows along the tokens (dy quantized once into both layouts).
 TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesFollowedByTheActivation) {
   ParamStore store(Placement{});
   GluLinear gate_up(store, {"gate_up", 128, 2 * 160, false, ParamRole::hidden_matrix, 0.05, kFp8BlockRecipe},
@@ -94,6 +95,8 @@ TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesFollowedByTheActivation) {
   Tensor dgu = Tensor::empty({64, 320}, DType::f32), dh = Tensor::empty({64, 160}, DType::f32);
   gate_up.backward_through(down, dy, h, gu, dgu, dh, arena);
   EXPECT_EQ(dh.to_doubles(), product(rows(dy), tiles(transposed(w_down)), Fp8Scaling::tiles).to_doubles());
+  EXPECT_EQ(down.weight().grad.to_doubles(),
+            product(rows(transposed(dy)), rows(transposed(h)), Fp8Scaling::rows).to_doubles());
 }
 
 // On a GPU a token count that is not a multiple of 16 is padded with zero rows: the

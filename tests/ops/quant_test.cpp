@@ -151,6 +151,50 @@ TEST(QuantCodes, DeviceEncodersMatchTheCoreOnCodesMidpointsAndRandomBits) {
 
 // ---- FP8 rows ---------------------------------------------------------------------------
 
+// The GPU quantizers divide 16-bit sources by a block's scale through its reciprocal
+// (qc::divide_by_reciprocal). Every x of the format against every amax of the binades
+// listed (by exponent field): the smallest scales that take that path (where a
+// remainder could first lose bits), ordinary ones and the format's top. The e4m3 code
+// must be x / scale's.
+struct Format16 {
+  float (*value)(uint16_t);
+  int mantissa_bits;
+  uint16_t finite_end;  // first non-finite magnitude's bits
+};
+
+void expect_reciprocal_division_codes_match(const Format16& f, const std::vector<uint16_t>& amax_exponent_fields) {
+  std::vector<float> xs;
+  for (uint32_t h = 0; h < 0x10000u; ++h)
+    if ((h & 0x7FFFu) < f.finite_end) xs.push_back(f.value(static_cast<uint16_t>(h)));
+  int64_t checked = 0;
+  for (uint16_t field : amax_exponent_fields) {
+    for (uint32_t m = 0; m < (1u << f.mantissa_bits); ++m) {
+      const float amax = f.value(static_cast<uint16_t>((field << f.mantissa_bits) | m));
+      const float scale = amax / 448.0f, reciprocal = 1.0f / scale;
+      if (scale < qc::kReciprocalMinScale) continue;
+      for (float x : xs) {
+        if (std::fabs(x) > amax) continue;
+        ASSERT_EQ(qc::e4m3_code(qc::divide_by_reciprocal(x, scale, reciprocal)), qc::e4m3_code(x / scale))
+            << "x = " << x << " (bits " << std::hex << bits(x) << "), amax = " << amax;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, int64_t{1} << 20);
+}
+
+TEST(QuantCodes, DivisionThroughTheReciprocalEncodesAsTheQuotientForBf16) {
+  // The binade where the path starts (amax from 448 * kReciprocalMinScale on) and the two above it.
+  const auto start = static_cast<uint16_t>(std::ilogb(448.0f * qc::kReciprocalMinScale) + 127);
+  const std::vector<uint16_t> fields = {start, uint16_t(start + 1), uint16_t(start + 2), 126, 127, 254};
+  expect_reciprocal_division_codes_match({bf16_to_float, 7, 0x7F80}, fields);
+}
+
+TEST(QuantCodes, DivisionThroughTheReciprocalEncodesAsTheQuotientForF16) {
+  // Every f16 amax, subnormal ones (field 0) included, takes the reciprocal.
+  expect_reciprocal_division_codes_match({f16_to_float, 10, 0x7C00}, {0, 1, 15, 30});
+}
+
 TEST(QuantFp8Rows, ScaleIsAmaxOver448AndTheAmaxElementBecomes448) {
   // Row 0: amax a power of two (1); row 1: amax 448 (scale exactly 1); row 2: one below
   // 2 and row 3 just above it (the scale follows amax continuously).
@@ -319,6 +363,13 @@ TEST(QuantFp8Layouts, StridedScalesColumnsAndTransposedTilesAgreeWithTheRowsAndT
   quantize_fp8_columns(x, columns, column_scales);
   EXPECT_EQ(std::memcmp(bytes(columns), bytes(of_transpose.values), columns.bytes()), 0);
   EXPECT_EQ(column_scales.to_doubles(), of_transpose.scales.to_doubles());
+  Tensor both = Tensor::empty(x.shape(), DType::f8e4m3), both_scales = Tensor::empty({300, 2}, DType::f32);
+  Tensor both_t = Tensor::empty({200, 300}, DType::f8e4m3), both_t_scales = Tensor::empty({200, 3}, DType::f32);
+  quantize_fp8_rows_and_columns(x, both, both_scales, both_t, both_t_scales);
+  EXPECT_EQ(std::memcmp(bytes(both), bytes(rows.values), both.bytes()), 0);
+  EXPECT_EQ(both_scales.to_doubles(), rows.scales.to_doubles());
+  EXPECT_EQ(std::memcmp(bytes(both_t), bytes(of_transpose.values), both_t.bytes()), 0);
+  EXPECT_EQ(both_t_scales.to_doubles(), of_transpose.scales.to_doubles());
 
   const Tensor w = varied({260, 300}, DType::bf16, 8);
   Tensor codes = Tensor::empty(w.shape(), DType::f8e4m3), tiles = Tensor::empty({3, 3}, DType::f32);
@@ -512,6 +563,13 @@ TEST(QuantErrors, BadShapesAndDtypesNameTheShape) {
   m = error_of([&] { quantize_fp8_rows(x.to(DType::f64), values, good_scales); });
   EXPECT_NE(m.find("x [4, 300] is f64"), std::string::npos) << m;
 
+  // Both layouts: the transposed outputs are named as such.
+  Tensor t_untransposed = Tensor::empty({4, 300}, DType::f8e4m3), t_scales = Tensor::empty({300, 1}, DType::f32);
+  m = error_of([&] { quantize_fp8_rows_and_columns(x, values, good_scales, t_untransposed, t_scales); });
+  EXPECT_NE(m.find("quantize_fp8_rows_and_columns: transposed values [4, 300] f8e4m3 must be [300, 4] f8e4m3"),
+            std::string::npos)
+      << m;
+
   Tensor w = Tensor::zeros({3, 130, 200}, DType::bf16);
   Tensor wv = Tensor::empty({3, 130, 200}, DType::f8e4m3), ws = Tensor::empty({3, 1, 2}, DType::f32);
   m = error_of([&] { quantize_fp8_blocks(w, wv, ws); });
@@ -704,34 +762,77 @@ TEST(QuantGpu, Mxfp8AndDequantizationBitIdenticalToCpu) {
       }
 }
 
-// Zeros, subnormal blocks, NaN and infinities in the four quantizers.
+// Zeros, subnormal blocks, NaN and infinities in the five quantizers, from f32 and from
+// bf16 (which also takes blocks whose scale is on either side of kReciprocalMinScale:
+// those below divide, those above go through the reciprocal).
 TEST(QuantGpu, SpecialBlocksBitIdenticalToCpu) {
   REQUIRE_GPU();
-  Tensor x = varied({4, 512}, DType::f32, 40);
-  float* p = x.data<float>();
+  Tensor f = varied({4, 512}, DType::f32, 40);
+  float* p = f.data<float>();
   for (int i = 0; i < 128; ++i) p[i] = i % 2 ? 0.0f : -0.0f;            // a zero block
   for (int i = 128; i < 256; ++i) p[i] = static_cast<float>(i) * 0x1p-149f;  // subnormals
   p[300] = NAN;
   p[512 + 5] = INFINITY;
   p[1024 + 400] = -INFINITY;
   for (int i = 1536; i < 1568; ++i) p[i] = 0x1p-135f * static_cast<float>(i % 7);  // MXFP4 scale clamp
-  const Quantized rows = fp8_rows(x), blocks = fp8_blocks(x), fp4 = mxfp4(x), fp8 = mxfp8(x);
-  Tensor rv = poisoned(x.shape(), DType::f8e4m3), rs = poisoned(rows.scales.shape(), DType::f32);
-  Tensor bv = poisoned(x.shape(), DType::f8e4m3), bs = poisoned(blocks.scales.shape(), DType::f32);
-  Tensor mv = poisoned(fp4.values.shape(), DType::u8), ms = poisoned(fp4.scales.shape(), DType::e8m0);
-  quantize_fp8_rows(gpu(x), rv, rs);
-  quantize_fp8_blocks(gpu(x), bv, bs);
-  quantize_mxfp4(gpu(x), mv, ms);
-  Tensor ev = poisoned(x.shape(), DType::f8e4m3), es = poisoned(fp8.scales.shape(), DType::e8m0);
-  quantize_mxfp8(gpu(x), ev, es);
-  expect_same_bytes("special fp8 rows values", rv, rows.values);
-  expect_same_bytes("special fp8 rows scales", rs, rows.scales);
-  expect_same_bytes("special fp8 blocks values", bv, blocks.values);
-  expect_same_bytes("special fp8 blocks scales", bs, blocks.scales);
-  expect_same_bytes("special mxfp4 values", mv, fp4.values);
-  expect_same_bytes("special mxfp4 scales", ms, fp4.scales);
-  expect_same_bytes("special mxfp8 values", ev, fp8.values);
-  expect_same_bytes("special mxfp8 scales", es, fp8.scales);
+  for (int i = 1664; i < 1792; ++i) p[i] = 0x1p-75f * static_cast<float>(i % 5 - 2);
+  for (int i = 1792; i < 1920; ++i) p[i] = 0x1p-69f * 0.37f * static_cast<float>(i % 9 - 4);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = f.to(dt);
+    const std::string what = concat("special ", dtype_name(dt), " ");
+    const Quantized rows = fp8_rows(x), blocks = fp8_blocks(x), fp4 = mxfp4(x), fp8 = mxfp8(x);
+    const Quantized columns = fp8_rows(x.transpose(0, 1).contiguous());
+    Tensor rv = poisoned(x.shape(), DType::f8e4m3), rs = poisoned(rows.scales.shape(), DType::f32);
+    Tensor bv = poisoned(x.shape(), DType::f8e4m3), bs = poisoned(blocks.scales.shape(), DType::f32);
+    Tensor mv = poisoned(fp4.values.shape(), DType::u8), ms = poisoned(fp4.scales.shape(), DType::e8m0);
+    quantize_fp8_rows(gpu(x), rv, rs);
+    quantize_fp8_blocks(gpu(x), bv, bs);
+    quantize_mxfp4(gpu(x), mv, ms);
+    Tensor ev = poisoned(x.shape(), DType::f8e4m3), es = poisoned(fp8.scales.shape(), DType::e8m0);
+    quantize_mxfp8(gpu(x), ev, es);
+    Tensor both_v = poisoned(x.shape(), DType::f8e4m3), both_s = poisoned(rows.scales.shape(), DType::f32);
+    Tensor both_tv = poisoned(columns.values.shape(), DType::f8e4m3);
+    Tensor both_ts = poisoned(columns.scales.shape(), DType::f32);
+    quantize_fp8_rows_and_columns(gpu(x), both_v, both_s, both_tv, both_ts);
+    expect_same_bytes(what + "fp8 rows values", rv, rows.values);
+    expect_same_bytes(what + "fp8 rows scales", rs, rows.scales);
+    expect_same_bytes(what + "fp8 blocks values", bv, blocks.values);
+    expect_same_bytes(what + "fp8 blocks scales", bs, blocks.scales);
+    expect_same_bytes(what + "mxfp4 values", mv, fp4.values);
+    expect_same_bytes(what + "mxfp4 scales", ms, fp4.scales);
+    expect_same_bytes(what + "mxfp8 values", ev, fp8.values);
+    expect_same_bytes(what + "mxfp8 scales", es, fp8.scales);
+    expect_same_bytes(what + "fp8 rows and columns, rows' values", both_v, rows.values);
+    expect_same_bytes(what + "fp8 rows and columns, rows' scales", both_s, rows.scales);
+    expect_same_bytes(what + "fp8 rows and columns, columns' values", both_tv, columns.values);
+    expect_same_bytes(what + "fp8 rows and columns, columns' scales", both_ts, columns.scales);
+  }
+}
+
+// The one-pass quantizer of both layouts against the CPU's rows and columns: tails in
+// both directions, shapes that take the two-kernel path (a width not a multiple of
+// four, f32, a misaligned source), and the column-major scales the dense FP8 product reads.
+TEST(QuantGpu, Fp8RowsAndColumnsInOnePassBitIdenticalToCpu) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{300, 200}, {129, 7}, {1, 4}, {2048, 1536}, {4096, 132}, {16, 8192}};
+  for (DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (const Shape& shape : shapes)
+      for (bool aligned : {true, false}) {
+        const std::string what =
+            concat(dtype_name(dt), aligned ? " [" : " misaligned [", shape[0], ", ", shape[1], "]");
+        const Tensor x = varied(shape, dt, 50 + shape[1]);
+        const Shape flipped{shape[1], shape[0]};
+        const Quantized rows = fp8_rows(x), columns = fp8_rows(x.transpose(0, 1).contiguous());
+        Tensor values = poisoned(shape, DType::f8e4m3), t_values = poisoned(flipped, DType::f8e4m3);
+        Tensor storage = poisoned({rows.scales.size(1), shape[0]}, DType::f32);
+        Tensor t_storage = poisoned({columns.scales.size(1), shape[1]}, DType::f32);
+        Tensor scales = storage.transpose(0, 1), t_scales = t_storage.transpose(0, 1);
+        quantize_fp8_rows_and_columns(aligned ? gpu(x) : misaligned_gpu(x), values, scales, t_values, t_scales);
+        expect_same_bytes(what + " rows, values", values, rows.values);
+        expect_same_bytes(what + " rows, scales", storage, rows.scales.transpose(0, 1).contiguous());
+        expect_same_bytes(what + " columns, values", t_values, columns.values);
+        expect_same_bytes(what + " columns, scales", t_storage, columns.scales.transpose(0, 1).contiguous());
+      }
 }
 
 }  // namespace

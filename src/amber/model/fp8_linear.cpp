@@ -34,6 +34,18 @@ Quantized columns_of(const Tensor& x, Arena& scratch) {
   return q;
 }
 
+// Both of the above from one read of x: an output gradient, which feeds the input
+// gradient by its rows and the weight gradient by its columns.
+struct RowsAndColumns {
+  Quantized rows, columns;
+};
+RowsAndColumns rows_and_columns_of(const Tensor& x, Arena& scratch) {
+  RowsAndColumns q{allocate(x.size(0), x.size(1), Fp8Scaling::rows, scratch),
+                   allocate(x.size(1), x.size(0), Fp8Scaling::rows, scratch)};
+  quantize_fp8_rows_and_columns(x, q.rows.values, q.rows.scales, q.columns.values, q.columns.scales);
+  return q;
+}
+
 // w [out, in] in 128x128 tiles.
 Quantized tiles_of(const Tensor& w, Arena& scratch) {
   Quantized q = allocate(w.size(0), w.size(1), Fp8Scaling::tiles, scratch);
@@ -117,10 +129,13 @@ class Fp8BlockRecipe final : public LinearRecipe {
     refuse_bias(b);
     const Arena::Mark mark = scratch.mark();
     const Tensor dy_rows = padded(dy, scratch);
-    if (dx.defined()) input_gradient(dy_rows, w, dx, scratch);
-    const bool accumulate = w.grad_accumulates();
-    const Quantized dyt = columns_of(dy_rows, scratch), xt = columns_of(padded(x, scratch), scratch);
-    gemm_fp8(dyt.values, dyt.scales, xt.values, xt.scales, Fp8Scaling::rows, w.grad, 1.0, accumulate ? 1.0 : 0.0);
+    if (dx.defined()) {
+      const RowsAndColumns qdy = rows_and_columns_of(dy_rows, scratch);
+      input_gradient(qdy.rows, w, dx, scratch);
+      weight_gradient(qdy.columns, x, w, scratch);
+    } else {
+      weight_gradient(columns_of(dy_rows, scratch), x, w, scratch);
+    }
     scratch.rewind(mark);
   }
 
@@ -137,11 +152,15 @@ class Fp8BlockRecipe final : public LinearRecipe {
     glu_activation_forward(glu, gate_up, h);
   }
 
-  void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up, Tensor& dgate_up,
-                          Tensor& dh, Arena& scratch) const override {
-    if (!fits(w_down)) return fallback_->glu_backward_input(glu, dy, w_down, gate_up, dgate_up, dh, scratch);
+  void glu_backward(Glu glu, const Tensor& dy, const Tensor& h, Param& w_down, Param* b_down, const Tensor& gate_up,
+                    Tensor& dgate_up, Tensor& dh, Arena& scratch) const override {
+    if (!fits(w_down)) return fallback_->glu_backward(glu, dy, h, w_down, b_down, gate_up, dgate_up, dh, scratch);
+    refuse_bias(b_down);
     const Arena::Mark mark = scratch.mark();
-    input_gradient(padded(dy, scratch), w_down, dh, scratch);
+    const Tensor dy_rows = padded(dy, scratch);
+    const RowsAndColumns qdy = rows_and_columns_of(dy_rows, scratch);
+    weight_gradient(qdy.columns, h, w_down, scratch);
+    input_gradient(qdy.rows, w_down, dh, scratch);
     scratch.rewind(mark);
     glu_activation_backward(glu, dh, gate_up, dgate_up);
   }
@@ -157,12 +176,19 @@ class Fp8BlockRecipe final : public LinearRecipe {
                 "); set model.attn_bias = false or run this projection in the compute dtype");
   }
 
-  // dx = dy W in FP8 (dy's rows padded already): dy by rows, W^T by tiles.
-  static void input_gradient(const Tensor& dy_rows, const Param& w, Tensor& dx, Arena& scratch) {
-    const Quantized qdy = rows_of(dy_rows, scratch), qwt = transposed_tiles_of(w.work, scratch);
-    PaddedOutput out(dx, dy_rows, scratch);
-    gemm_fp8(qdy.values, qdy.scales, qwt.values, qwt.scales, Fp8Scaling::tiles, out.product);
+  // dx = dy W in FP8: dy (its rows padded) by rows, W^T by tiles.
+  static void input_gradient(const Quantized& dy_rows, const Param& w, Tensor& dx, Arena& scratch) {
+    const Quantized wt = transposed_tiles_of(w.work, scratch);
+    PaddedOutput out(dx, dy_rows.values, scratch);
+    gemm_fp8(dy_rows.values, dy_rows.scales, wt.values, wt.scales, Fp8Scaling::tiles, out.product);
     out.deliver();
+  }
+
+  // W's gradient dy^T x in FP8, both along the (padded) tokens: dy^T given, x^T quantized here.
+  static void weight_gradient(const Quantized& dy_t, const Tensor& x, Param& w, Arena& scratch) {
+    const Quantized xt = columns_of(padded(x, scratch), scratch);
+    gemm_fp8(dy_t.values, dy_t.scales, xt.values, xt.scales, Fp8Scaling::rows, w.grad, 1.0,
+             w.grad_accumulates() ? 1.0 : 0.0);
   }
 
   std::unique_ptr<LinearRecipe> fallback_;

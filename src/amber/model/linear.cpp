@@ -25,8 +25,10 @@ class ComputeDtypeRecipe final : public LinearRecipe {
                    Arena&) const override {
     glu_linear_forward(glu, x, w.work, work_or_none(b), gate_up, h);
   }
-  void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up, Tensor& dgate_up,
-                          Tensor& dh, Arena&) const override {
+  void glu_backward(Glu glu, const Tensor& dy, const Tensor& h, Param& w_down, Param* b_down, const Tensor& gate_up,
+                    Tensor& dgate_up, Tensor& dh, Arena& scratch) const override {
+    Tensor no_dx;  // the input gradient comes with the GLU's backward
+    backward(dy, h, w_down, b_down, no_dx, scratch);
     glu_linear_backward_input(glu, dy, w_down.work, gate_up, dgate_up, dh);
   }
 };
@@ -84,12 +86,10 @@ void GluLinear::forward(const Tensor& x, Tensor& gate_up, Tensor& h, Arena& scra
   linear_.recipe_->glu_forward(glu_, x, *linear_.weight_, linear_.bias_.get(), gate_up, h, scratch);
 }
 
-// The down projection's recipe runs its input gradient (the product with w_down).
+// The down projection's recipe runs its products (and its bias's gradient).
 void GluLinear::backward_through(const Linear& down, const Tensor& dy, const Tensor& h, const Tensor& gate_up,
                                  Tensor& dgate_up, Tensor& dh, Arena& scratch) const {
-  Tensor no_dx;  // the input gradient comes with the GLU's backward
-  down.backward_into(dy, h, no_dx, scratch);
-  down.recipe_->glu_backward_input(glu_, dy, *down.weight_, gate_up, dgate_up, dh, scratch);
+  down.recipe_->glu_backward(glu_, dy, h, *down.weight_, down.bias_.get(), gate_up, dgate_up, dh, scratch);
 }
 
 }  // namespace amber

@@ -33,9 +33,11 @@ class LinearRecipe {
   // gate_up = x W^T + b and h = glu(gate_up) (ops/glu_linear.h).
   virtual void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up, Tensor& h,
                            Arena& scratch) const = 0;
-  // dgate_up = the GLU's backward at gate_up of dy w_down (w_down [out, H], dh scratch).
-  virtual void glu_backward_input(Glu glu, const Tensor& dy, const Param& w_down, const Tensor& gate_up,
-                                  Tensor& dgate_up, Tensor& dh, Arena& scratch) const = 0;
+  // The down projection of a gated MLP (w_down [out, H], its input h = glu(gate_up)):
+  // w_down's (and b_down's) gradient from dy and h as backward() writes them, then
+  // dgate_up = the GLU's backward at gate_up of dy w_down (dh scratch [N, H]).
+  virtual void glu_backward(Glu glu, const Tensor& dy, const Tensor& h, Param& w_down, Param* b_down,
+                            const Tensor& gate_up, Tensor& dgate_up, Tensor& dh, Arena& scratch) const = 0;
 };
 
 // The recipes: operands in the model's compute dtype (the working copies: f32, bf16 or

@@ -48,6 +48,14 @@ void check_fp8_rows(const Tensor& x, const Tensor& values, const Tensor& scales,
   check_fp8_scales(scales, op, fp8_rows_scales_shape(x.shape()), "x", x.shape());
 }
 
+// x^T's rows: values [K, M] and their scales.
+void check_fp8_columns(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op) {
+  AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
+  const Shape transposed{x.size(1), x.size(0)};
+  check_companion(values, op, "transposed values", transposed, DType::f8e4m3, "x", x.shape());
+  check_fp8_scales(scales, op, fp8_rows_scales_shape(transposed), "x", x.shape());
+}
+
 void check_fp8_blocks(const Tensor& w, const Tensor& values, const Tensor& scales, const char* op) {
   AMBER_CHECK(w.ndim() >= 2, op, ": w ", w.shape(), " must be [..., N, K]");
   check_companion(values, op, "values", w.shape(), DType::f8e4m3, "w", w.shape());
@@ -116,13 +124,22 @@ void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales) {
 void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
   const char* op = "quantize_fp8_columns";
   check_source(x, op, "x");
-  AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
-  const Shape transposed{x.size(1), x.size(0)};
-  check_companion(values, op, "values", transposed, DType::f8e4m3, "x", x.shape());
-  check_fp8_scales(scales, op, fp8_rows_scales_shape(transposed), "x", x.shape());
+  check_fp8_columns(x, values, scales, op);
   if (x.numel() == 0) return;
   AMBER_ON_DEVICE(ops::common_device(op, {&x, &values, &scales}), op, cuda::quantize_fp8_columns(x, values, scales),
                   cpu::quantize_fp8_columns(x, values, scales));
+}
+
+void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
+                                   Tensor& t_scales) {
+  const char* op = "quantize_fp8_rows_and_columns";
+  check_source(x, op, "x");
+  check_fp8_rows(x, values, scales, op);
+  check_fp8_columns(x, t_values, t_scales, op);
+  if (x.numel() == 0) return;
+  AMBER_ON_DEVICE(ops::common_device(op, {&x, &values, &scales, &t_values, &t_scales}), op,
+                  cuda::quantize_fp8_rows_and_columns(x, values, scales, t_values, t_scales),
+                  cpu::quantize_fp8_rows_and_columns(x, values, scales, t_values, t_scales));
 }
 
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {

@@ -34,6 +34,11 @@ void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales);
 // scales [K, ceil(M/128)], one per 128 consecutive rows of a column of x (the blocks a
 // weight gradient dy^T x contracts over); the bits of quantize_fp8_rows(x^T).
 void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales);
+// Both of the above from one read of x (a gradient that feeds an input gradient and a
+// weight gradient): the bits of quantize_fp8_rows into values / scales and of
+// quantize_fp8_columns into t_values / t_scales.
+void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
+                                   Tensor& t_scales);
 // x [M, K] (f32, bf16; f64 on the CPU) = values * scales, rounded once from fp32.
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x);
 

@@ -123,6 +123,11 @@ void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
   const Tensor transposed = x.transpose(0, 1).contiguous();
   quantize_fp8_tiles(transposed, values, scales, row_tiling(transposed, scales));
 }
+void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
+                                   Tensor& t_scales) {
+  cpu::quantize_fp8_rows(x, values, scales);
+  cpu::quantize_fp8_columns(x, t_values, t_scales);
+}
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) {
   dequantize_fp8_tiles(values, scales, x, row_tiling(x, scales));
 }

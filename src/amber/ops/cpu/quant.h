@@ -8,6 +8,8 @@ namespace amber::cpu {
 
 void quantize_fp8_rows(const Tensor& x, Tensor& values, Tensor& scales);
 void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales);
+void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
+                                   Tensor& t_scales);
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x);
 void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed);
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w);

@@ -1,10 +1,13 @@
 // CUDA quantizers: a warp per 1x128 row block, a 256-thread block per 128x128 tile (its
 // transposed codes through shared memory), a 256-thread block per 128-row x 64-column
-// panel for the column blocks, and four threads per 32-element MX block (MXFP4,
-// MXFP8). Each reduces |x| to the block's amax, forms the scale with the CPU's fp32
-// operations (IEEE division, never the fast reciprocal) and encodes with the hardware's
-// e4m3 conversion (sm_89 on) or quant_codes.h's encoders, so the bits equal the CPU
-// oracle's. Dequantizers are element-wise, four (FP8) or eight (MX) elements a thread.
+// panel for the column blocks, one per 128x128 tile for rows and columns in one pass,
+// and four threads per 32-element MX block (MXFP4, MXFP8). Each reduces |x| to the
+// block's amax, forms the scale with the CPU's fp32 operations (IEEE division, never
+// the fast reciprocal), divides by it (16-bit sources: through its correctly rounded
+// reciprocal, which quant_codes.h shows gives the same codes) and encodes with the
+// hardware's e4m3 conversion (sm_89 on) or quant_codes.h's encoders, so the bits equal
+// the CPU oracle's. Dequantizers are element-wise, four (FP8) or eight (MX) elements a
+// thread.
 #include <cuda_fp8.h>
 
 #include <type_traits>
@@ -95,7 +98,25 @@ __device__ __forceinline__ uint32_t e4m3_pair(float a, float b) {
 #endif
 }
 
-__device__ __forceinline__ void encode4(const float (&v)[4], float scale, bool finite, uint8_t (&q)[4]) {
+// Division by a block's scale with the codes of __fdiv_rn: for bf16 and f16 sources
+// through the scale's reciprocal (quant_codes.h proves the codes equal for scales from
+// kReciprocalMinScale on), else by IEEE division. Uniform across the block.
+struct ScaleDivisor {
+  float scale, reciprocal;
+  bool by_reciprocal;
+  __device__ float operator()(float v) const {
+    return by_reciprocal ? qc::divide_by_reciprocal(v, scale, reciprocal) : __fdiv_rn(v, scale);
+  }
+};
+
+template <class T>
+__device__ __forceinline__ ScaleDivisor scale_divisor(float scale) {
+  const bool by_reciprocal = sizeof(T) == 2 && scale >= qc::kReciprocalMinScale;
+  return {scale, by_reciprocal ? __frcp_rn(scale) : 0.0f, by_reciprocal};
+}
+
+__device__ __forceinline__ void encode4(const float (&v)[4], const ScaleDivisor& divide, bool finite,
+                                        uint8_t (&q)[4]) {
   if (!finite) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) q[e] = kE4m3Nan;
@@ -103,14 +124,15 @@ __device__ __forceinline__ void encode4(const float (&v)[4], float scale, bool f
   }
 #pragma unroll
   for (int e = 0; e < 4; e += 2) {
-    const uint32_t pair = e4m3_pair(__fdiv_rn(v[e], scale), __fdiv_rn(v[e + 1], scale));
+    const uint32_t pair = e4m3_pair(divide(v[e]), divide(v[e + 1]));
     q[e] = static_cast<uint8_t>(pair & 0xFFu);
     q[e + 1] = static_cast<uint8_t>(pair >> 8);
   }
 }
 
-// A 1x128 block held by a warp, four elements a lane: the lane's codes, and the block's
-// scale from the warp's amax.
+// A 1x128 block of T held by a warp, four elements a lane: the lane's codes, and the
+// block's scale from the warp's amax.
+template <class T>
 __device__ __forceinline__ float warp_block_codes(const float (&v)[4], uint8_t (&q)[4]) {
   float amax = 0.0f;
   bool finite = true;
@@ -118,7 +140,7 @@ __device__ __forceinline__ float warp_block_codes(const float (&v)[4], uint8_t (
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   finite = __all_sync(0xffffffffu, finite);
   const float scale = fp8_scale(amax, finite);
-  encode4(v, scale, finite, q);
+  encode4(v, scale_divisor<T>(scale), finite, q);
   return scale;
 }
 
@@ -135,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x,
     float v[4];
     load4<T, kVec>(x + at, cols - c, v);
     uint8_t q[4];
-    const float scale = warp_block_codes(v, q);
+    const float scale = warp_block_codes<T>(v, q);
     store4<kVec>(values + at, cols - c, q);
     if (lane == 0) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
   }
@@ -187,11 +209,12 @@ __global__ void __launch_bounds__(kThreads)
     amax = block_max(amax, scratch);
     finite = __syncthreads_and(finite);
     const float scale = fp8_scale(amax, finite);
+    const ScaleDivisor divide = scale_divisor<T>(scale);
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
       uint8_t q[4];
-      encode4(v[j], scale, finite, q);
+      encode4(v[j], divide, finite, q);
       store4<kVec>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
       if (transposed) {
 #pragma unroll
@@ -248,13 +271,90 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = panel[lane + 32 * e][cl];
       uint8_t q[4];
-      const float scale = warp_block_codes(v, q);
+      const float scale = warp_block_codes<T>(v, q);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (r0 + lane + 32 * e < rows) values[c * rows + r0 + lane + 32 * e] = q[e];
       if (lane == 0) scales[c * strides.row + block * strides.col] = scale;
     }
     __syncthreads();  // before the next panel overwrites this one
+  }
+}
+
+// The rows and the columns of x [rows, cols] (T 16-bit, cols % 4 == 0, x aligned to 8
+// bytes) from one read of x, a 128x128 tile per block iteration. Warp w loads the
+// tile's rows 16w .. 16w + 15 (lane l their columns 4l .. 4l + 3, all sixteen loads in
+// flight before the first is used), encodes each as a 1x128 row block and leaves the
+// elements in shared memory as column pairs; then warp w takes the column pairs
+// 8w .. 8w + 7, lane l the rows l, l + 32, l + 64, l + 96 of each (a 65-word pitch keeps
+// those reads conflict-free), and encodes both columns as blocks of x^T.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    quantize_fp8_rows_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides,
+                                     uint8_t* t_values, float* t_scales, Fp8ScaleStrides t_strides, int64_t rows,
+                                     int64_t cols) {
+  static_assert(sizeof(T) == 2, "a column pair is one shared-memory word");
+  constexpr int kRowsPerWarp = kTile / kWarps, kPairs = kTile / 2, kPairsPerWarp = kPairs / kWarps;
+  __shared__ Vec<T, 2> tile[kTile][kPairs + 1];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row_blocks = (rows + kTile - 1) / kTile, col_blocks = (cols + kTile - 1) / kTile;
+  for (int64_t t = blockIdx.x; t < row_blocks * col_blocks; t += gridDim.x) {
+    const int64_t row_block = t / col_blocks, col_block = t % col_blocks;
+    const int64_t r0 = row_block * kTile, c0 = col_block * kTile, c = c0 + lane * 4;
+    Vec<T, 4> raw[kRowsPerWarp];
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int64_t r = r0 + warp * kRowsPerWarp + j;
+      if (r < rows && c < cols) {
+        raw[j] = *reinterpret_cast<const Vec<T, 4>*>(x + r * cols + c);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) raw[j].v[e] = from_f32<T>(0.0f);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int rl = warp * kRowsPerWarp + j;
+      const int64_t r = r0 + rl;
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = to_f32(raw[j].v[e]);
+      uint8_t q[4];
+      const float scale = warp_block_codes<T>(v, q);
+      if (r < rows) {
+        store4<true>(values + r * cols + c, cols - c, q);
+        if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
+      }
+      tile[rl][2 * lane] = Vec<T, 2>{{raw[j].v[0], raw[j].v[1]}};
+      tile[rl][2 * lane + 1] = Vec<T, 2>{{raw[j].v[2], raw[j].v[3]}};
+    }
+    __syncthreads();
+    for (int p = warp * kPairsPerWarp; p < (warp + 1) * kPairsPerWarp; ++p) {
+      const int64_t col = c0 + 2 * p;
+      if (col >= cols) break;  // warp-uniform; cols % 4 == 0 puts col + 1 inside too
+      float lo[4], hi[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const Vec<T, 2> pair = tile[lane + 32 * e][p];
+        lo[e] = to_f32(pair.v[0]);
+        hi[e] = to_f32(pair.v[1]);
+      }
+      uint8_t q_lo[4], q_hi[4];
+      const float scale_lo = warp_block_codes<T>(lo, q_lo), scale_hi = warp_block_codes<T>(hi, q_hi);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t r = r0 + lane + 32 * e;
+        if (r < rows) {
+          t_values[col * rows + r] = q_lo[e];
+          t_values[(col + 1) * rows + r] = q_hi[e];
+        }
+      }
+      if (lane == 0) {
+        t_scales[col * t_strides.row + row_block * t_strides.col] = scale_lo;
+        t_scales[(col + 1) * t_strides.row + row_block * t_strides.col] = scale_hi;
+      }
+    }
+    __syncthreads();  // before the next tile overwrites this one
   }
 }
 
@@ -498,6 +598,27 @@ void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
           in, static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()), fp8_scale_strides(scales), rows,
           cols);
     });
+  });
+  check_launch(op, x.shape());
+}
+void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
+                                   Tensor& t_scales) {
+  const char* op = "quantize_fp8_rows_and_columns";
+  const int64_t rows = x.size(0), cols = x.size(1);
+  if (x.dtype() == DType::f32 || cols % 4 != 0 || !aligned_to(x.raw(), 8) || !aligned_to(values.raw(), 4)) {
+    cuda::quantize_fp8_rows(x, values, scales);
+    cuda::quantize_fp8_columns(x, t_values, t_scales);
+    return;
+  }
+  const int64_t tiles = (rows + kTile - 1) / kTile * ((cols + kTile - 1) / kTile);
+  with_element_type(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (sizeof(T) == 2) {
+      quantize_fp8_rows_columns_kernel<T><<<grid_for(tiles, 1), kThreads, 0, current_stream()>>>(
+          static_cast<const T*>(x.raw()), static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()),
+          fp8_scale_strides(scales), static_cast<uint8_t*>(t_values.raw()), static_cast<float*>(t_scales.raw()),
+          fp8_scale_strides(t_scales), rows, cols);
+    }
   });
   check_launch(op, x.shape());
 }
