@@ -71,9 +71,10 @@ __device__ __forceinline__ void store4(uint8_t* p, int64_t left, const uint8_t (
   }
 }
 
-__device__ __forceinline__ void accumulate(const float (&v)[4], float& amax, bool& finite) {
+template <int N>
+__device__ __forceinline__ void accumulate(const float (&v)[N], float& amax, bool& finite) {
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
+  for (int e = 0; e < N; ++e) {
     finite = finite && isfinite(v[e]);
     amax = fmaxf(amax, fabsf(v[e]));
   }
@@ -115,15 +116,16 @@ __device__ __forceinline__ ScaleDivisor scale_divisor(float scale) {
   return {scale, by_reciprocal ? __frcp_rn(scale) : 0.0f, by_reciprocal};
 }
 
-__device__ __forceinline__ void encode4(const float (&v)[4], const ScaleDivisor& divide, bool finite,
-                                        uint8_t (&q)[4]) {
+template <int N>
+__device__ __forceinline__ void encode(const float (&v)[N], const ScaleDivisor& divide, bool finite,
+                                       uint8_t (&q)[N]) {
   if (!finite) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) q[e] = kE4m3Nan;
+    for (int e = 0; e < N; ++e) q[e] = kE4m3Nan;
     return;
   }
 #pragma unroll
-  for (int e = 0; e < 4; e += 2) {
+  for (int e = 0; e < N; e += 2) {
     const uint32_t pair = e4m3_pair(divide(v[e]), divide(v[e + 1]));
     q[e] = static_cast<uint8_t>(pair & 0xFFu);
     q[e + 1] = static_cast<uint8_t>(pair >> 8);
@@ -140,26 +142,88 @@ __device__ __forceinline__ float warp_block_codes(const float (&v)[4], uint8_t (
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   finite = __all_sync(0xffffffffu, finite);
   const float scale = fp8_scale(amax, finite);
-  encode4(v, scale_divisor<T>(scale), finite, q);
+  encode(v, scale_divisor<T>(scale), finite, q);
   return scale;
 }
 
-// Warp-uniform loop: warp b takes row block b = (row, column block).
+// The same of a 1x128 block held by half a warp (its lanes 16h .. 16h + 15), eight
+// elements a lane.
+template <class T>
+__device__ __forceinline__ float half_warp_block_codes(const float (&v)[8], uint8_t (&q)[8]) {
+  float amax = 0.0f;
+  bool finite = true;
+  accumulate(v, amax, finite);
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const unsigned not_finite = __ballot_sync(0xffffffffu, !finite);
+  finite = ((not_finite >> (threadIdx.x & 16)) & 0xFFFFu) == 0;
+  const float scale = fp8_scale(amax, finite);
+  encode(v, scale_divisor<T>(scale), finite, q);
+  return scale;
+}
+
+// Eight elements p[0..7] of a row with `left` elements from p on (<= 0: past the row's
+// end), zeros past it. kVec: the row width is a multiple of 8 and p is aligned to 16 bytes.
+template <class T, bool kVec>
+__device__ __forceinline__ void load_row8(const T* p, int64_t left, float (&v)[8]) {
+  if (kVec) {
+    constexpr int n = Pack<T>::n < 8 ? Pack<T>::n : 8;
+#pragma unroll
+    for (int k = 0; k < 8 / n; ++k) {
+      Pack<T> a;
+      if (left > 0) a = reinterpret_cast<const Pack<T>*>(p)[k];
+#pragma unroll
+      for (int e = 0; e < n; ++e) v[k * n + e] = left > 0 ? to_f32(a.v[e]) : 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
+  }
+}
+
+template <bool kVec>
+__device__ __forceinline__ void store_row8(uint8_t* p, int64_t left, const uint8_t (&q)[8]) {
+  if (kVec) {
+    if (left > 0)
+      *reinterpret_cast<uint2*>(p) = make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24),
+                                                q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24));
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (e < left) p[e] = q[e];
+  }
+}
+
+// Half a warp per 1x128 row block, eight elements a lane; a warp takes 2 * kSteps
+// blocks at once (blocks 2s + h of its group to half h), their loads all issued before
+// the first is encoded, so each warp keeps 1 KB of a 16-bit source in flight.
+// Warp-uniform loop over groups of blocks b = (row, column block).
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x, uint8_t* values, float* scales,
                                                                      Fp8ScaleStrides strides, int64_t rows,
                                                                      int64_t cols) {
-  const int lane = threadIdx.x % 32;
+  constexpr int kSteps = 2, kGroup = 2 * kSteps;
+  const int half = threadIdx.x % 32 / 16, half_lane = threadIdx.x % 16;
   const int64_t col_tiles = (cols + kTile - 1) / kTile, blocks = rows * col_tiles;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < blocks; b += warps) {
-    const int64_t c = b % col_tiles * kTile + lane * 4, at = b / col_tiles * cols + c;
-    float v[4];
-    load4<T, kVec>(x + at, cols - c, v);
-    uint8_t q[4];
-    const float scale = warp_block_codes<T>(v, q);
-    store4<kVec>(values + at, cols - c, q);
-    if (lane == 0) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
+  for (int64_t g = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kGroup; g < blocks;
+       g += warps * kGroup) {
+    float v[kSteps][8];
+    int64_t at[kSteps], left[kSteps];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t b = g + 2 * s + half, c = b % col_tiles * kTile + half_lane * 8;
+      at[s] = b / col_tiles * cols + c;
+      left[s] = b < blocks ? cols - c : 0;
+      load_row8<T, kVec>(x + at[s], left[s], v[s]);
+    }
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t b = g + 2 * s + half;
+      uint8_t q[8];
+      const float scale = half_warp_block_codes<T>(v[s], q);
+      store_row8<kVec>(values + at[s], left[s], q);
+      if (half_lane == 0 && b < blocks) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
+    }
   }
 }
 
@@ -214,7 +278,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
       uint8_t q[4];
-      encode4(v[j], divide, finite, q);
+      encode(v[j], divide, finite, q);
       store4<kVec>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
       if (transposed) {
 #pragma unroll
@@ -281,57 +345,63 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The rows and the columns of x [rows, cols] (T 16-bit, cols % 4 == 0, x aligned to 8
-// bytes) from one read of x, a 128x128 tile per block iteration. Warp w loads the
-// tile's rows 16w .. 16w + 15 (lane l their columns 4l .. 4l + 3, all sixteen loads in
-// flight before the first is used), encodes each as a 1x128 row block and leaves the
-// elements in shared memory as column pairs; then warp w takes the column pairs
-// 8w .. 8w + 7, lane l the rows l, l + 32, l + 64, l + 96 of each (a 65-word pitch keeps
-// those reads conflict-free), and encodes both columns as blocks of x^T.
+// The rows and the columns of x [rows, cols] (T 16-bit, cols % 8 == 0, x aligned to 16
+// bytes) from one read of x, a 128x128 tile per block iteration. The block loads the
+// tile into shared memory as column pairs (eight 16-byte loads a thread, all in flight
+// at once, so few registers hold them); warp w then encodes the tile's rows
+// 16w .. 16w + 15 as 1x128 row blocks (lane l their columns 4l .. 4l + 3), and the
+// column pairs 8w .. 8w + 7, lane l the rows l, l + 32, l + 64, l + 96 of each (a
+// 65-word pitch keeps those reads conflict-free), as blocks of x^T.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 6)
     quantize_fp8_rows_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides,
                                      uint8_t* t_values, float* t_scales, Fp8ScaleStrides t_strides, int64_t rows,
                                      int64_t cols) {
   static_assert(sizeof(T) == 2, "a column pair is one shared-memory word");
   constexpr int kRowsPerWarp = kTile / kWarps, kPairs = kTile / 2, kPairsPerWarp = kPairs / kWarps;
+  constexpr int kPackElems = Pack<T>::n, kPacksPerRow = kTile / kPackElems;
+  constexpr int kLoads = kTile * kPacksPerRow / kThreads;
   __shared__ Vec<T, 2> tile[kTile][kPairs + 1];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_blocks = (rows + kTile - 1) / kTile, col_blocks = (cols + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < row_blocks * col_blocks; t += gridDim.x) {
     const int64_t row_block = t / col_blocks, col_block = t % col_blocks;
-    const int64_t r0 = row_block * kTile, c0 = col_block * kTile, c = c0 + lane * 4;
-    Vec<T, 4> raw[kRowsPerWarp];
+    const int64_t r0 = row_block * kTile, c0 = col_block * kTile;
+    Pack<T> packs[kLoads];
 #pragma unroll
-    for (int j = 0; j < kRowsPerWarp; ++j) {
-      const int64_t r = r0 + warp * kRowsPerWarp + j;
+    for (int i = 0; i < kLoads; ++i) {
+      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
+      const int64_t r = r0 + rl, c = c0 + item % kPacksPerRow * kPackElems;
       if (r < rows && c < cols) {
-        raw[j] = *reinterpret_cast<const Vec<T, 4>*>(x + r * cols + c);
+        packs[i] = *reinterpret_cast<const Pack<T>*>(x + r * cols + c);
       } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) raw[j].v[e] = from_f32<T>(0.0f);
+        for (int e = 0; e < kPackElems; ++e) packs[i].v[e] = from_f32<T>(0.0f);
       }
     }
 #pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
+      const int pair = item % kPacksPerRow * kPackElems / 2;
+#pragma unroll
+      for (int e = 0; e < kPackElems; e += 2) tile[rl][pair + e / 2] = Vec<T, 2>{{packs[i].v[e], packs[i].v[e + 1]}};
+    }
+    __syncthreads();
+    const int64_t c = c0 + lane * 4;
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int rl = warp * kRowsPerWarp + j;
       const int64_t r = r0 + rl;
-      float v[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = to_f32(raw[j].v[e]);
+      if (r >= rows) break;  // warp-uniform
+      const Vec<T, 2> a = tile[rl][2 * lane], b = tile[rl][2 * lane + 1];
+      const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
       uint8_t q[4];
       const float scale = warp_block_codes<T>(v, q);
-      if (r < rows) {
-        store4<true>(values + r * cols + c, cols - c, q);
-        if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
-      }
-      tile[rl][2 * lane] = Vec<T, 2>{{raw[j].v[0], raw[j].v[1]}};
-      tile[rl][2 * lane + 1] = Vec<T, 2>{{raw[j].v[2], raw[j].v[3]}};
+      store4<true>(values + r * cols + c, cols - c, q);
+      if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
     }
-    __syncthreads();
     for (int p = warp * kPairsPerWarp; p < (warp + 1) * kPairsPerWarp; ++p) {
       const int64_t col = c0 + 2 * p;
-      if (col >= cols) break;  // warp-uniform; cols % 4 == 0 puts col + 1 inside too
+      if (col >= cols) break;  // warp-uniform; an even cols puts col + 1 inside too
       float lo[4], hi[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -549,16 +619,20 @@ void quantize_fp8_tiles(const Tensor& src, Tensor& values, Tensor& scales, int64
     uint8_t* out = static_cast<uint8_t*>(values.raw());
     float* s = static_cast<float*>(scales.raw());
     uint8_t* t = transposed ? static_cast<uint8_t*>(transposed->raw()) : nullptr;
-    const bool vec = cols % 4 == 0 && aligned_to(in, 4 * sizeof(T)) && aligned_to(out, 4) && aligned_to(t, 4);
-    with_vec(vec, [&](auto v) {
-      constexpr bool kVec = decltype(v)::value;
-      if (tile_rows == 1)
-        quantize_fp8_rows_kernel<T, kVec><<<grid_for(scales.numel() * 32, kThreads), kThreads, 0, current_stream()>>>(
-            in, out, s, strides, rows, cols);
-      else
-        quantize_fp8_blocks_kernel<T, kVec><<<grid_for(scales.numel(), 1), kThreads, 0, current_stream()>>>(
-            in, out, s, strides, t, batch, rows, cols);
-    });
+    if (tile_rows == 1) {
+      with_vec(cols % 8 == 0 && aligned_to(in, 16) && aligned_to(out, 8), [&](auto v) {
+        // A warp per four blocks.
+        quantize_fp8_rows_kernel<T, decltype(v)::value>
+            <<<grid_for(scales.numel() * 8, kThreads), kThreads, 0, current_stream()>>>(in, out, s, strides, rows,
+                                                                                         cols);
+      });
+    } else {
+      const bool vec = cols % 4 == 0 && aligned_to(in, 4 * sizeof(T)) && aligned_to(out, 4) && aligned_to(t, 4);
+      with_vec(vec, [&](auto v) {
+        quantize_fp8_blocks_kernel<T, decltype(v)::value>
+            <<<grid_for(scales.numel(), 1), kThreads, 0, current_stream()>>>(in, out, s, strides, t, batch, rows, cols);
+      });
+    }
   });
   check_launch(op, src.shape());
 }
@@ -605,7 +679,7 @@ void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scal
                                    Tensor& t_scales) {
   const char* op = "quantize_fp8_rows_and_columns";
   const int64_t rows = x.size(0), cols = x.size(1);
-  if (x.dtype() == DType::f32 || cols % 4 != 0 || !aligned_to(x.raw(), 8) || !aligned_to(values.raw(), 4)) {
+  if (x.dtype() == DType::f32 || cols % 8 != 0 || !aligned_to(x.raw(), 16) || !aligned_to(values.raw(), 4)) {
     cuda::quantize_fp8_rows(x, values, scales);
     cuda::quantize_fp8_columns(x, t_values, t_scales);
     return;
