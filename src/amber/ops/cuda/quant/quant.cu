@@ -71,14 +71,26 @@ __device__ __forceinline__ void store4(uint8_t* p, int64_t left, const uint8_t (
   }
 }
 
+// The largest |x| of v as float bits, folded into m: NaN and infinities order above
+// every finite value, so a block is finite exactly when its maximum is below an
+// infinity's bits (one integer max an element, no test of its own for finiteness).
 template <int N>
-__device__ __forceinline__ void accumulate(const float (&v)[N], float& amax, bool& finite) {
+__device__ __forceinline__ uint32_t abs_bits_max(const float (&v)[N], uint32_t m) {
 #pragma unroll
-  for (int e = 0; e < N; ++e) {
-    finite = finite && isfinite(v[e]);
-    amax = fmaxf(amax, fabsf(v[e]));
-  }
+  for (int e = 0; e < N; ++e) m = max(m, float_bits(v[e]) & 0x7FFFFFFFu);
+  return m;
 }
+
+// The same over kLanes neighbouring lanes (xor shuffles within aligned groups).
+template <int kLanes>
+__device__ __forceinline__ uint32_t lanes_max(uint32_t m) {
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
+
+constexpr uint32_t kInfinityBits = 0x7F800000u;
+
 
 // scale = amax / 448; 1 when that is zero; NaN for a block holding NaN or an infinity.
 __device__ __forceinline__ float fp8_scale(float amax, bool finite) {
@@ -132,31 +144,14 @@ __device__ __forceinline__ void encode(const float (&v)[N], const ScaleDivisor& 
   }
 }
 
-// A 1x128 block of T held by a warp, four elements a lane: the lane's codes, and the
-// block's scale from the warp's amax.
-template <class T>
-__device__ __forceinline__ float warp_block_codes(const float (&v)[4], uint8_t (&q)[4]) {
-  float amax = 0.0f;
-  bool finite = true;
-  accumulate(v, amax, finite);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  finite = __all_sync(0xffffffffu, finite);
-  const float scale = fp8_scale(amax, finite);
-  encode(v, scale_divisor<T>(scale), finite, q);
-  return scale;
-}
-
-// The same of a 1x128 block held by half a warp (its lanes 16h .. 16h + 15), eight
-// elements a lane.
-template <class T>
-__device__ __forceinline__ float half_warp_block_codes(const float (&v)[8], uint8_t (&q)[8]) {
-  float amax = 0.0f;
-  bool finite = true;
-  accumulate(v, amax, finite);
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const unsigned not_finite = __ballot_sync(0xffffffffu, !finite);
-  finite = ((not_finite >> (threadIdx.x & 16)) & 0xFFFFu) == 0;
-  const float scale = fp8_scale(amax, finite);
+// A 1x128 block of T held by kLanes neighbouring lanes (a warp: four elements a lane;
+// half a warp: eight): the lane's codes, and the block's scale from the lanes' amax.
+template <class T, int kLanes, int N>
+__device__ __forceinline__ float block_codes(const float (&v)[N], uint8_t (&q)[N]) {
+  static_assert(kLanes * N == kTile, "the lanes hold one block");
+  const uint32_t amax = lanes_max<kLanes>(abs_bits_max(v, 0u));
+  const bool finite = amax < kInfinityBits;
+  const float scale = fp8_scale(bits_float(amax), finite);
   encode(v, scale_divisor<T>(scale), finite, q);
   return scale;
 }
@@ -220,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x,
     for (int s = 0; s < kSteps; ++s) {
       const int64_t b = g + 2 * s + half;
       uint8_t q[8];
-      const float scale = half_warp_block_codes<T>(v[s], q);
+      const float scale = block_codes<T, 16>(v[s], q);
       store_row8<kVec>(values + at[s], left[s], q);
       if (half_lane == 0 && b < blocks) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
     }
@@ -254,7 +249,7 @@ __global__ void __launch_bounds__(kThreads)
     quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, Fp8ScaleStrides strides,
                                uint8_t* transposed, int64_t batch, int64_t rows, int64_t cols) {
   constexpr int kRowsPerWarp = kTile / kWarps;
-  __shared__ float scratch[32];
+  __shared__ uint32_t warp_max[kWarps];
   __shared__ __align__(16) uint8_t codes[kTile][kTile + 4];  // [column][row]: +4 keeps words aligned
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
@@ -262,17 +257,22 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t matrix = t / (row_tiles * col_tiles) * rows * cols;
     const int64_t r0 = t / col_tiles % row_tiles * kTile + warp, c = t % col_tiles * kTile + lane * 4;
-    float v[kRowsPerWarp][4], amax = 0.0f;
-    bool finite = true;
+    float v[kRowsPerWarp][4];
+    uint32_t amax = 0;
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
       load4<T, kVec>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
-      accumulate(v[j], amax, finite);
+      amax = abs_bits_max(v[j], amax);
     }
-    amax = block_max(amax, scratch);
-    finite = __syncthreads_and(finite);
-    const float scale = fp8_scale(amax, finite);
+    amax = lanes_max<32>(amax);
+    if (lane == 0) warp_max[warp] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) amax = max(amax, warp_max[k]);
+    __syncthreads();  // every warp has read warp_max before the next tile writes it
+    const bool finite = amax < kInfinityBits;
+    const float scale = fp8_scale(bits_float(amax), finite);
     const ScaleDivisor divide = scale_divisor<T>(scale);
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = panel[lane + 32 * e][cl];
       uint8_t q[4];
-      const float scale = warp_block_codes<T>(v, q);
+      const float scale = block_codes<T, 32>(v, q);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (r0 + lane + 32 * e < rows) values[c * rows + r0 + lane + 32 * e] = q[e];
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(kThreads)
 // column pairs 8w .. 8w + 7, lane l the rows l, l + 32, l + 64, l + 96 of each (a
 // 65-word pitch keeps those reads conflict-free), as blocks of x^T.
 template <class T>
-__global__ void __launch_bounds__(kThreads, 6)
+__global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of loads in flight
     quantize_fp8_rows_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides,
                                      uint8_t* t_values, float* t_scales, Fp8ScaleStrides t_strides, int64_t rows,
                                      int64_t cols) {
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 6)
       const Vec<T, 2> a = tile[rl][2 * lane], b = tile[rl][2 * lane + 1];
       const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
       uint8_t q[4];
-      const float scale = warp_block_codes<T>(v, q);
+      const float scale = block_codes<T, 32>(v, q);
       store4<true>(values + r * cols + c, cols - c, q);
       if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
     }
@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 6)
         hi[e] = to_f32(pair.v[1]);
       }
       uint8_t q_lo[4], q_hi[4];
-      const float scale_lo = warp_block_codes<T>(lo, q_lo), scale_hi = warp_block_codes<T>(hi, q_hi);
+      const float scale_lo = block_codes<T, 32>(lo, q_lo), scale_hi = block_codes<T, 32>(hi, q_hi);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t r = r0 + lane + 32 * e;
