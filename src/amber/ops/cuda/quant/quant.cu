@@ -350,8 +350,9 @@ __global__ void __launch_bounds__(kThreads)
 // tile into shared memory as column pairs (eight 16-byte loads a thread, all in flight
 // at once, so few registers hold them); warp w then encodes the tile's rows
 // 16w .. 16w + 15 as 1x128 row blocks (lane l their columns 4l .. 4l + 3), and the
-// column pairs 8w .. 8w + 7, lane l the rows l, l + 32, l + 64, l + 96 of each (a
-// 65-word pitch keeps those reads conflict-free), as blocks of x^T.
+// column pairs 8w .. 8w + 7 as blocks of x^T, lane l the rows 4l .. 4l + 3 of each, so
+// that a lane's four codes of a column leave as one word. Pair p of row r sits at word
+// p ^ (r / 4) of the row: the 32 rows 4l + e a column read meets lie in 32 banks.
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of loads in flight
     quantize_fp8_rows_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides,
@@ -361,30 +362,34 @@ __global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of 
   constexpr int kRowsPerWarp = kTile / kWarps, kPairs = kTile / 2, kPairsPerWarp = kPairs / kWarps;
   constexpr int kPackElems = Pack<T>::n, kPacksPerRow = kTile / kPackElems;
   constexpr int kLoads = kTile * kPacksPerRow / kThreads;
-  __shared__ Vec<T, 2> tile[kTile][kPairs + 1];
+  __shared__ Vec<T, 2> tile[kTile][kPairs];
+  const auto at = [&](int r, int pair) -> Vec<T, 2>& { return tile[r][pair ^ (r / 4 % kPairs)]; };
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_blocks = (rows + kTile - 1) / kTile, col_blocks = (cols + kTile - 1) / kTile;
+  const bool word_columns = rows % 4 == 0 && reinterpret_cast<uintptr_t>(t_values) % 4 == 0;
   for (int64_t t = blockIdx.x; t < row_blocks * col_blocks; t += gridDim.x) {
     const int64_t row_block = t / col_blocks, col_block = t % col_blocks;
     const int64_t r0 = row_block * kTile, c0 = col_block * kTile;
+    // Thread i loads pack i % 16 of the rows i / 16 + 16k, k < kLoads.
+    constexpr int kRowStep = kThreads / kPacksPerRow;
+    const int first_row = threadIdx.x / kPacksPerRow, pack = threadIdx.x % kPacksPerRow;
+    const bool inside = c0 + pack * kPackElems < cols;
+    const T* src = x + (r0 + first_row) * cols + c0 + pack * kPackElems;
     Pack<T> packs[kLoads];
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
-      const int64_t r = r0 + rl, c = c0 + item % kPacksPerRow * kPackElems;
-      if (r < rows && c < cols) {
-        packs[i] = *reinterpret_cast<const Pack<T>*>(x + r * cols + c);
+    for (int k = 0; k < kLoads; ++k) {
+      if (inside && r0 + first_row + k * kRowStep < rows) {
+        packs[k] = *reinterpret_cast<const Pack<T>*>(src + k * kRowStep * cols);
       } else {
 #pragma unroll
-        for (int e = 0; e < kPackElems; ++e) packs[i].v[e] = from_f32<T>(0.0f);
+        for (int e = 0; e < kPackElems; ++e) packs[k].v[e] = from_f32<T>(0.0f);
       }
     }
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
-      const int pair = item % kPacksPerRow * kPackElems / 2;
+    for (int k = 0; k < kLoads; ++k) {
 #pragma unroll
-      for (int e = 0; e < kPackElems; e += 2) tile[rl][pair + e / 2] = Vec<T, 2>{{packs[i].v[e], packs[i].v[e + 1]}};
+      for (int e = 0; e < kPackElems; e += 2)
+        at(first_row + k * kRowStep, pack * kPackElems / 2 + e / 2) = Vec<T, 2>{{packs[k].v[e], packs[k].v[e + 1]}};
     }
     __syncthreads();
     const int64_t c = c0 + lane * 4;
@@ -392,32 +397,32 @@ __global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of 
       const int rl = warp * kRowsPerWarp + j;
       const int64_t r = r0 + rl;
       if (r >= rows) break;  // warp-uniform
-      const Vec<T, 2> a = tile[rl][2 * lane], b = tile[rl][2 * lane + 1];
+      const Vec<T, 2> a = at(rl, 2 * lane), b = at(rl, 2 * lane + 1);
       const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
       uint8_t q[4];
       const float scale = block_codes<T, 32>(v, q);
       store4<true>(values + r * cols + c, cols - c, q);
       if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
     }
+    const int64_t r = r0 + 4 * lane;
     for (int p = warp * kPairsPerWarp; p < (warp + 1) * kPairsPerWarp; ++p) {
       const int64_t col = c0 + 2 * p;
       if (col >= cols) break;  // warp-uniform; an even cols puts col + 1 inside too
       float lo[4], hi[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const Vec<T, 2> pair = tile[lane + 32 * e][p];
+        const Vec<T, 2> pair = at(4 * lane + e, p);
         lo[e] = to_f32(pair.v[0]);
         hi[e] = to_f32(pair.v[1]);
       }
       uint8_t q_lo[4], q_hi[4];
       const float scale_lo = block_codes<T, 32>(lo, q_lo), scale_hi = block_codes<T, 32>(hi, q_hi);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t r = r0 + lane + 32 * e;
-        if (r < rows) {
-          t_values[col * rows + r] = q_lo[e];
-          t_values[(col + 1) * rows + r] = q_hi[e];
-        }
+      if (word_columns) {
+        store4<true>(t_values + col * rows + r, rows - r, q_lo);
+        store4<true>(t_values + (col + 1) * rows + r, rows - r, q_hi);
+      } else {
+        store4<false>(t_values + col * rows + r, rows - r, q_lo);
+        store4<false>(t_values + (col + 1) * rows + r, rows - r, q_hi);
       }
       if (lane == 0) {
         t_scales[col * t_strides.row + row_block * t_strides.col] = scale_lo;
