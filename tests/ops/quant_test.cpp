@@ -10,6 +10,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "amber/core/error.h"
@@ -794,18 +795,20 @@ TEST(QuantGpu, SpecialBlocksBitIdenticalToCpu) {
     Tensor both_tv = poisoned(columns.values.shape(), DType::f8e4m3);
     Tensor both_ts = poisoned(columns.scales.shape(), DType::f32);
     quantize_fp8_rows_and_columns(gpu(x), both_v, both_s, both_tv, both_ts);
-    expect_same_bytes(what + "fp8 rows values", rv, rows.values);
-    expect_same_bytes(what + "fp8 rows scales", rs, rows.scales);
-    expect_same_bytes(what + "fp8 blocks values", bv, blocks.values);
-    expect_same_bytes(what + "fp8 blocks scales", bs, blocks.scales);
-    expect_same_bytes(what + "mxfp4 values", mv, fp4.values);
-    expect_same_bytes(what + "mxfp4 scales", ms, fp4.scales);
-    expect_same_bytes(what + "mxfp8 values", ev, fp8.values);
-    expect_same_bytes(what + "mxfp8 scales", es, fp8.scales);
-    expect_same_bytes(what + "fp8 rows and columns, rows' values", both_v, rows.values);
-    expect_same_bytes(what + "fp8 rows and columns, rows' scales", both_s, rows.scales);
-    expect_same_bytes(what + "fp8 rows and columns, columns' values", both_tv, columns.values);
-    expect_same_bytes(what + "fp8 rows and columns, columns' scales", both_ts, columns.scales);
+    const std::vector<std::tuple<std::string, const Tensor*, const Tensor*>> outputs = {
+        {"fp8 rows values", &rv, &rows.values},
+        {"fp8 rows scales", &rs, &rows.scales},
+        {"fp8 blocks values", &bv, &blocks.values},
+        {"fp8 blocks scales", &bs, &blocks.scales},
+        {"mxfp4 values", &mv, &fp4.values},
+        {"mxfp4 scales", &ms, &fp4.scales},
+        {"mxfp8 values", &ev, &fp8.values},
+        {"mxfp8 scales", &es, &fp8.scales},
+        {"fp8 rows and columns, rows' values", &both_v, &rows.values},
+        {"fp8 rows and columns, rows' scales", &both_s, &rows.scales},
+        {"fp8 rows and columns, columns' values", &both_tv, &columns.values},
+        {"fp8 rows and columns, columns' scales", &both_ts, &columns.scales}};
+    for (const auto& [name, on_gpu, on_cpu] : outputs) expect_same_bytes(what + name, *on_gpu, *on_cpu);
   }
 }
 

@@ -42,31 +42,44 @@ void with_vec(bool vec, Fn&& fn) {
     fn(std::false_type{});
 }
 
-// Four elements p[0..3] of a row with `left` elements from p on (<= 0: past the row's
-// end), zeros past it. kVec: the row width is a multiple of 4 and p is aligned to 4 T.
-template <class T, bool kVec>
-__device__ __forceinline__ void load4(const T* p, int64_t left, float (&v)[4]) {
+// N elements p[0..N-1] of a row with `left` elements from p on (<= 0: past the row's
+// end), zeros past it. kVec: the row width is a multiple of N and p is aligned to N
+// elements or 16 bytes, whichever is less (wider rows load in 16-byte parts).
+template <class T, bool kVec, int N>
+__device__ __forceinline__ void load_row(const T* p, int64_t left, float (&v)[N]) {
   if (kVec) {
-    if (left > 0) {
-      load_f32<T, 4>(p, v);
-    } else {
+    constexpr int n = N * sizeof(T) > 16 ? 16 / static_cast<int>(sizeof(T)) : N;  // elements a load
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = 0.0f;
+    for (int k = 0; k < N / n; ++k) {
+      float part[n];
+      if (left > 0) {
+        load_f32<T, n>(p + k * n, part);
+      } else {
+#pragma unroll
+        for (int e = 0; e < n; ++e) part[e] = 0.0f;
+      }
+#pragma unroll
+      for (int e = 0; e < n; ++e) v[k * n + e] = part[e];
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
+    for (int e = 0; e < N; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
   }
 }
 
-template <bool kVec>
-__device__ __forceinline__ void store4(uint8_t* p, int64_t left, const uint8_t (&q)[4]) {
+// The codes q of N elements at p, as load_row reads them (kVec: one store of N bytes).
+template <bool kVec, int N>
+__device__ __forceinline__ void store_row(uint8_t* p, int64_t left, const uint8_t (&q)[N]) {
   if (kVec) {
-    if (left > 0)
-      *reinterpret_cast<uint32_t*>(p) = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
+    if (left <= 0) return;
+    Vec<uint32_t, N / 4> words;
+#pragma unroll
+    for (int k = 0; k < N / 4; ++k)
+      words.v[k] = q[4 * k] | (q[4 * k + 1] << 8) | (q[4 * k + 2] << 16) | (static_cast<uint32_t>(q[4 * k + 3]) << 24);
+    *reinterpret_cast<Vec<uint32_t, N / 4>*>(p) = words;
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
+    for (int e = 0; e < N; ++e)
       if (e < left) p[e] = q[e];
   }
 }
@@ -156,38 +169,6 @@ __device__ __forceinline__ float block_codes(const float (&v)[N], uint8_t (&q)[N
   return scale;
 }
 
-// Eight elements p[0..7] of a row with `left` elements from p on (<= 0: past the row's
-// end), zeros past it. kVec: the row width is a multiple of 8 and p is aligned to 16 bytes.
-template <class T, bool kVec>
-__device__ __forceinline__ void load_row8(const T* p, int64_t left, float (&v)[8]) {
-  if (kVec) {
-    constexpr int n = Pack<T>::n < 8 ? Pack<T>::n : 8;
-#pragma unroll
-    for (int k = 0; k < 8 / n; ++k) {
-      Pack<T> a;
-      if (left > 0) a = reinterpret_cast<const Pack<T>*>(p)[k];
-#pragma unroll
-      for (int e = 0; e < n; ++e) v[k * n + e] = left > 0 ? to_f32(a.v[e]) : 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
-  }
-}
-
-template <bool kVec>
-__device__ __forceinline__ void store_row8(uint8_t* p, int64_t left, const uint8_t (&q)[8]) {
-  if (kVec) {
-    if (left > 0)
-      *reinterpret_cast<uint2*>(p) = make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24),
-                                                q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24));
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      if (e < left) p[e] = q[e];
-  }
-}
-
 // Half a warp per 1x128 row block, eight elements a lane; a warp takes 2 * kSteps
 // blocks at once (blocks 2s + h of its group to half h), their loads all issued before
 // the first is encoded, so each warp keeps 1 KB of a 16-bit source in flight.
@@ -209,14 +190,14 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x,
       const int64_t b = g + 2 * s + half, c = b % col_tiles * kTile + half_lane * 8;
       at[s] = b / col_tiles * cols + c;
       left[s] = b < blocks ? cols - c : 0;
-      load_row8<T, kVec>(x + at[s], left[s], v[s]);
+      load_row<T, kVec, 8>(x + at[s], left[s], v[s]);
     }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t b = g + 2 * s + half;
       uint8_t q[8];
       const float scale = block_codes<T, 16>(v[s], q);
-      store_row8<kVec>(values + at[s], left[s], q);
+      store_row<kVec, 8>(values + at[s], left[s], q);
       if (half_lane == 0 && b < blocks) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
     }
   }
@@ -262,7 +243,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
-      load4<T, kVec>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
+      load_row<T, kVec, 4>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
       amax = abs_bits_max(v[j], amax);
     }
     amax = lanes_max<32>(amax);
@@ -279,7 +260,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t r = r0 + j * kWarps;
       uint8_t q[4];
       encode(v[j], divide, finite, q);
-      store4<kVec>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
+      store_row<kVec, 4>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
       if (transposed) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) codes[lane * 4 + e][warp + j * kWarps] = q[e];
@@ -401,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of 
       const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
       uint8_t q[4];
       const float scale = block_codes<T, 32>(v, q);
-      store4<true>(values + r * cols + c, cols - c, q);
+      store_row<true, 4>(values + r * cols + c, cols - c, q);
       if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
     }
     const int64_t r = r0 + 4 * lane;
@@ -418,11 +399,11 @@ __global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of 
       uint8_t q_lo[4], q_hi[4];
       const float scale_lo = block_codes<T, 32>(lo, q_lo), scale_hi = block_codes<T, 32>(hi, q_hi);
       if (word_columns) {
-        store4<true>(t_values + col * rows + r, rows - r, q_lo);
-        store4<true>(t_values + (col + 1) * rows + r, rows - r, q_hi);
+        store_row<true, 4>(t_values + col * rows + r, rows - r, q_lo);
+        store_row<true, 4>(t_values + (col + 1) * rows + r, rows - r, q_hi);
       } else {
-        store4<false>(t_values + col * rows + r, rows - r, q_lo);
-        store4<false>(t_values + (col + 1) * rows + r, rows - r, q_hi);
+        store_row<false, 4>(t_values + col * rows + r, rows - r, q_lo);
+        store_row<false, 4>(t_values + (col + 1) * rows + r, rows - r, q_hi);
       }
       if (lane == 0) {
         t_scales[col * t_strides.row + row_block * t_strides.col] = scale_lo;
