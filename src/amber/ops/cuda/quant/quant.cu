@@ -42,43 +42,68 @@ void with_vec(bool vec, Fn&& fn) {
     fn(std::false_type{});
 }
 
-// Four elements p[0..3] of a row with `left` elements from p on (<= 0: past the row's
-// end), zeros past it. kVec: the row width is a multiple of 4 and p is aligned to 4 T.
-template <class T, bool kVec>
-__device__ __forceinline__ void load4(const T* p, int64_t left, float (&v)[4]) {
+// N elements p[0..N-1] of a row with `left` elements from p on (<= 0: past the row's
+// end), zeros past it. kVec: the row width is a multiple of N and p is aligned to N
+// elements or 16 bytes, whichever is less (wider rows load in 16-byte parts).
+template <class T, bool kVec, int N>
+__device__ __forceinline__ void load_row(const T* p, int64_t left, float (&v)[N]) {
   if (kVec) {
-    if (left > 0) {
-      load_f32<T, 4>(p, v);
-    } else {
+    constexpr int n = N * sizeof(T) > 16 ? 16 / static_cast<int>(sizeof(T)) : N;  // elements a load
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = 0.0f;
+    for (int k = 0; k < N / n; ++k) {
+      float part[n];
+      if (left > 0) {
+        load_f32<T, n>(p + k * n, part);
+      } else {
+#pragma unroll
+        for (int e = 0; e < n; ++e) part[e] = 0.0f;
+      }
+#pragma unroll
+      for (int e = 0; e < n; ++e) v[k * n + e] = part[e];
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
+    for (int e = 0; e < N; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
   }
 }
 
-template <bool kVec>
-__device__ __forceinline__ void store4(uint8_t* p, int64_t left, const uint8_t (&q)[4]) {
+// The codes q of N elements at p, as load_row reads them (kVec: one store of N bytes).
+template <bool kVec, int N>
+__device__ __forceinline__ void store_row(uint8_t* p, int64_t left, const uint8_t (&q)[N]) {
   if (kVec) {
-    if (left > 0)
-      *reinterpret_cast<uint32_t*>(p) = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
+    if (left <= 0) return;
+    Vec<uint32_t, N / 4> words;
+#pragma unroll
+    for (int k = 0; k < N / 4; ++k)
+      words.v[k] = q[4 * k] | (q[4 * k + 1] << 8) | (q[4 * k + 2] << 16) | (static_cast<uint32_t>(q[4 * k + 3]) << 24);
+    *reinterpret_cast<Vec<uint32_t, N / 4>*>(p) = words;
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
+    for (int e = 0; e < N; ++e)
       if (e < left) p[e] = q[e];
   }
 }
 
+// The largest |x| of v as float bits, folded into m: NaN and infinities order above
+// every finite value, so a block is finite exactly when its maximum is below an
+// infinity's bits (one integer max an element, no test of its own for finiteness).
 template <int N>
-__device__ __forceinline__ void accumulate(const float (&v)[N], float& amax, bool& finite) {
+__device__ __forceinline__ uint32_t abs_bits_max(const float (&v)[N], uint32_t m) {
 #pragma unroll
-  for (int e = 0; e < N; ++e) {
-    finite = finite && isfinite(v[e]);
-    amax = fmaxf(amax, fabsf(v[e]));
-  }
+  for (int e = 0; e < N; ++e) m = max(m, float_bits(v[e]) & 0x7FFFFFFFu);
+  return m;
 }
+
+// The same over kLanes neighbouring lanes (xor shuffles within aligned groups).
+template <int kLanes>
+__device__ __forceinline__ uint32_t lanes_max(uint32_t m) {
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
+
+constexpr uint32_t kInfinityBits = 0x7F800000u;
+
 
 // scale = amax / 448; 1 when that is zero; NaN for a block holding NaN or an infinity.
 __device__ __forceinline__ float fp8_scale(float amax, bool finite) {
@@ -132,65 +157,16 @@ __device__ __forceinline__ void encode(const float (&v)[N], const ScaleDivisor& 
   }
 }
 
-// A 1x128 block of T held by a warp, four elements a lane: the lane's codes, and the
-// block's scale from the warp's amax.
-template <class T>
-__device__ __forceinline__ float warp_block_codes(const float (&v)[4], uint8_t (&q)[4]) {
-  float amax = 0.0f;
-  bool finite = true;
-  accumulate(v, amax, finite);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  finite = __all_sync(0xffffffffu, finite);
-  const float scale = fp8_scale(amax, finite);
+// A 1x128 block of T held by kLanes neighbouring lanes (a warp: four elements a lane;
+// half a warp: eight): the lane's codes, and the block's scale from the lanes' amax.
+template <class T, int kLanes, int N>
+__device__ __forceinline__ float block_codes(const float (&v)[N], uint8_t (&q)[N]) {
+  static_assert(kLanes * N == kTile, "the lanes hold one block");
+  const uint32_t amax = lanes_max<kLanes>(abs_bits_max(v, 0u));
+  const bool finite = amax < kInfinityBits;
+  const float scale = fp8_scale(bits_float(amax), finite);
   encode(v, scale_divisor<T>(scale), finite, q);
   return scale;
-}
-
-// The same of a 1x128 block held by half a warp (its lanes 16h .. 16h + 15), eight
-// elements a lane.
-template <class T>
-__device__ __forceinline__ float half_warp_block_codes(const float (&v)[8], uint8_t (&q)[8]) {
-  float amax = 0.0f;
-  bool finite = true;
-  accumulate(v, amax, finite);
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const unsigned not_finite = __ballot_sync(0xffffffffu, !finite);
-  finite = ((not_finite >> (threadIdx.x & 16)) & 0xFFFFu) == 0;
-  const float scale = fp8_scale(amax, finite);
-  encode(v, scale_divisor<T>(scale), finite, q);
-  return scale;
-}
-
-// Eight elements p[0..7] of a row with `left` elements from p on (<= 0: past the row's
-// end), zeros past it. kVec: the row width is a multiple of 8 and p is aligned to 16 bytes.
-template <class T, bool kVec>
-__device__ __forceinline__ void load_row8(const T* p, int64_t left, float (&v)[8]) {
-  if (kVec) {
-    constexpr int n = Pack<T>::n < 8 ? Pack<T>::n : 8;
-#pragma unroll
-    for (int k = 0; k < 8 / n; ++k) {
-      Pack<T> a;
-      if (left > 0) a = reinterpret_cast<const Pack<T>*>(p)[k];
-#pragma unroll
-      for (int e = 0; e < n; ++e) v[k * n + e] = left > 0 ? to_f32(a.v[e]) : 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
-  }
-}
-
-template <bool kVec>
-__device__ __forceinline__ void store_row8(uint8_t* p, int64_t left, const uint8_t (&q)[8]) {
-  if (kVec) {
-    if (left > 0)
-      *reinterpret_cast<uint2*>(p) = make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24),
-                                                q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24));
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      if (e < left) p[e] = q[e];
-  }
 }
 
 // Half a warp per 1x128 row block, eight elements a lane; a warp takes 2 * kSteps
@@ -214,14 +190,14 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x,
       const int64_t b = g + 2 * s + half, c = b % col_tiles * kTile + half_lane * 8;
       at[s] = b / col_tiles * cols + c;
       left[s] = b < blocks ? cols - c : 0;
-      load_row8<T, kVec>(x + at[s], left[s], v[s]);
+      load_row<T, kVec, 8>(x + at[s], left[s], v[s]);
     }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t b = g + 2 * s + half;
       uint8_t q[8];
-      const float scale = half_warp_block_codes<T>(v[s], q);
-      store_row8<kVec>(values + at[s], left[s], q);
+      const float scale = block_codes<T, 16>(v[s], q);
+      store_row<kVec, 8>(values + at[s], left[s], q);
       if (half_lane == 0 && b < blocks) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
     }
   }
@@ -254,7 +230,7 @@ __global__ void __launch_bounds__(kThreads)
     quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, Fp8ScaleStrides strides,
                                uint8_t* transposed, int64_t batch, int64_t rows, int64_t cols) {
   constexpr int kRowsPerWarp = kTile / kWarps;
-  __shared__ float scratch[32];
+  __shared__ uint32_t warp_max[kWarps];
   __shared__ __align__(16) uint8_t codes[kTile][kTile + 4];  // [column][row]: +4 keeps words aligned
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
@@ -262,24 +238,29 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t matrix = t / (row_tiles * col_tiles) * rows * cols;
     const int64_t r0 = t / col_tiles % row_tiles * kTile + warp, c = t % col_tiles * kTile + lane * 4;
-    float v[kRowsPerWarp][4], amax = 0.0f;
-    bool finite = true;
+    float v[kRowsPerWarp][4];
+    uint32_t amax = 0;
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
-      load4<T, kVec>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
-      accumulate(v[j], amax, finite);
+      load_row<T, kVec, 4>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
+      amax = abs_bits_max(v[j], amax);
     }
-    amax = block_max(amax, scratch);
-    finite = __syncthreads_and(finite);
-    const float scale = fp8_scale(amax, finite);
+    amax = lanes_max<32>(amax);
+    if (lane == 0) warp_max[warp] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) amax = max(amax, warp_max[k]);
+    __syncthreads();  // every warp has read warp_max before the next tile writes it
+    const bool finite = amax < kInfinityBits;
+    const float scale = fp8_scale(bits_float(amax), finite);
     const ScaleDivisor divide = scale_divisor<T>(scale);
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
       uint8_t q[4];
       encode(v[j], divide, finite, q);
-      store4<kVec>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
+      store_row<kVec, 4>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
       if (transposed) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) codes[lane * 4 + e][warp + j * kWarps] = q[e];
@@ -335,7 +316,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = panel[lane + 32 * e][cl];
       uint8_t q[4];
-      const float scale = warp_block_codes<T>(v, q);
+      const float scale = block_codes<T, 32>(v, q);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (r0 + lane + 32 * e < rows) values[c * rows + r0 + lane + 32 * e] = q[e];
@@ -350,12 +331,11 @@ __global__ void __launch_bounds__(kThreads)
 // tile into shared memory as column pairs (eight 16-byte loads a thread, all in flight
 // at once, so few registers hold them); warp w then encodes the tile's rows
 // 16w .. 16w + 15 as 1x128 row blocks (lane l their columns 4l .. 4l + 3), and the
-// column pairs 8w .. 8w + 7, lane l the rows l, l + 32, l + 64, l + 96 of each (a
-// 65-word pitch keeps those reads conflict-free), as blocks of x^T. Six blocks an SM
-// (40 registers, some spilled) is the build measured: 0.422 ms at 16384 x 8192 bf16 on
-// an H100, 44.5% of copy bandwidth, as fast as the two passes (docs/perf/fp8.md).
+// column pairs 8w .. 8w + 7 as blocks of x^T, lane l the rows 4l .. 4l + 3 of each, so
+// that a lane's four codes of a column leave as one word. Pair p of row r sits at word
+// p ^ (r / 4) of the row: the 32 rows 4l + e a column read meets lie in 32 banks.
 template <class T>
-__global__ void __launch_bounds__(kThreads, 6)
+__global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of loads in flight
     quantize_fp8_rows_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides,
                                      uint8_t* t_values, float* t_scales, Fp8ScaleStrides t_strides, int64_t rows,
                                      int64_t cols) {
@@ -363,30 +343,34 @@ __global__ void __launch_bounds__(kThreads, 6)
   constexpr int kRowsPerWarp = kTile / kWarps, kPairs = kTile / 2, kPairsPerWarp = kPairs / kWarps;
   constexpr int kPackElems = Pack<T>::n, kPacksPerRow = kTile / kPackElems;
   constexpr int kLoads = kTile * kPacksPerRow / kThreads;
-  __shared__ Vec<T, 2> tile[kTile][kPairs + 1];
+  __shared__ Vec<T, 2> tile[kTile][kPairs];
+  const auto at = [&](int r, int pair) -> Vec<T, 2>& { return tile[r][pair ^ (r / 4 % kPairs)]; };
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_blocks = (rows + kTile - 1) / kTile, col_blocks = (cols + kTile - 1) / kTile;
+  const bool word_columns = rows % 4 == 0 && reinterpret_cast<uintptr_t>(t_values) % 4 == 0;
   for (int64_t t = blockIdx.x; t < row_blocks * col_blocks; t += gridDim.x) {
     const int64_t row_block = t / col_blocks, col_block = t % col_blocks;
     const int64_t r0 = row_block * kTile, c0 = col_block * kTile;
+    // Thread i loads pack i % 16 of the rows i / 16 + 16k, k < kLoads.
+    constexpr int kRowStep = kThreads / kPacksPerRow;
+    const int first_row = threadIdx.x / kPacksPerRow, pack = threadIdx.x % kPacksPerRow;
+    const bool inside = c0 + pack * kPackElems < cols;
+    const T* src = x + (r0 + first_row) * cols + c0 + pack * kPackElems;
     Pack<T> packs[kLoads];
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
-      const int64_t r = r0 + rl, c = c0 + item % kPacksPerRow * kPackElems;
-      if (r < rows && c < cols) {
-        packs[i] = *reinterpret_cast<const Pack<T>*>(x + r * cols + c);
+    for (int k = 0; k < kLoads; ++k) {
+      if (inside && r0 + first_row + k * kRowStep < rows) {
+        packs[k] = *reinterpret_cast<const Pack<T>*>(src + k * kRowStep * cols);
       } else {
 #pragma unroll
-        for (int e = 0; e < kPackElems; ++e) packs[i].v[e] = from_f32<T>(0.0f);
+        for (int e = 0; e < kPackElems; ++e) packs[k].v[e] = from_f32<T>(0.0f);
       }
     }
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
-      const int pair = item % kPacksPerRow * kPackElems / 2;
+    for (int k = 0; k < kLoads; ++k) {
 #pragma unroll
-      for (int e = 0; e < kPackElems; e += 2) tile[rl][pair + e / 2] = Vec<T, 2>{{packs[i].v[e], packs[i].v[e + 1]}};
+      for (int e = 0; e < kPackElems; e += 2)
+        at(first_row + k * kRowStep, pack * kPackElems / 2 + e / 2) = Vec<T, 2>{{packs[k].v[e], packs[k].v[e + 1]}};
     }
     __syncthreads();
     const int64_t c = c0 + lane * 4;
@@ -394,32 +378,32 @@ __global__ void __launch_bounds__(kThreads, 6)
       const int rl = warp * kRowsPerWarp + j;
       const int64_t r = r0 + rl;
       if (r >= rows) break;  // warp-uniform
-      const Vec<T, 2> a = tile[rl][2 * lane], b = tile[rl][2 * lane + 1];
+      const Vec<T, 2> a = at(rl, 2 * lane), b = at(rl, 2 * lane + 1);
       const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
       uint8_t q[4];
-      const float scale = warp_block_codes<T>(v, q);
-      store4<true>(values + r * cols + c, cols - c, q);
+      const float scale = block_codes<T, 32>(v, q);
+      store_row<true, 4>(values + r * cols + c, cols - c, q);
       if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
     }
+    const int64_t r = r0 + 4 * lane;
     for (int p = warp * kPairsPerWarp; p < (warp + 1) * kPairsPerWarp; ++p) {
       const int64_t col = c0 + 2 * p;
       if (col >= cols) break;  // warp-uniform; an even cols puts col + 1 inside too
       float lo[4], hi[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const Vec<T, 2> pair = tile[lane + 32 * e][p];
+        const Vec<T, 2> pair = at(4 * lane + e, p);
         lo[e] = to_f32(pair.v[0]);
         hi[e] = to_f32(pair.v[1]);
       }
       uint8_t q_lo[4], q_hi[4];
-      const float scale_lo = warp_block_codes<T>(lo, q_lo), scale_hi = warp_block_codes<T>(hi, q_hi);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t r = r0 + lane + 32 * e;
-        if (r < rows) {
-          t_values[col * rows + r] = q_lo[e];
-          t_values[(col + 1) * rows + r] = q_hi[e];
-        }
+      const float scale_lo = block_codes<T, 32>(lo, q_lo), scale_hi = block_codes<T, 32>(hi, q_hi);
+      if (word_columns) {
+        store_row<true, 4>(t_values + col * rows + r, rows - r, q_lo);
+        store_row<true, 4>(t_values + (col + 1) * rows + r, rows - r, q_hi);
+      } else {
+        store_row<false, 4>(t_values + col * rows + r, rows - r, q_lo);
+        store_row<false, 4>(t_values + (col + 1) * rows + r, rows - r, q_hi);
       }
       if (lane == 0) {
         t_scales[col * t_strides.row + row_block * t_strides.col] = scale_lo;
