@@ -10,6 +10,7 @@
 #include "amber/core/error.h"
 #include "amber/model/config.h"
 #include "amber/model/linear.h"
+#include "amber/ops/activation.h"
 #include "amber/ops/fp8_gemm.h"
 #include "amber/ops/quant.h"
 #include "ops/testing.h"
@@ -75,10 +76,12 @@ TEST(Fp8BlockRecipe, EachProductIsTheFp8OracleOfItsQuantizedOperands) {
   }
 }
 
-// The GLU forward is the FP8 product and the activation; the down projection's input
-// gradient through the GLU uses W_down^T's tiles, its weight gradient dy^T and h^T by
-// rows along the tokens (dy quantized once into both layouts).
-TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesFollowedByTheActivation) {
+// The GLU forward is the FP8 product and the activation. The backward: the down
+// projection's input gradient dh through W_down^T's tiles and its weight gradient from
+// dy^T and h^T by rows along the tokens (dy quantized once into both layouts); dgate_up
+// = the GLU's backward of dh, quantized once into the rows and columns that the gate/up
+// projection's dx (through W_gate_up^T's tiles) and weight gradient read.
+TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesAroundTheActivation) {
   ParamStore store(Placement{});
   GluLinear gate_up(store, {"gate_up", 128, 2 * 160, false, ParamRole::hidden_matrix, 0.05, kFp8BlockRecipe},
                     Glu::swiglu);
@@ -92,11 +95,19 @@ TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesFollowedByTheActivation) {
   gate_up.forward(x, gu, h, arena);
   const Tensor w_gate_up = store.params()[0]->value, w_down = store.params()[1]->value;
   EXPECT_EQ(gu.to_doubles(), product(rows(x), tiles(w_gate_up), Fp8Scaling::tiles).to_doubles());
-  Tensor dgu = Tensor::empty({64, 320}, DType::f32), dh = Tensor::empty({64, 160}, DType::f32);
-  gate_up.backward_through(down, dy, h, gu, dgu, dh, arena);
-  EXPECT_EQ(dh.to_doubles(), product(rows(dy), tiles(transposed(w_down)), Fp8Scaling::tiles).to_doubles());
+  Tensor expected_h = Tensor::empty(h.shape(), DType::f32);
+  swiglu_forward(gu, expected_h);
+  EXPECT_EQ(h.to_doubles(), expected_h.to_doubles());
+
+  const Tensor dx = gate_up.backward(down, dy, {x, gu, h}, arena);
   EXPECT_EQ(down.weight().grad.to_doubles(),
             product(rows(transposed(dy)), rows(transposed(h)), Fp8Scaling::rows).to_doubles());
+  const Tensor dh = product(rows(dy), tiles(transposed(w_down)), Fp8Scaling::tiles);
+  Tensor dgu = Tensor::empty(gu.shape(), DType::f32);
+  swiglu_backward(dh, gu, dgu);
+  EXPECT_EQ(dx.to_doubles(), product(rows(dgu), tiles(transposed(w_gate_up)), Fp8Scaling::tiles).to_doubles());
+  EXPECT_EQ(gate_up.weight().grad.to_doubles(),
+            product(rows(transposed(dgu)), rows(transposed(x)), Fp8Scaling::rows).to_doubles());
 }
 
 // On a GPU a token count that is not a multiple of 16 is padded with zero rows: the

@@ -15,6 +15,8 @@
 
 #include "amber/core/error.h"
 #include "amber/ops/cuda/quant/quant_codes.h"
+#include "amber/ops/activation.h"
+#include "amber/ops/glu_linear.h"
 #include "amber/ops/quant.h"
 #include "testing.h"
 
@@ -600,6 +602,40 @@ TEST(QuantErrors, BadShapesAndDtypesNameTheShape) {
 
 // ---- GPU against the CPU ----------------------------------------------------------------
 
+// On the CPU the GLU's backward quantized is the two ops through the caller's dgate_up;
+// shapes that do not match name what is wrong before anything is written.
+TEST(QuantGlu, BackwardFp8IsTheGluBackwardThenTheQuantizer) {
+  const Tensor dh = varied({40, 160}, DType::bf16, 80), gate_up = varied({40, 320}, DType::bf16, 81);
+  Tensor dgate_up = Tensor::empty({40, 320}, DType::bf16), expected = Tensor::empty({40, 320}, DType::bf16);
+  swiglu_backward(dh, gate_up, expected);
+  const Quantized rows = fp8_rows(expected), columns = fp8_rows(expected.transpose(0, 1).contiguous());
+  Tensor values = Tensor::empty(rows.values.shape(), DType::f8e4m3), scales = Tensor::empty(rows.scales.shape(), DType::f32);
+  Tensor t_values = Tensor::empty(columns.values.shape(), DType::f8e4m3);
+  Tensor t_scales = Tensor::empty(columns.scales.shape(), DType::f32);
+  EXPECT_FALSE(glu_backward_fp8_rows_and_columns(Glu::swiglu, dh, gate_up, dgate_up, values, scales, t_values, t_scales));
+  EXPECT_EQ(std::memcmp(dgate_up.raw(), expected.raw(), expected.bytes()), 0);
+  for (const auto& [got, want] : {std::pair{&values, &rows.values}, std::pair{&scales, &rows.scales},
+                                  std::pair{&t_values, &columns.values}, std::pair{&t_scales, &columns.scales}})
+    EXPECT_EQ(std::memcmp(got->raw(), want->raw(), want->bytes()), 0);
+
+  const auto message = [&](Tensor& d, Tensor& v) {
+    try {
+      glu_backward_fp8_rows_and_columns(Glu::swiglu, dh, gate_up, d, v, scales, t_values, t_scales);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor short_dgate_up = Tensor::empty({40, 300}, DType::bf16), f32_dgate_up = Tensor::empty({40, 320}, DType::f32);
+  Tensor short_values = Tensor::empty({40, 300}, DType::f8e4m3);
+  EXPECT_NE(message(short_dgate_up, values).find("dgate_up [40, 300] bf16 must be [N, 2H] (dgate_up in dh's dtype)"),
+            std::string::npos);
+  EXPECT_NE(message(f32_dgate_up, values).find("must be [N, 2H] (dgate_up in dh's dtype) for dh [40, 160] bf16"),
+            std::string::npos);
+  EXPECT_NE(message(dgate_up, short_values).find("values [40, 300] f8e4m3 must be [40, 320] f8e4m3"),
+            std::string::npos);
+}
+
 #define REQUIRE_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
@@ -836,6 +872,43 @@ TEST(QuantGpu, Fp8RowsAndColumnsInOnePassBitIdenticalToCpu) {
         expect_same_bytes(what + " columns, values", t_values, columns.values);
         expect_same_bytes(what + " columns, scales", t_storage, columns.scales.transpose(0, 1).contiguous());
       }
+}
+
+
+// The GLU's backward quantized in one pass (ops/glu_linear.h) writes the bits of the
+// GPU's GLU backward pass followed by quantize_fp8_rows_and_columns, rows off the
+// 128-tiles (and not a multiple of 4, where the column codes leave as bytes), both
+// GLUs, bf16 and f16; a width off 128 or an f32 source takes the two passes.
+TEST(QuantGpu, GluBackwardInOnePassBitIdenticalToTheTwoPasses) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t rows, width;
+    DType dt;
+  };
+  for (const Case& c : {Case{300, 256, DType::bf16}, Case{129, 384, DType::f16}, Case{2048, 1024, DType::bf16},
+                        Case{1, 128, DType::bf16}, Case{77, 200, DType::bf16}, Case{64, 128, DType::f32}}) {
+    for (Glu glu : {Glu::swiglu, Glu::geglu}) {
+      const std::string what = concat(glu == Glu::swiglu ? "swiglu " : "geglu ", dtype_name(c.dt), " [", c.rows, ", ",
+                                      c.width, "]");
+      const Tensor dh = gpu(varied({c.rows, c.width}, c.dt, 70 + c.rows));
+      const Tensor gate_up = gpu(varied({c.rows, 2 * c.width}, c.dt, 71 + c.rows));
+      const Shape shape{c.rows, 2 * c.width}, flipped{2 * c.width, c.rows};
+      Tensor dgate_up = Tensor::empty(shape, c.dt, Device::cuda());
+      glu_activation_backward(glu, dh, gate_up, dgate_up);
+      const Quantized rows = fp8_rows(dgate_up), columns = fp8_rows(dgate_up.transpose(0, 1).contiguous());
+      Tensor values = poisoned(shape, DType::f8e4m3), t_values = poisoned(flipped, DType::f8e4m3);
+      Tensor scales = poisoned(rows.scales.shape(), DType::f32), t_scales = poisoned(columns.scales.shape(), DType::f32);
+      Tensor scratch = gpu(Tensor::full(shape, NAN, c.dt));
+      const bool one_pass = c.width % 128 == 0 && c.dt != DType::f32;
+      EXPECT_EQ(glu_backward_fp8_rows_and_columns(glu, dh, gate_up, scratch, values, scales, t_values, t_scales),
+                one_pass)
+          << what;
+      expect_same_bytes(what + " rows, values", values, rows.values.to(Device::cpu()));
+      expect_same_bytes(what + " rows, scales", scales, rows.scales.to(Device::cpu()));
+      expect_same_bytes(what + " columns, values", t_values, columns.values.to(Device::cpu()));
+      expect_same_bytes(what + " columns, scales", t_scales, columns.scales.to(Device::cpu()));
+    }
+  }
 }
 
 }  // namespace

@@ -39,9 +39,11 @@ Quantized columns_of(const Tensor& x, Arena& scratch) {
 struct RowsAndColumns {
   Quantized rows, columns;
 };
+RowsAndColumns allocate_rows_and_columns(int64_t rows, int64_t cols, Arena& scratch) {
+  return {allocate(rows, cols, Fp8Scaling::rows, scratch), allocate(cols, rows, Fp8Scaling::rows, scratch)};
+}
 RowsAndColumns rows_and_columns_of(const Tensor& x, Arena& scratch) {
-  RowsAndColumns q{allocate(x.size(0), x.size(1), Fp8Scaling::rows, scratch),
-                   allocate(x.size(1), x.size(0), Fp8Scaling::rows, scratch)};
+  RowsAndColumns q = allocate_rows_and_columns(x.size(0), x.size(1), scratch);
   quantize_fp8_rows_and_columns(x, q.rows.values, q.rows.scales, q.columns.values, q.columns.scales);
   return q;
 }
@@ -152,17 +154,38 @@ class Fp8BlockRecipe final : public LinearRecipe {
     glu_activation_forward(glu, gate_up, h);
   }
 
-  void glu_backward(Glu glu, const Tensor& dy, const Tensor& h, Param& w_down, Param* b_down, const Tensor& gate_up,
-                    Tensor& dgate_up, Tensor& dh, Arena& scratch) const override {
-    if (!fits(w_down)) return fallback_->glu_backward(glu, dy, h, w_down, b_down, gate_up, dgate_up, dh, scratch);
-    refuse_bias(b_down);
+  // dgate_up goes straight from the GLU's backward into the FP8 rows and columns the
+  // gate/up products read (glu_backward_fp8_rows_and_columns), never written whole on a
+  // GPU. A weight that does not fit runs its products in the compute dtype.
+  void glu_backward(Glu glu, const Tensor& dy, const GluSaved& saved, const GluParams& p, Tensor& dx,
+                    Arena& scratch) const override {
     const Arena::Mark mark = scratch.mark();
-    const Tensor dy_rows = padded(dy, scratch);
-    const RowsAndColumns qdy = rows_and_columns_of(dy_rows, scratch);
-    weight_gradient(qdy.columns, h, w_down, scratch);
-    input_gradient(qdy.rows, w_down, dh, scratch);
+    Tensor dh = scratch.alloc(saved.h.shape(), dy.dtype());
+    if (fits(p.down)) {
+      refuse_bias(p.down_bias);
+      const RowsAndColumns qdy = rows_and_columns_of(padded(dy, scratch), scratch);
+      weight_gradient(qdy.columns, saved.h, p.down, scratch);
+      input_gradient(qdy.rows, p.down, dh, scratch);
+    } else {
+      fallback_->backward(dy, saved.h, p.down, p.down_bias, dh, scratch);
+    }
+    Tensor dgate_up = scratch.alloc(saved.gate_up.shape(), dy.dtype());
+    if (fits(p.gate_up)) {
+      refuse_bias(p.gate_up_bias);
+      const Tensor dh_rows = padded(dh, scratch), gate_up_rows = padded(saved.gate_up, scratch);
+      Tensor dgate_up_rows = padded_rows(dgate_up) == dgate_up.size(0)
+                                 ? dgate_up
+                                 : scratch.alloc({padded_rows(dgate_up), dgate_up.size(1)}, dgate_up.dtype());
+      RowsAndColumns q = allocate_rows_and_columns(dgate_up_rows.size(0), dgate_up_rows.size(1), scratch);
+      glu_backward_fp8_rows_and_columns(glu, dh_rows, gate_up_rows, dgate_up_rows, q.rows.values, q.rows.scales,
+                                        q.columns.values, q.columns.scales);
+      weight_gradient(q.columns, saved.x, p.gate_up, scratch);
+      if (dx.defined()) input_gradient(q.rows, p.gate_up, dx, scratch);
+    } else {
+      glu_activation_backward(glu, dh, saved.gate_up, dgate_up);
+      fallback_->backward(dgate_up, saved.x, p.gate_up, p.gate_up_bias, dx, scratch);
+    }
     scratch.rewind(mark);
-    glu_activation_backward(glu, dh, gate_up, dgate_up);
   }
 
  private:

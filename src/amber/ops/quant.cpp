@@ -130,12 +130,17 @@ void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
                   cpu::quantize_fp8_columns(x, values, scales));
 }
 
-void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
-                                   Tensor& t_scales) {
-  const char* op = "quantize_fp8_rows_and_columns";
+void check_fp8_rows_and_columns(const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor& t_values,
+                                const Tensor& t_scales, const char* op) {
   check_source(x, op, "x");
   check_fp8_rows(x, values, scales, op);
   check_fp8_columns(x, t_values, t_scales, op);
+}
+
+void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
+                                   Tensor& t_scales) {
+  const char* op = "quantize_fp8_rows_and_columns";
+  check_fp8_rows_and_columns(x, values, scales, t_values, t_scales, op);
   if (x.numel() == 0) return;
   AMBER_ON_DEVICE(ops::common_device(op, {&x, &values, &scales, &t_values, &t_scales}), op,
                   cuda::quantize_fp8_rows_and_columns(x, values, scales, t_values, t_scales),
