@@ -3,7 +3,8 @@
 // blocks along `in`, W in 128x128 tiles; input gradient: dy in 1x128 blocks along
 // `out`, W^T's tiles (written by the weight's quantizer in the same pass); weight
 // gradient: dy^T and x^T in 1x128 blocks along the tokens (quantized from dy and x in
-// one pass each). Outputs (y, dx, the GLU's input) in the compute dtype, the weight
+// one pass each; a gated MLP's dgate_up straight from the GLU's backward, never written
+// whole on a GPU). Outputs (y, dx, the GLU's input) in the compute dtype, the weight
 // gradient in fp32. Weights are quantized from their working copies at every call.
 // On a GPU, token counts that are not a multiple of 16 (an evaluation batch, a decode
 // step) are padded with zero rows in the arena, which changes no result; a weight whose
