@@ -198,6 +198,28 @@ TEST(QuantCodes, DivisionThroughTheReciprocalEncodesAsTheQuotientForF16) {
   expect_reciprocal_division_codes_match({f16_to_float, 10, 0x7C00}, {0, 1, 15, 30});
 }
 
+// The block scale through 1/448 equals the IEEE quotient amax / 448 for every fp32 amax
+// of the binades swept whole: the first two whose quotients are normal, two ordinary
+// ones and the top one (the rest are these scaled by powers of two, which change
+// neither the roundings nor the remainder's exactness); below the threshold it divides.
+TEST(QuantCodes, ScaleThroughTheReciprocalOf448IsTheQuotient) {
+  const int low = std::ilogb(qc::kScaleByReciprocalMinAmax);
+  int64_t checked = 0;
+  for (int binade : {low, low + 1, 0, 1, 127}) {
+    const float start = std::ldexp(1.0f, binade);
+    for (uint32_t m = 0; m < (1u << 23); ++m) {
+      const float amax = bits_float(float_bits(start) + m);
+      if (amax < qc::kScaleByReciprocalMinAmax) continue;
+      ASSERT_EQ(float_bits(qc::fp8_scale_quotient(amax)), float_bits(amax / 448.0f)) << amax;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 4 * (1 << 23));
+  // Below: the subnormal quotients the product form would miss, divided.
+  for (float amax : {std::nextafter(qc::kScaleByReciprocalMinAmax, 0.0f), 1e-40f, 0x1p-149f, 0.0f})
+    EXPECT_EQ(float_bits(qc::fp8_scale_quotient(amax)), float_bits(amax / 448.0f)) << amax;
+}
+
 TEST(QuantFp8Rows, ScaleIsAmaxOver448AndTheAmaxElementBecomes448) {
   // Row 0: amax a power of two (1); row 1: amax 448 (scale exactly 1); row 2: one below
   // 2 and row 3 just above it (the scale follows amax continuously).
@@ -876,7 +898,7 @@ TEST(QuantGpu, Fp8RowsAndColumnsInOnePassBitIdenticalToCpu) {
 
 
 // The GLU's backward quantized in one pass (ops/glu_linear.h) writes the bits of the
-// GPU's GLU backward pass followed by quantize_fp8_rows_and_columns, rows off the
+// GPU's GLU backward pass followed by the CPU's quantizers, rows off the
 // 128-tiles (and not a multiple of 4, where the column codes leave as bytes), both
 // GLUs, bf16 and f16; a width off 128 or an f32 source takes the two passes.
 TEST(QuantGpu, GluBackwardInOnePassBitIdenticalToTheTwoPasses) {
@@ -895,7 +917,8 @@ TEST(QuantGpu, GluBackwardInOnePassBitIdenticalToTheTwoPasses) {
       const Shape shape{c.rows, 2 * c.width}, flipped{2 * c.width, c.rows};
       Tensor dgate_up = Tensor::empty(shape, c.dt, Device::cuda());
       glu_activation_backward(glu, dh, gate_up, dgate_up);
-      const Quantized rows = fp8_rows(dgate_up), columns = fp8_rows(dgate_up.transpose(0, 1).contiguous());
+      const Tensor host = dgate_up.to(Device::cpu());
+      const Quantized rows = fp8_rows(host), columns = fp8_rows(host.transpose(0, 1).contiguous());
       Tensor values = poisoned(shape, DType::f8e4m3), t_values = poisoned(flipped, DType::f8e4m3);
       Tensor scales = poisoned(rows.scales.shape(), DType::f32), t_scales = poisoned(columns.scales.shape(), DType::f32);
       Tensor scratch = gpu(Tensor::full(shape, NAN, c.dt));
@@ -903,10 +926,10 @@ TEST(QuantGpu, GluBackwardInOnePassBitIdenticalToTheTwoPasses) {
       EXPECT_EQ(glu_backward_fp8_rows_and_columns(glu, dh, gate_up, scratch, values, scales, t_values, t_scales),
                 one_pass)
           << what;
-      expect_same_bytes(what + " rows, values", values, rows.values.to(Device::cpu()));
-      expect_same_bytes(what + " rows, scales", scales, rows.scales.to(Device::cpu()));
-      expect_same_bytes(what + " columns, values", t_values, columns.values.to(Device::cpu()));
-      expect_same_bytes(what + " columns, scales", t_scales, columns.scales.to(Device::cpu()));
+      expect_same_bytes(what + " rows, values", values, rows.values);
+      expect_same_bytes(what + " rows, scales", scales, rows.scales);
+      expect_same_bytes(what + " columns, values", t_values, columns.values);
+      expect_same_bytes(what + " columns, scales", t_scales, columns.scales);
     }
   }
 }

@@ -2,9 +2,10 @@
 // transposed codes through shared memory), a 256-thread block per 128-row x 64-column
 // panel for the column blocks, one per 128x128 tile for rows and columns in one pass,
 // and four threads per 32-element MX block (MXFP4, MXFP8). Each reduces |x| to the
-// block's amax, forms the scale with the CPU's fp32 operations (IEEE division, never
-// the fast reciprocal), divides by it (16-bit sources: through its correctly rounded
-// reciprocal, which quant_codes.h shows gives the same codes) and encodes with the
+// block's amax, forms the CPU's scale RN(amax / 448) (through 1/448 and one correction,
+// which quant_codes.h shows is the IEEE quotient; never the fast reciprocal), divides
+// by it (16-bit sources: through its correctly rounded reciprocal, which quant_codes.h
+// shows gives the same codes) and encodes with the
 // hardware's e4m3 conversion (sm_89 on) or quant_codes.h's encoders, so the bits equal
 // the CPU oracle's. Dequantizers are element-wise, four (FP8) or eight (MX) elements a
 // thread.

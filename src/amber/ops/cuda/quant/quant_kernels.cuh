@@ -90,7 +90,7 @@ constexpr uint32_t kInfinityBits = 0x7F800000u;
 // scale = amax / 448; 1 when that is zero; NaN for a block holding NaN or an infinity.
 __device__ __forceinline__ float fp8_scale(float amax, bool finite) {
   if (!finite) return bits_float(kFloatNan);
-  const float s = __fdiv_rn(amax, 448.0f);
+  const float s = qc::fp8_scale_quotient(amax);
   return s == 0.0f ? 1.0f : s;
 }
 
