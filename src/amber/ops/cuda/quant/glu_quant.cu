@@ -88,7 +88,7 @@ bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& 
   const int64_t rows = dh.size(0), width = dh.size(1);
   const bool fits = (dh.dtype() == DType::bf16 || dh.dtype() == DType::f16) && gate_up.dtype() == dh.dtype() &&
                     width % kTile == 0 && aligned16(dh.raw()) && aligned16(gate_up.raw()) &&
-                    reinterpret_cast<uintptr_t>(values.raw()) % 4 == 0;
+                    reinterpret_cast<uintptr_t>(values.raw()) % 8 == 0;
   if (!fits) return false;
   const RowsColumnsOut out = rows_columns_out(values, scales, t_values, t_scales, rows);
   with_element_type(dh.dtype(), op, [&](auto tag) {

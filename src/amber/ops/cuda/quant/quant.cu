@@ -481,7 +481,7 @@ void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scal
                                    Tensor& t_scales) {
   const char* op = "quantize_fp8_rows_and_columns";
   const int64_t rows = x.size(0), cols = x.size(1);
-  if (x.dtype() == DType::f32 || cols % 8 != 0 || !aligned_to(x.raw(), 16) || !aligned_to(values.raw(), 4)) {
+  if (x.dtype() == DType::f32 || cols % 8 != 0 || !aligned_to(x.raw(), 16) || !aligned_to(values.raw(), 8)) {
     cuda::quantize_fp8_rows(x, values, scales);
     cuda::quantize_fp8_columns(x, t_values, t_scales);
     return;

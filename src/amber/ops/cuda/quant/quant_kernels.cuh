@@ -155,7 +155,7 @@ __device__ __forceinline__ float block_codes(const float (&v)[N], uint8_t (&q)[N
 // Pair p of row r sits at word p ^ (r / 4) of the row, so the 32 rows 4l + e a column
 // read meets (lane l, fixed e) lie in 32 banks.
 template <class T>
-struct PairTile {
+struct alignas(16) PairTile {
   static_assert(sizeof(T) == 2, "a column pair is one shared-memory word");
   static constexpr int kPairs = kTile / 2;
   Vec<T, 2> words[kTile][kPairs];
@@ -171,7 +171,7 @@ struct RowsColumnsOut {
   uint8_t* t_values;
   float* t_scales;
   Fp8ScaleStrides t_strides;
-  bool word_columns;  // rows % 4 == 0 and t_values 4-byte aligned: a lane's column codes leave as one word
+  bool long_columns;  // rows % 8 == 0 and t_values 8-byte aligned: a lane's column codes leave as one 8-byte word
 };
 
 // The outputs of quantize_fp8_rows_and_columns (ops/quant.h) for a source of `rows` rows.
@@ -183,56 +183,73 @@ inline RowsColumnsOut rows_columns_out(Tensor& values, Tensor& scales, Tensor& t
           static_cast<uint8_t*>(t_values.raw()),
           static_cast<float*>(t_scales.raw()),
           fp8_scale_strides(t_scales),
-          rows % 4 == 0 && reinterpret_cast<uintptr_t>(t_values.raw()) % 4 == 0};
+          rows % 8 == 0 && reinterpret_cast<uintptr_t>(t_values.raw()) % 8 == 0};
 }
 
-// The tile at (row_block, col_block) of a [rows, cols] matrix (cols % 4 == 0, values
-// 4-byte aligned; elements past the matrix zero in the tile), encoded by the block's
-// kThreads threads: warp w the tile's rows 16w .. 16w + 15 as 1x128 row blocks (lane l
-// their columns 4l .. 4l + 3), then the column pairs 8w .. 8w + 7 as blocks of the
-// transpose, lane l the rows 4l .. 4l + 3 of each. The caller synchronizes the block
+// The tile at (row_block, col_block) of a [rows, cols] matrix (cols % 8 == 0, values
+// 8-byte aligned; elements past the matrix zero in the tile), encoded by the block's
+// kThreads threads, half a warp per 128-block and eight elements a lane, so that a
+// block's reduction and scale are paid once per eight elements: warp w takes the
+// tile's rows 16w .. 16w + 15, two at a time (lane l of a half their columns 8l ..
+// 8l + 7, one 16-byte read), then the column pairs 8w .. 8w + 7, two at a time (lane l
+// the rows 8l .. 8l + 7 of a pair's two columns, whose codes leave as 8-byte words).
+// Both phases read the tile without bank conflicts. The caller synchronizes the block
 // before (the tile written) and after (before it is overwritten).
 template <class T>
 __device__ __forceinline__ void encode_tile_rows_and_columns(PairTile<T>& tile, const RowsColumnsOut& out,
                                                              int64_t rows, int64_t cols, int64_t row_block,
                                                              int64_t col_block) {
   constexpr int kRowsPerWarp = kTile / kWarps, kPairsPerWarp = PairTile<T>::kPairs / kWarps;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t r0 = row_block * kTile, c0 = col_block * kTile, c = c0 + lane * 4;
-  for (int j = 0; j < kRowsPerWarp; ++j) {
-    const int rl = warp * kRowsPerWarp + j;
+  const int half = threadIdx.x % 32 / 16, lane = threadIdx.x % 16, warp = threadIdx.x / 32;
+  const int64_t r0 = row_block * kTile, c0 = col_block * kTile;
+  for (int j = 0; j < kRowsPerWarp; j += 2) {
+    const int rl = warp * kRowsPerWarp + j + half;
     const int64_t r = r0 + rl;
-    if (r >= rows) break;  // warp-uniform
-    const Vec<T, 2> a = tile.at(rl, 2 * lane), b = tile.at(rl, 2 * lane + 1);
-    const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
-    uint8_t q[4];
-    const float scale = block_codes<T, 32>(v, q);
-    store_row<true, 4>(out.values + r * cols + c, cols - c, q);
-    if (lane == 0) out.scales[r * out.strides.row + col_block * out.strides.col] = scale;
-  }
-  const int64_t r = r0 + 4 * lane;
-  for (int p = warp * kPairsPerWarp; p < (warp + 1) * kPairsPerWarp; ++p) {
-    const int64_t col = c0 + 2 * p;
-    if (col >= cols) break;  // warp-uniform; an even cols puts col + 1 inside too
-    float lo[4], hi[4];
+    if (r0 + warp * kRowsPerWarp + j >= rows) break;  // warp-uniform: the pair's first row is past the end
+    // Pairs 4l .. 4l + 3 sit in the aligned 4-word group l ^ (q / 4) of the row (q = rl / 4,
+    // the same for both rows), in the order k ^ (q % 4).
+    const int q = rl / 4 % PairTile<T>::kPairs;
+    const Vec<Vec<T, 2>, 4> group = *reinterpret_cast<const Vec<Vec<T, 2>, 4>*>(&tile.words[rl][4 * (lane ^ (q / 4))]);
+    float v[8];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const Vec<T, 2> pair = tile.at(4 * lane + e, p);
+    for (int k = 0; k < 4; ++k) {
+      const Vec<T, 2> pair = group.v[k ^ (q % 4)];
+      v[2 * k] = to_f32(pair.v[0]);
+      v[2 * k + 1] = to_f32(pair.v[1]);
+    }
+    uint8_t codes[8];
+    const float scale = block_codes<T, 16>(v, codes);
+    if (r < rows) {
+      store_row<true, 8>(out.values + r * cols + c0 + 8 * lane, cols - c0 - 8 * lane, codes);
+      if (lane == 0) out.scales[r * out.strides.row + col_block * out.strides.col] = scale;
+    }
+  }
+  const int64_t r = r0 + 8 * lane;
+  for (int j = 0; j < kPairsPerWarp; j += 2) {
+    const int p = warp * kPairsPerWarp + j + half;
+    const int64_t col = c0 + 2 * p;
+    if (c0 + 2 * (warp * kPairsPerWarp + j) >= cols) break;  // warp-uniform; an even cols keeps pairs whole
+    float lo[8], hi[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const Vec<T, 2> pair = tile.at(8 * lane + e, p);
       lo[e] = to_f32(pair.v[0]);
       hi[e] = to_f32(pair.v[1]);
     }
-    uint8_t q_lo[4], q_hi[4];
-    const float scale_lo = block_codes<T, 32>(lo, q_lo), scale_hi = block_codes<T, 32>(hi, q_hi);
-    if (out.word_columns) {
-      store_row<true, 4>(out.t_values + col * rows + r, rows - r, q_lo);
-      store_row<true, 4>(out.t_values + (col + 1) * rows + r, rows - r, q_hi);
-    } else {
-      store_row<false, 4>(out.t_values + col * rows + r, rows - r, q_lo);
-      store_row<false, 4>(out.t_values + (col + 1) * rows + r, rows - r, q_hi);
-    }
-    if (lane == 0) {
-      out.t_scales[col * out.t_strides.row + row_block * out.t_strides.col] = scale_lo;
-      out.t_scales[(col + 1) * out.t_strides.row + row_block * out.t_strides.col] = scale_hi;
+    uint8_t q_lo[8], q_hi[8];
+    const float scale_lo = block_codes<T, 16>(lo, q_lo), scale_hi = block_codes<T, 16>(hi, q_hi);
+    if (col < cols) {
+      if (out.long_columns) {
+        store_row<true, 8>(out.t_values + col * rows + r, rows - r, q_lo);
+        store_row<true, 8>(out.t_values + (col + 1) * rows + r, rows - r, q_hi);
+      } else {
+        store_row<false, 8>(out.t_values + col * rows + r, rows - r, q_lo);
+        store_row<false, 8>(out.t_values + (col + 1) * rows + r, rows - r, q_hi);
+      }
+      if (lane == 0) {
+        out.t_scales[col * out.t_strides.row + row_block * out.t_strides.col] = scale_lo;
+        out.t_scales[(col + 1) * out.t_strides.row + row_block * out.t_strides.col] = scale_hi;
+      }
     }
   }
 }
