@@ -8,28 +8,18 @@
 // hardware's e4m3 conversion (sm_89 on) or quant_codes.h's encoders, so the bits equal
 // the CPU oracle's. Dequantizers are element-wise, four (FP8) or eight (MX) elements a
 // thread.
-#include <cuda_fp8.h>
-
 #include <type_traits>
 
 #include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/quant/quant.h"
-#include "amber/ops/cuda/quant/quant_codes.h"
+#include "amber/ops/cuda/quant/quant_kernels.cuh"
 #include "amber/ops/quant.h"
 
 namespace amber::cuda {
 namespace {
 
-namespace qc = quant_codes;
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTile = static_cast<int>(kFp8Block);
-constexpr uint8_t kE4m3Nan = 0x7F;
-constexpr uint32_t kFloatNan = 0x7FC00000u;  // std::numeric_limits<float>::quiet_NaN()'s bits
-static_assert(kTile == 4 * 32, "a warp covers one 128-wide block, four elements a lane");
-static_assert(kMxBlock == 4 * 8, "four threads cover one MX block, eight elements each");
+using namespace quant_kernels;
 
 bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -40,157 +30,6 @@ void with_vec(bool vec, Fn&& fn) {
     fn(std::true_type{});
   else
     fn(std::false_type{});
-}
-
-// Four elements p[0..3] of a row with `left` elements from p on (<= 0: past the row's
-// end), zeros past it. kVec: the row width is a multiple of 4 and p is aligned to 4 T.
-template <class T, bool kVec>
-__device__ __forceinline__ void load4(const T* p, int64_t left, float (&v)[4]) {
-  if (kVec) {
-    if (left > 0) {
-      load_f32<T, 4>(p, v);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
-  }
-}
-
-template <bool kVec>
-__device__ __forceinline__ void store4(uint8_t* p, int64_t left, const uint8_t (&q)[4]) {
-  if (kVec) {
-    if (left > 0)
-      *reinterpret_cast<uint32_t*>(p) = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (e < left) p[e] = q[e];
-  }
-}
-
-template <int N>
-__device__ __forceinline__ void accumulate(const float (&v)[N], float& amax, bool& finite) {
-#pragma unroll
-  for (int e = 0; e < N; ++e) {
-    finite = finite && isfinite(v[e]);
-    amax = fmaxf(amax, fabsf(v[e]));
-  }
-}
-
-// scale = amax / 448; 1 when that is zero; NaN for a block holding NaN or an infinity.
-__device__ __forceinline__ float fp8_scale(float amax, bool finite) {
-  if (!finite) return bits_float(kFloatNan);
-  const float s = __fdiv_rn(amax, 448.0f);
-  return s == 0.0f ? 1.0f : s;
-}
-
-// The e4m3 codes of a and b (a in the low byte). From sm_89 the hardware conversion:
-// round to nearest even, finite saturation to +-448, the bits of qc::e4m3_code for
-// every finite input (the quantizers never encode NaN or an infinity: such a block
-// takes NaN codes whole).
-__device__ __forceinline__ uint32_t e4m3_pair(float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-#else
-  return qc::e4m3_code(a) | (static_cast<uint32_t>(qc::e4m3_code(b)) << 8);
-#endif
-}
-
-// Division by a block's scale with the codes of __fdiv_rn: for bf16 and f16 sources
-// through the scale's reciprocal (quant_codes.h proves the codes equal for scales from
-// kReciprocalMinScale on), else by IEEE division. Uniform across the block.
-struct ScaleDivisor {
-  float scale, reciprocal;
-  bool by_reciprocal;
-  __device__ float operator()(float v) const {
-    return by_reciprocal ? qc::divide_by_reciprocal(v, scale, reciprocal) : __fdiv_rn(v, scale);
-  }
-};
-
-template <class T>
-__device__ __forceinline__ ScaleDivisor scale_divisor(float scale) {
-  const bool by_reciprocal = sizeof(T) == 2 && scale >= qc::kReciprocalMinScale;
-  return {scale, by_reciprocal ? __frcp_rn(scale) : 0.0f, by_reciprocal};
-}
-
-template <int N>
-__device__ __forceinline__ void encode(const float (&v)[N], const ScaleDivisor& divide, bool finite,
-                                       uint8_t (&q)[N]) {
-  if (!finite) {
-#pragma unroll
-    for (int e = 0; e < N; ++e) q[e] = kE4m3Nan;
-    return;
-  }
-#pragma unroll
-  for (int e = 0; e < N; e += 2) {
-    const uint32_t pair = e4m3_pair(divide(v[e]), divide(v[e + 1]));
-    q[e] = static_cast<uint8_t>(pair & 0xFFu);
-    q[e + 1] = static_cast<uint8_t>(pair >> 8);
-  }
-}
-
-// A 1x128 block of T held by a warp, four elements a lane: the lane's codes, and the
-// block's scale from the warp's amax.
-template <class T>
-__device__ __forceinline__ float warp_block_codes(const float (&v)[4], uint8_t (&q)[4]) {
-  float amax = 0.0f;
-  bool finite = true;
-  accumulate(v, amax, finite);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  finite = __all_sync(0xffffffffu, finite);
-  const float scale = fp8_scale(amax, finite);
-  encode(v, scale_divisor<T>(scale), finite, q);
-  return scale;
-}
-
-// The same of a 1x128 block held by half a warp (its lanes 16h .. 16h + 15), eight
-// elements a lane.
-template <class T>
-__device__ __forceinline__ float half_warp_block_codes(const float (&v)[8], uint8_t (&q)[8]) {
-  float amax = 0.0f;
-  bool finite = true;
-  accumulate(v, amax, finite);
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const unsigned not_finite = __ballot_sync(0xffffffffu, !finite);
-  finite = ((not_finite >> (threadIdx.x & 16)) & 0xFFFFu) == 0;
-  const float scale = fp8_scale(amax, finite);
-  encode(v, scale_divisor<T>(scale), finite, q);
-  return scale;
-}
-
-// Eight elements p[0..7] of a row with `left` elements from p on (<= 0: past the row's
-// end), zeros past it. kVec: the row width is a multiple of 8 and p is aligned to 16 bytes.
-template <class T, bool kVec>
-__device__ __forceinline__ void load_row8(const T* p, int64_t left, float (&v)[8]) {
-  if (kVec) {
-    constexpr int n = Pack<T>::n < 8 ? Pack<T>::n : 8;
-#pragma unroll
-    for (int k = 0; k < 8 / n; ++k) {
-      Pack<T> a;
-      if (left > 0) a = reinterpret_cast<const Pack<T>*>(p)[k];
-#pragma unroll
-      for (int e = 0; e < n; ++e) v[k * n + e] = left > 0 ? to_f32(a.v[e]) : 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
-  }
-}
-
-template <bool kVec>
-__device__ __forceinline__ void store_row8(uint8_t* p, int64_t left, const uint8_t (&q)[8]) {
-  if (kVec) {
-    if (left > 0)
-      *reinterpret_cast<uint2*>(p) = make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24),
-                                                q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24));
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      if (e < left) p[e] = q[e];
-  }
 }
 
 // Half a warp per 1x128 row block, eight elements a lane; a warp takes 2 * kSteps
@@ -214,14 +53,14 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_rows_kernel(const T* x,
       const int64_t b = g + 2 * s + half, c = b % col_tiles * kTile + half_lane * 8;
       at[s] = b / col_tiles * cols + c;
       left[s] = b < blocks ? cols - c : 0;
-      load_row8<T, kVec>(x + at[s], left[s], v[s]);
+      load_row<T, kVec, 8>(x + at[s], left[s], v[s]);
     }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t b = g + 2 * s + half;
       uint8_t q[8];
-      const float scale = half_warp_block_codes<T>(v[s], q);
-      store_row8<kVec>(values + at[s], left[s], q);
+      const float scale = block_codes<T, 16>(v[s], q);
+      store_row<kVec, 8>(values + at[s], left[s], q);
       if (half_lane == 0 && b < blocks) scales[b / col_tiles * strides.row + b % col_tiles * strides.col] = scale;
     }
   }
@@ -254,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
     quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, Fp8ScaleStrides strides,
                                uint8_t* transposed, int64_t batch, int64_t rows, int64_t cols) {
   constexpr int kRowsPerWarp = kTile / kWarps;
-  __shared__ float scratch[32];
+  __shared__ uint32_t warp_max[kWarps];
   __shared__ __align__(16) uint8_t codes[kTile][kTile + 4];  // [column][row]: +4 keeps words aligned
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
@@ -262,24 +101,29 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t matrix = t / (row_tiles * col_tiles) * rows * cols;
     const int64_t r0 = t / col_tiles % row_tiles * kTile + warp, c = t % col_tiles * kTile + lane * 4;
-    float v[kRowsPerWarp][4], amax = 0.0f;
-    bool finite = true;
+    float v[kRowsPerWarp][4];
+    uint32_t amax = 0;
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
-      load4<T, kVec>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
-      accumulate(v[j], amax, finite);
+      load_row<T, kVec, 4>(w + matrix + r * cols + c, r < rows ? cols - c : 0, v[j]);
+      amax = abs_bits_max(v[j], amax);
     }
-    amax = block_max(amax, scratch);
-    finite = __syncthreads_and(finite);
-    const float scale = fp8_scale(amax, finite);
+    amax = lanes_max<32>(amax);
+    if (lane == 0) warp_max[warp] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) amax = max(amax, warp_max[k]);
+    __syncthreads();  // every warp has read warp_max before the next tile writes it
+    const bool finite = amax < kInfinityBits;
+    const float scale = fp8_scale(bits_float(amax), finite);
     const ScaleDivisor divide = scale_divisor<T>(scale);
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int64_t r = r0 + j * kWarps;
       uint8_t q[4];
       encode(v[j], divide, finite, q);
-      store4<kVec>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
+      store_row<kVec, 4>(values + matrix + r * cols + c, r < rows ? cols - c : 0, q);
       if (transposed) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) codes[lane * 4 + e][warp + j * kWarps] = q[e];
@@ -335,7 +179,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = panel[lane + 32 * e][cl];
       uint8_t q[4];
-      const float scale = warp_block_codes<T>(v, q);
+      const float scale = block_codes<T, 32>(v, q);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (r0 + lane + 32 * e < rows) values[c * rows + r0 + lane + 32 * e] = q[e];
@@ -346,86 +190,41 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The rows and the columns of x [rows, cols] (T 16-bit, cols % 8 == 0, x aligned to 16
-// bytes) from one read of x, a 128x128 tile per block iteration. The block loads the
-// tile into shared memory as column pairs (eight 16-byte loads a thread, all in flight
-// at once, so few registers hold them); warp w then encodes the tile's rows
-// 16w .. 16w + 15 as 1x128 row blocks (lane l their columns 4l .. 4l + 3), and the
-// column pairs 8w .. 8w + 7, lane l the rows l, l + 32, l + 64, l + 96 of each (a
-// 65-word pitch keeps those reads conflict-free), as blocks of x^T. Six blocks an SM
-// (40 registers, some spilled) is the build measured: 0.422 ms at 16384 x 8192 bf16 on
-// an H100, 44.5% of copy bandwidth, as fast as the two passes (docs/perf/fp8.md).
+// bytes) from one read of x, a 128x128 tile per block iteration: the block loads the
+// tile into shared memory (eight 16-byte loads a thread, all in flight at once, so few
+// registers hold them) and encodes it (encode_tile_rows_and_columns).
 template <class T>
-__global__ void __launch_bounds__(kThreads, 6)
-    quantize_fp8_rows_columns_kernel(const T* x, uint8_t* values, float* scales, Fp8ScaleStrides strides,
-                                     uint8_t* t_values, float* t_scales, Fp8ScaleStrides t_strides, int64_t rows,
-                                     int64_t cols) {
-  static_assert(sizeof(T) == 2, "a column pair is one shared-memory word");
-  constexpr int kRowsPerWarp = kTile / kWarps, kPairs = kTile / 2, kPairsPerWarp = kPairs / kWarps;
+__global__ void __launch_bounds__(kThreads, 4)  // four blocks an SM, 128 KB of loads in flight
+    quantize_fp8_rows_columns_kernel(const T* x, RowsColumnsOut out, int64_t rows, int64_t cols) {
   constexpr int kPackElems = Pack<T>::n, kPacksPerRow = kTile / kPackElems;
-  constexpr int kLoads = kTile * kPacksPerRow / kThreads;
-  __shared__ Vec<T, 2> tile[kTile][kPairs + 1];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  constexpr int kLoads = kTile * kPacksPerRow / kThreads, kRowStep = kThreads / kPacksPerRow;
+  __shared__ PairTile<T> tile;
   const int64_t row_blocks = (rows + kTile - 1) / kTile, col_blocks = (cols + kTile - 1) / kTile;
+  // Thread i loads pack i % 16 of the rows i / 16 + 16k, k < kLoads.
+  const int first_row = threadIdx.x / kPacksPerRow, pack = threadIdx.x % kPacksPerRow;
   for (int64_t t = blockIdx.x; t < row_blocks * col_blocks; t += gridDim.x) {
     const int64_t row_block = t / col_blocks, col_block = t % col_blocks;
     const int64_t r0 = row_block * kTile, c0 = col_block * kTile;
+    const bool inside = c0 + pack * kPackElems < cols;
+    const T* src = x + (r0 + first_row) * cols + c0 + pack * kPackElems;
     Pack<T> packs[kLoads];
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
-      const int64_t r = r0 + rl, c = c0 + item % kPacksPerRow * kPackElems;
-      if (r < rows && c < cols) {
-        packs[i] = *reinterpret_cast<const Pack<T>*>(x + r * cols + c);
+    for (int k = 0; k < kLoads; ++k) {
+      if (inside && r0 + first_row + k * kRowStep < rows) {
+        packs[k] = *reinterpret_cast<const Pack<T>*>(src + k * kRowStep * cols);
       } else {
 #pragma unroll
-        for (int e = 0; e < kPackElems; ++e) packs[i].v[e] = from_f32<T>(0.0f);
+        for (int e = 0; e < kPackElems; ++e) packs[k].v[e] = from_f32<T>(0.0f);
       }
     }
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int item = threadIdx.x + i * kThreads, rl = item / kPacksPerRow;
-      const int pair = item % kPacksPerRow * kPackElems / 2;
+    for (int k = 0; k < kLoads; ++k) {
 #pragma unroll
-      for (int e = 0; e < kPackElems; e += 2) tile[rl][pair + e / 2] = Vec<T, 2>{{packs[i].v[e], packs[i].v[e + 1]}};
+      for (int e = 0; e < kPackElems; e += 2)
+        tile.at(first_row + k * kRowStep, pack * kPackElems / 2 + e / 2) = Vec<T, 2>{{packs[k].v[e], packs[k].v[e + 1]}};
     }
     __syncthreads();
-    const int64_t c = c0 + lane * 4;
-    for (int j = 0; j < kRowsPerWarp; ++j) {
-      const int rl = warp * kRowsPerWarp + j;
-      const int64_t r = r0 + rl;
-      if (r >= rows) break;  // warp-uniform
-      const Vec<T, 2> a = tile[rl][2 * lane], b = tile[rl][2 * lane + 1];
-      const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
-      uint8_t q[4];
-      const float scale = warp_block_codes<T>(v, q);
-      store4<true>(values + r * cols + c, cols - c, q);
-      if (lane == 0) scales[r * strides.row + col_block * strides.col] = scale;
-    }
-    for (int p = warp * kPairsPerWarp; p < (warp + 1) * kPairsPerWarp; ++p) {
-      const int64_t col = c0 + 2 * p;
-      if (col >= cols) break;  // warp-uniform; an even cols puts col + 1 inside too
-      float lo[4], hi[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const Vec<T, 2> pair = tile[lane + 32 * e][p];
-        lo[e] = to_f32(pair.v[0]);
-        hi[e] = to_f32(pair.v[1]);
-      }
-      uint8_t q_lo[4], q_hi[4];
-      const float scale_lo = warp_block_codes<T>(lo, q_lo), scale_hi = warp_block_codes<T>(hi, q_hi);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t r = r0 + lane + 32 * e;
-        if (r < rows) {
-          t_values[col * rows + r] = q_lo[e];
-          t_values[(col + 1) * rows + r] = q_hi[e];
-        }
-      }
-      if (lane == 0) {
-        t_scales[col * t_strides.row + row_block * t_strides.col] = scale_lo;
-        t_scales[(col + 1) * t_strides.row + row_block * t_strides.col] = scale_hi;
-      }
-    }
+    encode_tile_rows_and_columns(tile, out, rows, cols, row_block, col_block);
     __syncthreads();  // before the next tile overwrites this one
   }
 }
@@ -690,10 +489,9 @@ void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scal
   with_element_type(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (sizeof(T) == 2) {
-      quantize_fp8_rows_columns_kernel<T><<<grid_for(tiles, 1), kThreads, 0, current_stream()>>>(
-          static_cast<const T*>(x.raw()), static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()),
-          fp8_scale_strides(scales), static_cast<uint8_t*>(t_values.raw()), static_cast<float*>(t_scales.raw()),
-          fp8_scale_strides(t_scales), rows, cols);
+      quantize_fp8_rows_columns_kernel<T>
+          <<<grid_for(tiles, 1), kThreads, 0, current_stream()>>>(
+              static_cast<const T*>(x.raw()), rows_columns_out(values, scales, t_values, t_scales, rows), rows, cols);
     }
   });
   check_launch(op, x.shape());

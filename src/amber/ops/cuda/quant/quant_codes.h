@@ -78,7 +78,8 @@ AMBER_HD int floor_log2(float a) {
 // x / scale from reciprocal = RN(1 / scale): q = RN(x * reciprocal), then one
 // correction by the remainder x - q * scale, exact in an fma (Markstein's step), which
 // the FP8 quantizers run per element in place of an IEEE division (one reciprocal per
-// block). A zero remainder keeps q, whose sign a sum with +0 would lose. For x and the
+// block). The result takes x's sign, as the quotient has it (a zero remainder added to
+// q = -0 would give +0). For x and the
 // block's amax both bf16 or both f16 (|x| <= amax, scale = RN(amax / 448)) with scale
 // at least kReciprocalMinScale, e4m3_code of the result equals e4m3_code(x / scale):
 // tests/ops/quant_test.cpp checks it over every 16-bit mantissa pair. Below that scale
@@ -88,10 +89,10 @@ inline constexpr float kReciprocalMinScale = 0x1p-80f;
 AMBER_HD float divide_by_reciprocal(float x, float scale, float reciprocal) {
 #if defined(__CUDA_ARCH__)
   const float q = __fmul_rn(x, reciprocal), remainder = __fmaf_rn(-q, scale, x);
-  return remainder == 0.0f ? q : __fmaf_rn(remainder, reciprocal, q);
+  return copysignf(__fmaf_rn(remainder, reciprocal, q), x);
 #else
   const float q = x * reciprocal, remainder = std::fma(-q, scale, x);
-  return remainder == 0.0f ? q : std::fma(remainder, reciprocal, q);
+  return std::copysign(std::fma(remainder, reciprocal, q), x);
 #endif
 }
 
