@@ -79,9 +79,9 @@ AMBER_HD int floor_log2(float a) {
 // correction by the remainder x - q * scale, exact in an fma (Markstein's step), which
 // the FP8 quantizers run per element in place of an IEEE division (one reciprocal per
 // block). The result takes x's sign, as the quotient has it (a zero remainder added to
-// q = -0 would give +0). For x and the
-// block's amax both bf16 or both f16 (|x| <= amax, scale = RN(amax / 448)) with scale
-// at least kReciprocalMinScale, e4m3_code of the result equals e4m3_code(x / scale):
+// q = -0 would give +0). For x and the block's amax both bf16 or both f16 (|x| <= amax,
+// scale = RN(amax / 448)) with scale at least kReciprocalMinScale, e4m3_code of the
+// result equals e4m3_code(x / scale):
 // tests/ops/quant_test.cpp checks it over every 16-bit mantissa pair. Below that scale
 // the remainder can be subnormal and inexact, so those blocks divide.
 inline constexpr float kReciprocalMinScale = 0x1p-80f;
