@@ -110,6 +110,50 @@ TEST(Fp8BlockRecipe, GluProductsAreTheFp8OraclesAroundTheActivation) {
             product(rows(transposed(dgu)), rows(transposed(x)), Fp8Scaling::rows).to_doubles());
 }
 
+// fp8_block_hp_wgrad: the forward and input-gradient products are fp8_block's, the
+// weight gradients the compute_dtype recipe's, bit for bit (the plain projection and
+// the gated MLP, whose dgate_up is quantized by rows only).
+TEST(Fp8BlockRecipe, HpWgradKeepsFp8ProductsAndTheComputeDtypeWeightGradient) {
+  ParamStore store(Placement{});
+  LinearSpec spec{"hp", 256, 144, false, ParamRole::hidden_matrix, 0.05, kFp8BlockHpWgradRecipe};
+  Linear hp(store, spec);
+  spec.name = "exact";
+  spec.recipe = kComputeDtypeRecipe;
+  Linear exact(store, spec);
+  GluLinear gate_up(store, {"gate_up", 128, 2 * 160, false, ParamRole::hidden_matrix, 0.05, kFp8BlockHpWgradRecipe},
+                    Glu::swiglu);
+  Linear down(store, {"down", 160, 128, false, ParamRole::hidden_matrix, 0.05, kFp8BlockHpWgradRecipe});
+  Linear exact_gate_up(store, {"exact_gate_up", 128, 2 * 160, false, ParamRole::hidden_matrix, 0.05, kComputeDtypeRecipe});
+  Linear exact_down(store, {"exact_down", 160, 128, false, ParamRole::hidden_matrix, 0.05, kComputeDtypeRecipe});
+  store.allocate();
+  const auto& params = store.params();  // hp, exact, gate_up, down, exact_gate_up, exact_down
+  for (const auto& p : params) p->value.copy_from(testing::random_tensor(p->value.shape(), DType::f32, 12, 0.05f));
+  store.refresh_working_copies();
+  Arena arena;
+
+  const Tensor x = testing::random_tensor({96, 256}, DType::f32, 7), dy = testing::random_tensor({96, 144}, DType::f32, 8);
+  const Tensor w = params[0]->value;
+  EXPECT_EQ(hp.forward(x, arena).to_doubles(), product(rows(x), tiles(w), Fp8Scaling::tiles).to_doubles());
+  const Tensor dx = hp.backward(dy, x, arena);
+  exact.backward(dy, x, arena);
+  EXPECT_EQ(dx.to_doubles(), product(rows(dy), tiles(transposed(w)), Fp8Scaling::tiles).to_doubles());
+  EXPECT_EQ(hp.weight().grad.to_doubles(), exact.weight().grad.to_doubles());
+
+  const Tensor gx = testing::random_tensor({64, 128}, DType::f32, 9), gdy = testing::random_tensor({64, 128}, DType::f32, 11);
+  Tensor gu = Tensor::empty({64, 320}, DType::f32), h = Tensor::empty({64, 160}, DType::f32);
+  gate_up.forward(gx, gu, h, arena);
+  const Tensor gdx = gate_up.backward(down, gdy, {gx, gu, h}, arena);
+  const Tensor w_gate_up = params[2]->value, w_down = params[3]->value;
+  exact_down.backward(gdy, h, arena);
+  EXPECT_EQ(down.weight().grad.to_doubles(), exact_down.weight().grad.to_doubles());
+  const Tensor dh = product(rows(gdy), tiles(transposed(w_down)), Fp8Scaling::tiles);
+  Tensor dgu = Tensor::empty(gu.shape(), DType::f32);
+  swiglu_backward(dh, gu, dgu);
+  EXPECT_EQ(gdx.to_doubles(), product(rows(dgu), tiles(transposed(w_gate_up)), Fp8Scaling::tiles).to_doubles());
+  exact_gate_up.backward(dgu, gx, arena);
+  EXPECT_EQ(gate_up.weight().grad.to_doubles(), exact_gate_up.weight().grad.to_doubles());
+}
+
 // On a GPU a token count that is not a multiple of 16 is padded with zero rows: the
 // results equal those of the same rows padded by hand, bit for bit (forward, input
 // gradient and weight gradient).

@@ -76,8 +76,8 @@ void ModelConfig::validate() const {
       for (const std::string& name : linear_recipe_registry().names()) valid += (valid.empty() ? "" : ", ") + name;
       fail("model.", key, " = '", recipe, "' is not a linear recipe; valid: ", valid);
     }
-    AMBER_CHECK(recipe != kFp8BlockRecipe || !attn_bias, "model.", key, " = 'fp8_block' has no projection bias yet; set ",
-                "model.attn_bias = false or keep the compute_dtype recipe");
+    AMBER_CHECK(recipe == kComputeDtypeRecipe || !attn_bias, "model.", key, " = '", recipe,
+                "' has no projection bias yet; set model.attn_bias = false or keep the compute_dtype recipe");
   }
   AMBER_CHECK(recompute == "none" || recompute == "block", "model.recompute = '", recompute,
               "' is not one of: none, block");

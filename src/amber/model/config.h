@@ -66,7 +66,7 @@ struct ModelConfig {
   double moe_balance_loss_weight = 0.0;  // the sequence-wise balance loss's weight; 0 = none
   double moe_z_loss_weight = 0.0;        // the router z-loss's weight; 0 = none
   // how the projections' products run (linear recipes, model/linear.h): compute_dtype
-  // or fp8_block; the LM head and MoE routed experts keep the compute dtype
+  // fp8_block or fp8_block_hp_wgrad; the LM head and MoE routed experts keep the compute dtype
   std::string attention_recipe = "compute_dtype";  // q, k, v and o projections
   std::string mlp_recipe = "compute_dtype";        // dense MLPs and MoE shared experts
   // runtime

@@ -43,7 +43,8 @@ const Registry<LinearRecipe>& linear_recipe_registry() {
   static const auto registry = [] {
     Registry<LinearRecipe> r("linear recipe");
     r.add(kComputeDtypeRecipe, [] { return std::make_unique<ComputeDtypeRecipe>(); });
-    r.add(kFp8BlockRecipe, make_fp8_block_recipe);
+    r.add(kFp8BlockRecipe, [] { return make_fp8_block_recipe(WeightGradient::fp8); });
+    r.add(kFp8BlockHpWgradRecipe, [] { return make_fp8_block_recipe(WeightGradient::compute_dtype); });
     return r;
   }();
   return registry;

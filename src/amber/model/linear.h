@@ -59,9 +59,11 @@ class LinearRecipe {
 };
 
 // The recipes: operands in the model's compute dtype (the working copies: f32, bf16 or
-// f16) with f32 accumulation; or block-scaled FP8 (model/fp8_linear.h).
+// f16) with f32 accumulation; or block-scaled FP8, with the weight gradient in FP8 or in
+// the compute dtype (model/fp8_linear.h).
 inline constexpr const char* kComputeDtypeRecipe = "compute_dtype";
 inline constexpr const char* kFp8BlockRecipe = "fp8_block";
+inline constexpr const char* kFp8BlockHpWgradRecipe = "fp8_block_hp_wgrad";
 const Registry<LinearRecipe>& linear_recipe_registry();
 
 struct LinearSpec {
