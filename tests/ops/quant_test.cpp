@@ -405,6 +405,21 @@ TEST(QuantFp8Layouts, StridedScalesColumnsAndTransposedTilesAgreeWithTheRowsAndT
   EXPECT_EQ(tiles.transpose(0, 1).contiguous().to_doubles(), of_wt.scales.to_doubles());
 }
 
+// Stacked experts [E, N, K]: each matrix's transposed codes, with its scales written
+// through the transposed view of [E, ceil(K/128), ceil(N/128)], are the quantization
+// of that matrix's transpose (what an expert's input-gradient product reads).
+TEST(QuantFp8Layouts, TransposedTilesOfStackedMatricesAreEachTransposeQuantized) {
+  const Tensor w = varied({3, 260, 136}, DType::bf16, 9);
+  Tensor codes = Tensor::empty(w.shape(), DType::f8e4m3), transposed = Tensor::empty({3, 136, 260}, DType::f8e4m3);
+  Tensor t_scales = Tensor::empty({3, 2, 3}, DType::f32), scales = t_scales.transpose(1, 2);
+  quantize_fp8_blocks(w, codes, scales, &transposed);
+  for (int64_t e = 0; e < 3; ++e) {
+    const Quantized of_wt = fp8_blocks(w.slice(0, e, e + 1).transpose(1, 2).contiguous());
+    EXPECT_EQ(std::memcmp(bytes(transposed.slice(0, e, e + 1)), bytes(of_wt.values), of_wt.values.bytes()), 0) << e;
+    EXPECT_EQ(t_scales.slice(0, e, e + 1).to_doubles(), of_wt.scales.to_doubles()) << e;
+  }
+}
+
 TEST(QuantMxfp4, ScaleExponentIsFloorLog2AmaxMinusTwo) {
   const float amax[] = {4.0f, std::nextafter(4.0f, 0.0f), std::nextafter(4.0f, 8.0f), 6.0f, 7.99f,
                         0x1.8p127f, 0x1p-124f, 0x1p-130f, 0.0f};
@@ -773,6 +788,15 @@ TEST(QuantGpu, Fp8ColumnsStridedScalesAndTransposedTilesBitIdenticalToCpu) {
     expect_same_bytes(what + " tiles, scales", tile_scales, tiles.scales);
     expect_same_bytes(what + " tiles, transposed values", transposed, tiles.values.transpose(0, 1).contiguous());
   }
+  // Stacked experts, their scales through the transposed view.
+  const Tensor w = varied({3, 260, 136}, DType::bf16, 31);
+  const Quantized tiles = fp8_blocks(w);
+  Tensor codes = poisoned(w.shape(), DType::f8e4m3), transposed = poisoned({3, 136, 260}, DType::f8e4m3);
+  Tensor t_scales = poisoned({3, 2, 3}, DType::f32), scales = t_scales.transpose(1, 2);
+  quantize_fp8_blocks(gpu(w), codes, scales, &transposed);
+  expect_same_bytes("stacked tiles, values", codes, tiles.values);
+  expect_same_bytes("stacked tiles, transposed values", transposed, tiles.values.transpose(1, 2).contiguous());
+  expect_same_bytes("stacked tiles, transposed scales", t_scales, tiles.scales.transpose(1, 2).contiguous());
 }
 
 TEST(QuantGpu, Mxfp4AndDequantizationBitIdenticalToCpu) {

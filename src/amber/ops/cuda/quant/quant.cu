@@ -87,8 +87,8 @@ __device__ __forceinline__ void store_transposed_tile(const uint8_t (*codes)[kTi
 
 // One 128x128 tile per block iteration: warp w holds rows w, w + 8, ..., lane l the
 // columns 4l .. 4l + 3, all 64 elements in registers between the reduction and the
-// encoding. With `transposed` (2-D w), the codes also pass through shared memory to
-// leave as rows of w^T.
+// encoding. With `transposed`, the codes also pass through shared memory to leave as
+// rows of each matrix's transpose.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, Fp8ScaleStrides strides,
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
       scales[t / (row_tiles * col_tiles) * strides.matrix + tile_row * strides.row + tile_col * strides.col] = scale;
     if (transposed) {
       __syncthreads();
-      store_transposed_tile(codes, transposed, rows, cols, tile_row * kTile, tile_col * kTile);
+      store_transposed_tile(codes, transposed + matrix, rows, cols, tile_row * kTile, tile_col * kTile);
       __syncthreads();  // before the next tile's codes land
     }
   }
