@@ -4,15 +4,20 @@
 // rounding of the compute-dtype products; the config refuses it with a bias.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "amber/core/device.h"
 #include "amber/core/error.h"
+#include "amber/core/seq_info.h"
 #include "amber/model/config.h"
+#include "amber/model/language_model.h"
 #include "amber/model/linear.h"
 #include "amber/ops/activation.h"
 #include "amber/ops/fp8_gemm.h"
 #include "amber/ops/quant.h"
+#include "amber/ops/step_slots.h"
 #include "ops/testing.h"
 #include "tiny_model.h"
 
@@ -154,6 +159,41 @@ TEST(Fp8BlockRecipe, HpWgradKeepsFp8ProductsAndTheComputeDtypeWeightGradient) {
   EXPECT_EQ(gate_up.weight().grad.to_doubles(), exact_gate_up.weight().grad.to_doubles());
 }
 
+// Routed experts with model.expert_recipe = fp8_block_hp_wgrad (on the CPU the FP8
+// products' float64 oracle): one forward and backward tracks the compute-dtype experts'
+// loss and gradients within FP8's rounding, and differs from them (the FP8 products ran).
+TEST(Fp8Experts, TrackTheComputeDtypeExperts) {
+  ModelConfig config = testing::with_small_moe(testing::tiny_model());
+  LanguageModel exact(config);
+  config.expert_recipe = kFp8BlockHpWgradRecipe;
+  LanguageModel fp8(config);
+  exact.init_weights(3);
+  fp8.init_weights(3);
+  const SeqInfo seq = SeqInfo::from_lengths({40, 24});
+  const Tensor u = testing::random_tensor({64}, DType::f64, 4, 1.0f);
+  std::vector<int32_t> tokens(64), targets(64, -100);
+  for (int t = 0; t < 64; ++t) tokens[t] = static_cast<int32_t>(std::abs(u.item(t)) * 1000) % config.vocab_size;
+  for (int t = 0; t + 1 < 64; ++t)
+    if (t != 39) targets[t] = tokens[t + 1];
+  const Tensor token_ids = Tensor::from_vector(tokens, {64}), target_ids = Tensor::from_vector(targets, {64});
+  auto loss = [&](LanguageModel& model) {
+    Tensor sums = Tensor::zeros({step_slot::objective_end - step_slot::objective_begin}, DType::f64);
+    model.forward_backward(token_ids, target_ids, seq, Tensor::full({1}, 1.0, DType::f64), sums);
+    return sums.to_doubles()[step_slot::loss_sum];
+  };
+  const double exact_loss = loss(exact), fp8_loss = loss(fp8);
+  EXPECT_NE(fp8_loss, exact_loss) << "the FP8 experts did not run";
+  EXPECT_NEAR(fp8_loss / exact_loss, 1.0, 1e-2);
+  for (size_t i = 0; i < exact.params().size(); ++i) {
+    const Param& p = *fp8.params()[i];
+    const double error = testing::relative_error(p.grad, exact.params()[i]->grad);
+    EXPECT_LT(error, 0.1) << p.name;
+    if (p.name.find(".experts.") != std::string::npos) {
+      EXPECT_GT(error, 1e-4) << p.name;
+    }
+  }
+}
+
 // On a GPU a token count that is not a multiple of 16 is padded with zero rows: the
 // results equal those of the same rows padded by hand, bit for bit (forward, input
 // gradient and weight gradient).
@@ -202,6 +242,18 @@ TEST(Fp8BlockRecipe, ConfigTakesItPerGroupAndRefusesItWithABias) {
         << e.what();
   }
   c.attn_bias = false;
+  c.expert_recipe = kFp8BlockRecipe;
+  try {
+    c.validate();
+    FAIL() << "fp8_block experts accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.expert_recipe = 'fp8_block' is not one of: compute_dtype, "
+                                         "fp8_block_hp_wgrad (the routed experts' weight gradients"),
+              std::string::npos)
+        << e.what();
+  }
+  c.expert_recipe = kFp8BlockHpWgradRecipe;
+  EXPECT_NO_THROW(c.validate());
   c.mlp_recipe = "fp7";
   try {
     c.validate();
