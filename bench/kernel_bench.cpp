@@ -169,6 +169,23 @@ KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64
         }));
     add("fp8 128x128 tiles and their transpose", act + 2 * codes,
         best_ms(device, repeats, 1, [&] { quantize_fp8_blocks(x, values, tile_scales, &t_values); }));
+    // The MLP's dgate_up (gate_up [tokens, 2 width]) from dh and gate_up into the FP8
+    // rows and columns its products read: one pass, or the GLU's backward pass writing
+    // dgate_up and the one-pass quantizer reading it.
+    Tensor dh = random({tokens, width}, device, 12), gu = random({tokens, 2 * width}, device, 13);
+    const Shape wide{tokens, 2 * width}, wide_flipped{2 * width, tokens};
+    Tensor dgu = Tensor::empty(wide, DType::bf16, device);
+    Tensor g_values = Tensor::empty(wide, DType::f8e4m3, device), g_t_values = Tensor::empty(wide_flipped, DType::f8e4m3, device);
+    Tensor g_scales = Tensor::empty(fp8_rows_scales_shape(wide), DType::f32, device);
+    Tensor g_t_scales = Tensor::empty(fp8_rows_scales_shape(wide_flipped), DType::f32, device);
+    const double glu_bytes = 3 * act + 2 * (2 * codes + 2 * row_scales);
+    add("swiglu backward into fp8 rows and columns, one pass", glu_bytes, best_ms(device, repeats, 1, [&] {
+          glu_backward_fp8_rows_and_columns(Glu::swiglu, dh, gu, dgu, g_values, g_scales, g_t_values, g_t_scales);
+        }));
+    add("swiglu backward, then fp8 rows and columns (two passes)", glu_bytes, best_ms(device, repeats, 1, [&] {
+          swiglu_backward(dh, gu, dgu);
+          quantize_fp8_rows_and_columns(dgu, g_values, g_scales, g_t_values, g_t_scales);
+        }));
   }
   return result;
 }

@@ -34,7 +34,8 @@ double best_ms(Device device, int repeats, int calls, const std::function<void()
 // got (an output never written) gives inf.
 double relative_error(const Tensor& got, const Tensor& ref);
 
-// `name`: rmsnorm, swiglu, rope, quant (the FP8 quantizers) or all. tokens x width is the activation shape
+// `name`: rmsnorm, swiglu, rope, quant (the FP8 quantizers, and the SwiGLU backward
+// quantized as it is computed) or all. tokens x width is the activation shape
 // (width = 2048 at 65536 tokens in issue 5's acceptance).
 KernelBenchResult run_kernel_bench(const std::string& name, Device device, int64_t tokens, int64_t width,
                                    int repeats);

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # FP8's loss gap against bf16's seed-to-seed spread (issue 44): one config trained on
-# the GPU in bf16 and with the fp8_block recipes on its attention and MLP projections,
-# each with the same seeds (initialisation and data order), for STEPS steps; prints
+# the GPU in bf16 and with an FP8 recipe on its attention and MLP projections (and, for
+# an MoE config, its routed experts), each with the same seeds (initialisation and data
+# order), for STEPS steps; prints
 # both arms' mean curves, every run's final losses, and the FP8 - bf16 gap of the means
 # beside the spread (max - min) of the bf16 seeds. Further arguments are --set
 # overrides for every run.
 # Usage: bench/compare/fp8_loss_gap.sh [AMBER_BINARY] [STEPS] [--set KEY=VALUE...]
 #   CONFIG (default configs/loss_curve_200m.toml: Kohaku-200M on the bundled corpus,
 #   which scripts/demo makes in data/fortunes), SEEDS (default "1 2 3"),
-#   TOKENS (micro-batch tokens, default 4096).
+#   TOKENS (micro-batch tokens, default 4096), RECIPE (the FP8 arm's attention and MLP
+#   recipe, default fp8_block), EXPERT_RECIPE (its routed experts', default
+#   compute_dtype; fp8_block_hp_wgrad for FP8 experts). An MoE run, e.g.:
+#   RECIPE=fp8_block_hp_wgrad EXPERT_RECIPE=fp8_block_hp_wgrad bench/compare/fp8_loss_gap.sh
+#     build/amber 1000 --set model.moe_experts=8 --set model.moe_top_k=2 --set model.moe_hidden=384
 set -euo pipefail
 amber=${1:-build/amber}
 steps=${2:-1000}
@@ -16,16 +21,18 @@ overrides=("${@:3}")
 config=${CONFIG:-configs/loss_curve_200m.toml}
 seeds=(${SEEDS:-1 2 3})
 tokens=${TOKENS:-4096}
+fp8_recipe=${RECIPE:-fp8_block}
+fp8_expert_recipe=${EXPERT_RECIPE:-compute_dtype}
 root=runs/fp8_loss_gap
 rm -rf "$root"
 for seed in "${seeds[@]}"; do
   for arm in bf16 fp8; do
-    recipe=compute_dtype
-    [ "$arm" = fp8 ] && recipe=fp8_block
+    recipe=compute_dtype expert_recipe=compute_dtype
+    [ "$arm" = fp8 ] && recipe=$fp8_recipe expert_recipe=$fp8_expert_recipe
     "$amber" train "$config" --quiet "${overrides[@]}" --set train.device=cuda --set train.compute_dtype=bf16 \
       --set train.steps="$steps" --set train.seed="$seed" --set train.micro_batch_tokens="$tokens" \
       --set train.eval_every="$steps" --set train.eval_batches=16 --set model.attention_recipe=$recipe \
-      --set model.mlp_recipe=$recipe --set train.out_dir="$root/$arm-$seed"
+      --set model.mlp_recipe=$recipe --set model.expert_recipe=$expert_recipe --set train.out_dir="$root/$arm-$seed"
   done
 done
 python3 - "$root" "${seeds[@]}" <<'PY'

@@ -41,7 +41,7 @@ void print_model(const InfoOptions& o, const ModelConfig& c) {
             << (c.tie_embeddings ? ", tied embeddings" : ", untied embeddings") << ", recompute "
             << c.recompute << "\n"
             << "  projections: attention " << c.attention_recipe << ", mlp " << c.mlp_recipe
-            << " (and MoE shared experts), head and routed experts compute_dtype\n";
+            << " (and MoE shared experts), routed experts " << c.expert_recipe << ", head compute_dtype\n";
   if (c.moe_experts > 0) {
     int sparse = 0;
     for (int l = 0; l < c.depth; ++l) sparse += c.layer_is_sparse(l);

@@ -19,17 +19,21 @@ std::vector<std::string> names(const KernelBenchResult& r) {
 }
 
 // The FP8 quantizers: bf16 read once, e4m3 codes written once per layout, fp32 scales
-// one per 128-block of a rows layout (none counted for the tiles', 1/16384 of them).
+// one per 128-block of a rows layout (none counted for the tiles', 1/16384 of them);
+// the SwiGLU backward's rows read dh and gate_up and write dgate_up's two layouts.
 TEST(KernelBench, QuantTimesEveryQuantizerLayoutWithItsBytes) {
   const int64_t tokens = 64, width = 256;
   const KernelBenchResult r = run_kernel_bench("quant", Device::cpu(), tokens, width, 1);
   const std::vector<std::string> expected = {
       "fp8 rows (1x128 blocks)", "fp8 columns (1x128 blocks of x^T)", "fp8 rows and columns, one pass",
-      "fp8 rows, then columns (two passes)", "fp8 128x128 tiles and their transpose"};
+      "fp8 rows, then columns (two passes)", "fp8 128x128 tiles and their transpose",
+      "swiglu backward into fp8 rows and columns, one pass", "swiglu backward, then fp8 rows and columns (two passes)"};
   ASSERT_EQ(names(r), expected);
   const double elements = tokens * width, source = 2 * elements, codes = elements, scales = 4 * elements / 128;
   const double bytes[] = {source + codes + scales, source + codes + scales, source + 2 * (codes + scales),
-                          source + 2 * (codes + scales), source + 2 * codes};
+                          source + 2 * (codes + scales), source + 2 * codes,
+                          // dh and gate_up read, dgate_up's rows and columns written
+                          3 * source + 4 * (codes + scales), 3 * source + 4 * (codes + scales)};
   EXPECT_GT(r.copy_tb_per_s, 0);
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const KernelBenchRow& row = r.rows[i];

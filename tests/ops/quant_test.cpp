@@ -15,6 +15,8 @@
 
 #include "amber/core/error.h"
 #include "amber/ops/cuda/quant/quant_codes.h"
+#include "amber/ops/activation.h"
+#include "amber/ops/glu_linear.h"
 #include "amber/ops/quant.h"
 #include "testing.h"
 
@@ -194,6 +196,28 @@ TEST(QuantCodes, DivisionThroughTheReciprocalEncodesAsTheQuotientForBf16) {
 TEST(QuantCodes, DivisionThroughTheReciprocalEncodesAsTheQuotientForF16) {
   // Every f16 amax, subnormal ones (field 0) included, takes the reciprocal.
   expect_reciprocal_division_codes_match({f16_to_float, 10, 0x7C00}, {0, 1, 15, 30});
+}
+
+// The block scale through 1/448 equals the IEEE quotient amax / 448 for every fp32 amax
+// of the binades swept whole: the first two whose quotients are normal, two ordinary
+// ones and the top one (the rest are these scaled by powers of two, which change
+// neither the roundings nor the remainder's exactness); below the threshold it divides.
+TEST(QuantCodes, ScaleThroughTheReciprocalOf448IsTheQuotient) {
+  const int low = std::ilogb(qc::kScaleByReciprocalMinAmax);
+  int64_t checked = 0;
+  for (int binade : {low, low + 1, 0, 1, 127}) {
+    const float start = std::ldexp(1.0f, binade);
+    for (uint32_t m = 0; m < (1u << 23); ++m) {
+      const float amax = bits_float(float_bits(start) + m);
+      if (amax < qc::kScaleByReciprocalMinAmax) continue;
+      ASSERT_EQ(float_bits(qc::fp8_scale_quotient(amax)), float_bits(amax / 448.0f)) << amax;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 4 * (1 << 23));
+  // Below: the subnormal quotients the product form would miss, divided.
+  for (float amax : {std::nextafter(qc::kScaleByReciprocalMinAmax, 0.0f), 1e-40f, 0x1p-149f, 0.0f})
+    EXPECT_EQ(float_bits(qc::fp8_scale_quotient(amax)), float_bits(amax / 448.0f)) << amax;
 }
 
 TEST(QuantFp8Rows, ScaleIsAmaxOver448AndTheAmaxElementBecomes448) {
@@ -379,6 +403,21 @@ TEST(QuantFp8Layouts, StridedScalesColumnsAndTransposedTilesAgreeWithTheRowsAndT
   const Quantized of_wt = fp8_blocks(w.transpose(0, 1).contiguous());
   EXPECT_EQ(std::memcmp(bytes(transposed), bytes(of_wt.values), transposed.bytes()), 0);
   EXPECT_EQ(tiles.transpose(0, 1).contiguous().to_doubles(), of_wt.scales.to_doubles());
+}
+
+// Stacked experts [E, N, K]: each matrix's transposed codes, with its scales written
+// through the transposed view of [E, ceil(K/128), ceil(N/128)], are the quantization
+// of that matrix's transpose (what an expert's input-gradient product reads).
+TEST(QuantFp8Layouts, TransposedTilesOfStackedMatricesAreEachTransposeQuantized) {
+  const Tensor w = varied({3, 260, 136}, DType::bf16, 9);
+  Tensor codes = Tensor::empty(w.shape(), DType::f8e4m3), transposed = Tensor::empty({3, 136, 260}, DType::f8e4m3);
+  Tensor t_scales = Tensor::empty({3, 2, 3}, DType::f32), scales = t_scales.transpose(1, 2);
+  quantize_fp8_blocks(w, codes, scales, &transposed);
+  for (int64_t e = 0; e < 3; ++e) {
+    const Quantized of_wt = fp8_blocks(w.slice(0, e, e + 1).transpose(1, 2).contiguous());
+    EXPECT_EQ(std::memcmp(bytes(transposed.slice(0, e, e + 1)), bytes(of_wt.values), of_wt.values.bytes()), 0) << e;
+    EXPECT_EQ(t_scales.slice(0, e, e + 1).to_doubles(), of_wt.scales.to_doubles()) << e;
+  }
 }
 
 TEST(QuantMxfp4, ScaleExponentIsFloorLog2AmaxMinusTwo) {
@@ -600,6 +639,40 @@ TEST(QuantErrors, BadShapesAndDtypesNameTheShape) {
 
 // ---- GPU against the CPU ----------------------------------------------------------------
 
+// On the CPU the GLU's backward quantized is the two ops through the caller's dgate_up;
+// shapes that do not match name what is wrong before anything is written.
+TEST(QuantGlu, BackwardFp8IsTheGluBackwardThenTheQuantizer) {
+  const Tensor dh = varied({40, 160}, DType::bf16, 80), gate_up = varied({40, 320}, DType::bf16, 81);
+  Tensor dgate_up = Tensor::empty({40, 320}, DType::bf16), expected = Tensor::empty({40, 320}, DType::bf16);
+  swiglu_backward(dh, gate_up, expected);
+  const Quantized rows = fp8_rows(expected), columns = fp8_rows(expected.transpose(0, 1).contiguous());
+  Tensor values = Tensor::empty(rows.values.shape(), DType::f8e4m3), scales = Tensor::empty(rows.scales.shape(), DType::f32);
+  Tensor t_values = Tensor::empty(columns.values.shape(), DType::f8e4m3);
+  Tensor t_scales = Tensor::empty(columns.scales.shape(), DType::f32);
+  EXPECT_FALSE(glu_backward_fp8_rows_and_columns(Glu::swiglu, dh, gate_up, dgate_up, values, scales, t_values, t_scales));
+  EXPECT_EQ(std::memcmp(dgate_up.raw(), expected.raw(), expected.bytes()), 0);
+  for (const auto& [got, want] : {std::pair{&values, &rows.values}, std::pair{&scales, &rows.scales},
+                                  std::pair{&t_values, &columns.values}, std::pair{&t_scales, &columns.scales}})
+    EXPECT_EQ(std::memcmp(got->raw(), want->raw(), want->bytes()), 0);
+
+  const auto message = [&](Tensor& d, Tensor& v) {
+    try {
+      glu_backward_fp8_rows_and_columns(Glu::swiglu, dh, gate_up, d, v, scales, t_values, t_scales);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor short_dgate_up = Tensor::empty({40, 300}, DType::bf16), f32_dgate_up = Tensor::empty({40, 320}, DType::f32);
+  Tensor short_values = Tensor::empty({40, 300}, DType::f8e4m3);
+  EXPECT_NE(message(short_dgate_up, values).find("dgate_up [40, 300] bf16 must be [N, 2H] (dgate_up in dh's dtype)"),
+            std::string::npos);
+  EXPECT_NE(message(f32_dgate_up, values).find("must be [N, 2H] (dgate_up in dh's dtype) for dh [40, 160] bf16"),
+            std::string::npos);
+  EXPECT_NE(message(dgate_up, short_values).find("values [40, 300] f8e4m3 must be [40, 320] f8e4m3"),
+            std::string::npos);
+}
+
 #define REQUIRE_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
@@ -715,6 +788,15 @@ TEST(QuantGpu, Fp8ColumnsStridedScalesAndTransposedTilesBitIdenticalToCpu) {
     expect_same_bytes(what + " tiles, scales", tile_scales, tiles.scales);
     expect_same_bytes(what + " tiles, transposed values", transposed, tiles.values.transpose(0, 1).contiguous());
   }
+  // Stacked experts, their scales through the transposed view.
+  const Tensor w = varied({3, 260, 136}, DType::bf16, 31);
+  const Quantized tiles = fp8_blocks(w);
+  Tensor codes = poisoned(w.shape(), DType::f8e4m3), transposed = poisoned({3, 136, 260}, DType::f8e4m3);
+  Tensor t_scales = poisoned({3, 2, 3}, DType::f32), scales = t_scales.transpose(1, 2);
+  quantize_fp8_blocks(gpu(w), codes, scales, &transposed);
+  expect_same_bytes("stacked tiles, values", codes, tiles.values);
+  expect_same_bytes("stacked tiles, transposed values", transposed, tiles.values.transpose(1, 2).contiguous());
+  expect_same_bytes("stacked tiles, transposed scales", t_scales, tiles.scales.transpose(1, 2).contiguous());
 }
 
 TEST(QuantGpu, Mxfp4AndDequantizationBitIdenticalToCpu) {
@@ -836,6 +918,44 @@ TEST(QuantGpu, Fp8RowsAndColumnsInOnePassBitIdenticalToCpu) {
         expect_same_bytes(what + " columns, values", t_values, columns.values);
         expect_same_bytes(what + " columns, scales", t_storage, columns.scales.transpose(0, 1).contiguous());
       }
+}
+
+
+// The GLU's backward quantized in one pass (ops/glu_linear.h) writes the bits of the
+// GPU's GLU backward pass followed by the CPU's quantizers, rows off the
+// 128-tiles (and not a multiple of 4, where the column codes leave as bytes), both
+// GLUs, bf16 and f16; a width off 128 or an f32 source takes the two passes.
+TEST(QuantGpu, GluBackwardInOnePassBitIdenticalToTheTwoPasses) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t rows, width;
+    DType dt;
+  };
+  for (const Case& c : {Case{300, 256, DType::bf16}, Case{129, 384, DType::f16}, Case{2048, 1024, DType::bf16},
+                        Case{1, 128, DType::bf16}, Case{77, 200, DType::bf16}, Case{64, 128, DType::f32}}) {
+    for (Glu glu : {Glu::swiglu, Glu::geglu}) {
+      const std::string what = concat(glu == Glu::swiglu ? "swiglu " : "geglu ", dtype_name(c.dt), " [", c.rows, ", ",
+                                      c.width, "]");
+      const Tensor dh = gpu(varied({c.rows, c.width}, c.dt, 70 + c.rows));
+      const Tensor gate_up = gpu(varied({c.rows, 2 * c.width}, c.dt, 71 + c.rows));
+      const Shape shape{c.rows, 2 * c.width}, flipped{2 * c.width, c.rows};
+      Tensor dgate_up = Tensor::empty(shape, c.dt, Device::cuda());
+      glu_activation_backward(glu, dh, gate_up, dgate_up);
+      const Tensor host = dgate_up.to(Device::cpu());
+      const Quantized rows = fp8_rows(host), columns = fp8_rows(host.transpose(0, 1).contiguous());
+      Tensor values = poisoned(shape, DType::f8e4m3), t_values = poisoned(flipped, DType::f8e4m3);
+      Tensor scales = poisoned(rows.scales.shape(), DType::f32), t_scales = poisoned(columns.scales.shape(), DType::f32);
+      Tensor scratch = gpu(Tensor::full(shape, NAN, c.dt));
+      const bool one_pass = c.width % 128 == 0 && c.dt != DType::f32;
+      EXPECT_EQ(glu_backward_fp8_rows_and_columns(glu, dh, gate_up, scratch, values, scales, t_values, t_scales),
+                one_pass)
+          << what;
+      expect_same_bytes(what + " rows, values", values, rows.values);
+      expect_same_bytes(what + " rows, scales", scales, rows.scales);
+      expect_same_bytes(what + " columns, values", t_values, columns.values);
+      expect_same_bytes(what + " columns, scales", t_scales, columns.scales);
+    }
+  }
 }
 
 }  // namespace

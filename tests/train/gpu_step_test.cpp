@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
 
 #include "amber/core/random.h"
 #include "amber/gen/generate.h"
@@ -517,56 +520,67 @@ TEST(TrainStepGpu, GraphReplayEqualsEager) {
   }
 }
 
-// small_model with every attention and MLP projection in block-scaled FP8.
-ModelConfig fp8_model() {
-  ModelConfig c = small_model();
-  c.attention_recipe = kFp8BlockRecipe;
-  c.mlp_recipe = kFp8BlockRecipe;
-  return c;
+// `base` with every attention and MLP projection in a block-scaled FP8 recipe (and its
+// routed experts too with fp8_block_hp_wgrad).
+ModelConfig fp8_model(ModelConfig base, const char* recipe) {
+  base.attention_recipe = recipe;
+  base.mlp_recipe = recipe;
+  if (std::string_view(recipe) == kFp8BlockHpWgradRecipe) base.expert_recipe = recipe;
+  return base;
 }
 
-// The FP8 recipes on the GPU (cuBLASLt's block-scaled products, the quantizers' temporaries
-// in the activation arena): one step tracks the bf16 model's loss within 2% and its
-// gradients within twice the gap measured, and a captured step replays the eager one bit for bit
-// (micro-batches of 512 tokens: multiples of 16, so no product falls back).
+// The FP8 recipes on the GPU (cuBLASLt's block-scaled products, the grouped FP8 products
+// of routed experts, the quantizers' temporaries in the activation arena): one step
+// tracks the bf16 model's loss within 2% and its gradients within twice the gap
+// measured, and a captured step replays the eager one bit for bit (micro-batches of 512
+// tokens: multiples of 16, so no product falls back).
 TEST(TrainStepGpu, Fp8RecipesTrackBf16AndReplayTheirGraph) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  LanguageModel bf16(small_model(), DType::f32, Device::cuda(), DType::bf16);
-  LanguageModel fp8(fp8_model(), DType::f32, Device::cuda(), DType::bf16);
-  bf16.init_weights(5);
-  fp8.init_weights(5);
-  const std::vector<data::Batch> batches = {random_batch({100, 200, 212}, 300, 1)};
-  const AccumulatedStep a = measure_step(bf16, batches), b = measure_step(fp8, batches);
-  std::cout << "loss bf16 " << a.loss_sum / a.trained_tokens << " fp8 " << b.loss_sum / b.trained_tokens << "\n";
-  EXPECT_NEAR(b.loss_sum / a.loss_sum, 1.0, 2e-2);
-  double worst = 0;
-  for (size_t i = 0; i < bf16.params().size(); ++i)
-    worst = std::max(worst, testing::relative_error(fp8.params()[i]->grad, bf16.params()[i]->grad));
-  std::cout << "  worst gradient rel err against bf16 " << worst << "\n";
-  EXPECT_LT(worst, 0.35);  // 0.175 measured (an H100, 2026-12-06): e4m3 on both operands of dy^T x
+  std::vector<std::tuple<std::string, ModelConfig, const char*>> cases = {
+      {"dense fp8_block", small_model(), kFp8BlockRecipe}, {"dense fp8_block_hp_wgrad", small_model(), kFp8BlockHpWgradRecipe}};
+  if (grouped_gemm_available(Device::cuda()))
+    cases.emplace_back("moe fp8_block_hp_wgrad", small_moe_model(), kFp8BlockHpWgradRecipe);
+  for (const auto& [name, base, recipe] : cases) {
+    SCOPED_TRACE(name);
+    const ModelConfig config = fp8_model(base, recipe);
+    LanguageModel bf16(base, DType::f32, Device::cuda(), DType::bf16);
+    LanguageModel fp8(config, DType::f32, Device::cuda(), DType::bf16);
+    bf16.init_weights(5);
+    fp8.init_weights(5);
+    const std::vector<data::Batch> batches = {random_batch({100, 200, 212}, 300, 1)};
+    const AccumulatedStep a = measure_step(bf16, batches), b = measure_step(fp8, batches);
+    std::cout << name << ": loss bf16 " << a.loss_sum / a.trained_tokens << " fp8 "
+              << b.loss_sum / b.trained_tokens << "\n";
+    EXPECT_NEAR(b.loss_sum / a.loss_sum, 1.0, 2e-2);
+    double worst = 0;
+    for (size_t i = 0; i < bf16.params().size(); ++i)
+      worst = std::max(worst, testing::relative_error(fp8.params()[i]->grad, bf16.params()[i]->grad));
+    std::cout << "  worst gradient rel err against bf16 " << worst << "\n";
+    EXPECT_LT(worst, 0.35);  // 0.175 measured with fp8_block (an H100, 2026-12-06)
 
-  LanguageModel eager(fp8_model(), DType::f32, Device::cuda(), DType::bf16);
-  LanguageModel graphed(fp8_model(), DType::f32, Device::cuda(), DType::bf16);
-  eager.init_weights(5);
-  graphed.init_weights(5);
-  auto opt_eager = build_optimizer(OptimizerConfig{}, eager.store());
-  auto opt_graphed = build_optimizer(OptimizerConfig{}, graphed.store());
-  TrainStep step_eager(eager, opt_eager.get(), {.grad_clip = 0.5, .cuda_graph = false});
-  TrainStep step_graphed(graphed, opt_graphed.get(), {.grad_clip = 0.5, .cuda_graph = true});
-  const std::vector<std::vector<int32_t>> lengths = {{100, 200, 212}, {512}, {64, 448}, {256, 256}, {7, 505}};
-  int replays = 0;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const std::vector<data::Batch> micro = {random_batch(lengths[s], 300, 10 + s), random_batch({512}, 300, 20 + s)};
-    step_eager.run(micro, 1.0);
-    step_graphed.run(micro, 1.0);
-    replays += step_graphed.replayed() ? 1 : 0;
-    const AccumulatedStep e = step_eager.read(), g = step_graphed.read();
-    EXPECT_EQ(e.loss_sum, g.loss_sum) << "step " << s;
-    for (size_t i = 0; i < eager.params().size(); ++i)
-      ASSERT_EQ(eager.params()[i]->value.to_doubles(), graphed.params()[i]->value.to_doubles())
-          << "step " << s << " " << eager.params()[i]->name;
+    LanguageModel eager(config, DType::f32, Device::cuda(), DType::bf16);
+    LanguageModel graphed(config, DType::f32, Device::cuda(), DType::bf16);
+    eager.init_weights(5);
+    graphed.init_weights(5);
+    auto opt_eager = build_optimizer(OptimizerConfig{}, eager.store());
+    auto opt_graphed = build_optimizer(OptimizerConfig{}, graphed.store());
+    TrainStep step_eager(eager, opt_eager.get(), {.grad_clip = 0.5, .cuda_graph = false});
+    TrainStep step_graphed(graphed, opt_graphed.get(), {.grad_clip = 0.5, .cuda_graph = true});
+    const std::vector<std::vector<int32_t>> lengths = {{100, 200, 212}, {512}, {64, 448}, {256, 256}, {7, 505}};
+    int replays = 0;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const std::vector<data::Batch> micro = {random_batch(lengths[s], 300, 10 + s), random_batch({512}, 300, 20 + s)};
+      step_eager.run(micro, 1.0);
+      step_graphed.run(micro, 1.0);
+      replays += step_graphed.replayed() ? 1 : 0;
+      const AccumulatedStep e = step_eager.read(), g = step_graphed.read();
+      EXPECT_EQ(e.loss_sum, g.loss_sum) << "step " << s;
+      for (size_t i = 0; i < eager.params().size(); ++i)
+        ASSERT_EQ(eager.params()[i]->value.to_doubles(), graphed.params()[i]->value.to_doubles())
+            << "step " << s << " " << eager.params()[i]->name;
+    }
+    EXPECT_EQ(replays, static_cast<int>(lengths.size()) - 2);
   }
-  EXPECT_EQ(replays, static_cast<int>(lengths.size()) - 2);
 }
 
 // A run's sample previews generate from the training model itself (its activation

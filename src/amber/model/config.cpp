@@ -76,9 +76,16 @@ void ModelConfig::validate() const {
       for (const std::string& name : linear_recipe_registry().names()) valid += (valid.empty() ? "" : ", ") + name;
       fail("model.", key, " = '", recipe, "' is not a linear recipe; valid: ", valid);
     }
-    AMBER_CHECK(recipe != kFp8BlockRecipe || !attn_bias, "model.", key, " = 'fp8_block' has no projection bias yet; set ",
-                "model.attn_bias = false or keep the compute_dtype recipe");
+    AMBER_CHECK(recipe == kComputeDtypeRecipe || !attn_bias, "model.", key, " = '", recipe,
+                "' has no projection bias yet; set model.attn_bias = false or keep the compute_dtype recipe");
   }
+  AMBER_CHECK(expert_recipe == kComputeDtypeRecipe || expert_recipe == kFp8BlockHpWgradRecipe,
+              "model.expert_recipe = '", expert_recipe, "' is not one of: ", kComputeDtypeRecipe, ", ",
+              kFp8BlockHpWgradRecipe,
+              expert_recipe == kFp8BlockRecipe
+                  ? " (the routed experts' weight gradients have no FP8 product yet: fp8_block_hp_wgrad runs "
+                    "their forward and input-gradient products in FP8)"
+                  : "");
   AMBER_CHECK(recompute == "none" || recompute == "block", "model.recompute = '", recompute,
               "' is not one of: none, block");
   AMBER_CHECK(rope_partial > 0 && rope_partial <= 1, "model.rope_partial must be in (0, 1], got ", rope_partial);

@@ -65,10 +65,13 @@ struct ModelConfig {
   double moe_bias_update_rate = 0.0;  // the auxiliary-loss-free balance bias's step; 0 = none
   double moe_balance_loss_weight = 0.0;  // the sequence-wise balance loss's weight; 0 = none
   double moe_z_loss_weight = 0.0;        // the router z-loss's weight; 0 = none
-  // how the projections' products run (linear recipes, model/linear.h): compute_dtype
-  // or fp8_block; the LM head and MoE routed experts keep the compute dtype
+  // how the projections' products run (linear recipes, model/linear.h): compute_dtype,
+  // fp8_block or fp8_block_hp_wgrad; the LM head keeps the compute dtype
   std::string attention_recipe = "compute_dtype";  // q, k, v and o projections
   std::string mlp_recipe = "compute_dtype";        // dense MLPs and MoE shared experts
+  // MoE routed experts' grouped products: compute_dtype or fp8_block_hp_wgrad (no
+  // k-grouped FP8 product for their weight gradients yet)
+  std::string expert_recipe = "compute_dtype";
   // runtime
   std::string recompute = "none";  // none | block
 
@@ -141,6 +144,7 @@ struct ModelConfig {
     v("moe_z_loss_weight", moe_z_loss_weight);
     v("attention_recipe", attention_recipe);
     v("mlp_recipe", mlp_recipe);
+    v("expert_recipe", expert_recipe);
     v("recompute", recompute);
   }
 };

@@ -39,9 +39,11 @@ Quantized columns_of(const Tensor& x, Arena& scratch) {
 struct RowsAndColumns {
   Quantized rows, columns;
 };
+RowsAndColumns allocate_rows_and_columns(int64_t rows, int64_t cols, Arena& scratch) {
+  return {allocate(rows, cols, Fp8Scaling::rows, scratch), allocate(cols, rows, Fp8Scaling::rows, scratch)};
+}
 RowsAndColumns rows_and_columns_of(const Tensor& x, Arena& scratch) {
-  RowsAndColumns q{allocate(x.size(0), x.size(1), Fp8Scaling::rows, scratch),
-                   allocate(x.size(1), x.size(0), Fp8Scaling::rows, scratch)};
+  RowsAndColumns q = allocate_rows_and_columns(x.size(0), x.size(1), scratch);
   quantize_fp8_rows_and_columns(x, q.rows.values, q.rows.scales, q.columns.values, q.columns.scales);
   return q;
 }
@@ -101,7 +103,8 @@ struct PaddedOutput {
 
 class Fp8BlockRecipe final : public LinearRecipe {
  public:
-  Fp8BlockRecipe() : fallback_(linear_recipe_registry().build(kComputeDtypeRecipe)) {}
+  explicit Fp8BlockRecipe(WeightGradient weight_gradient)
+      : weight_gradient_(weight_gradient), fallback_(linear_recipe_registry().build(kComputeDtypeRecipe)) {}
 
   void forward(const Tensor& x, const Param& w, const Param* b, Tensor& y, const ResidualAdd& into,
                Arena& scratch) const override {
@@ -129,12 +132,15 @@ class Fp8BlockRecipe final : public LinearRecipe {
     refuse_bias(b);
     const Arena::Mark mark = scratch.mark();
     const Tensor dy_rows = padded(dy, scratch);
-    if (dx.defined()) {
+    if (weight_gradient_ == WeightGradient::compute_dtype) {
+      if (dx.defined()) input_gradient(rows_of(dy_rows, scratch), w, dx, scratch);
+      compute_dtype_weight_gradient(dy, x, w, scratch);
+    } else if (dx.defined()) {
       const RowsAndColumns qdy = rows_and_columns_of(dy_rows, scratch);
       input_gradient(qdy.rows, w, dx, scratch);
-      weight_gradient(qdy.columns, x, w, scratch);
+      fp8_weight_gradient(qdy.columns, x, w, scratch);
     } else {
-      weight_gradient(columns_of(dy_rows, scratch), x, w, scratch);
+      fp8_weight_gradient(columns_of(dy_rows, scratch), x, w, scratch);
     }
     scratch.rewind(mark);
   }
@@ -152,17 +158,49 @@ class Fp8BlockRecipe final : public LinearRecipe {
     glu_activation_forward(glu, gate_up, h);
   }
 
-  void glu_backward(Glu glu, const Tensor& dy, const Tensor& h, Param& w_down, Param* b_down, const Tensor& gate_up,
-                    Tensor& dgate_up, Tensor& dh, Arena& scratch) const override {
-    if (!fits(w_down)) return fallback_->glu_backward(glu, dy, h, w_down, b_down, gate_up, dgate_up, dh, scratch);
-    refuse_bias(b_down);
+  // With FP8 weight gradients dgate_up goes straight from the GLU's backward into the
+  // FP8 rows and columns the gate/up products read (glu_backward_fp8_rows_and_columns),
+  // never written whole on a GPU; with compute-dtype ones it is written (their operand)
+  // and quantized by rows for dx. A weight that does not fit runs its products in the
+  // compute dtype.
+  void glu_backward(Glu glu, const Tensor& dy, const GluSaved& saved, const GluParams& p, Tensor& dx,
+                    Arena& scratch) const override {
     const Arena::Mark mark = scratch.mark();
-    const Tensor dy_rows = padded(dy, scratch);
-    const RowsAndColumns qdy = rows_and_columns_of(dy_rows, scratch);
-    weight_gradient(qdy.columns, h, w_down, scratch);
-    input_gradient(qdy.rows, w_down, dh, scratch);
+    Tensor dh = scratch.alloc(saved.h.shape(), dy.dtype());
+    if (!fits(p.down)) {
+      fallback_->backward(dy, saved.h, p.down, p.down_bias, dh, scratch);
+    } else if (weight_gradient_ == WeightGradient::compute_dtype) {
+      refuse_bias(p.down_bias);
+      input_gradient(rows_of(padded(dy, scratch), scratch), p.down, dh, scratch);
+      compute_dtype_weight_gradient(dy, saved.h, p.down, scratch);
+    } else {
+      refuse_bias(p.down_bias);
+      const RowsAndColumns qdy = rows_and_columns_of(padded(dy, scratch), scratch);
+      fp8_weight_gradient(qdy.columns, saved.h, p.down, scratch);
+      input_gradient(qdy.rows, p.down, dh, scratch);
+    }
+    Tensor dgate_up = scratch.alloc(saved.gate_up.shape(), dy.dtype());
+    if (!fits(p.gate_up)) {
+      glu_activation_backward(glu, dh, saved.gate_up, dgate_up);
+      fallback_->backward(dgate_up, saved.x, p.gate_up, p.gate_up_bias, dx, scratch);
+    } else if (weight_gradient_ == WeightGradient::compute_dtype) {
+      refuse_bias(p.gate_up_bias);
+      glu_activation_backward(glu, dh, saved.gate_up, dgate_up);
+      compute_dtype_weight_gradient(dgate_up, saved.x, p.gate_up, scratch);
+      if (dx.defined()) input_gradient(rows_of(padded(dgate_up, scratch), scratch), p.gate_up, dx, scratch);
+    } else {
+      refuse_bias(p.gate_up_bias);
+      const Tensor dh_rows = padded(dh, scratch), gate_up_rows = padded(saved.gate_up, scratch);
+      Tensor dgate_up_rows = padded_rows(dgate_up) == dgate_up.size(0)
+                                 ? dgate_up
+                                 : scratch.alloc({padded_rows(dgate_up), dgate_up.size(1)}, dgate_up.dtype());
+      RowsAndColumns q = allocate_rows_and_columns(dgate_up_rows.size(0), dgate_up_rows.size(1), scratch);
+      glu_backward_fp8_rows_and_columns(glu, dh_rows, gate_up_rows, dgate_up_rows, q.rows.values, q.rows.scales,
+                                        q.columns.values, q.columns.scales);
+      fp8_weight_gradient(q.columns, saved.x, p.gate_up, scratch);
+      if (dx.defined()) input_gradient(q.rows, p.gate_up, dx, scratch);
+    }
     scratch.rewind(mark);
-    glu_activation_backward(glu, dh, gate_up, dgate_up);
   }
 
  private:
@@ -185,17 +223,27 @@ class Fp8BlockRecipe final : public LinearRecipe {
   }
 
   // W's gradient dy^T x in FP8, both along the (padded) tokens: dy^T given, x^T quantized here.
-  static void weight_gradient(const Quantized& dy_t, const Tensor& x, Param& w, Arena& scratch) {
+  static void fp8_weight_gradient(const Quantized& dy_t, const Tensor& x, Param& w, Arena& scratch) {
     const Quantized xt = columns_of(padded(x, scratch), scratch);
     gemm_fp8(dy_t.values, dy_t.scales, xt.values, xt.scales, Fp8Scaling::rows, w.grad, 1.0,
              w.grad_accumulates() ? 1.0 : 0.0);
   }
 
+  // W's gradient dy^T x from the compute-dtype operands (the fallback's products with
+  // no input gradient asked).
+  void compute_dtype_weight_gradient(const Tensor& dy, const Tensor& x, Param& w, Arena& scratch) const {
+    Tensor no_dx;
+    fallback_->backward(dy, x, w, nullptr, no_dx, scratch);
+  }
+
+  WeightGradient weight_gradient_;
   std::unique_ptr<LinearRecipe> fallback_;
 };
 
 }  // namespace
 
-std::unique_ptr<LinearRecipe> make_fp8_block_recipe() { return std::make_unique<Fp8BlockRecipe>(); }
+std::unique_ptr<LinearRecipe> make_fp8_block_recipe(WeightGradient weight_gradient) {
+  return std::make_unique<Fp8BlockRecipe>(weight_gradient);
+}
 
 }  // namespace amber

@@ -25,11 +25,15 @@ class ComputeDtypeRecipe final : public LinearRecipe {
                    Arena&) const override {
     glu_linear_forward(glu, x, w.work, work_or_none(b), gate_up, h);
   }
-  void glu_backward(Glu glu, const Tensor& dy, const Tensor& h, Param& w_down, Param* b_down, const Tensor& gate_up,
-                    Tensor& dgate_up, Tensor& dh, Arena& scratch) const override {
+  void glu_backward(Glu glu, const Tensor& dy, const GluSaved& saved, const GluParams& p, Tensor& dx,
+                    Arena& scratch) const override {
     Tensor no_dx;  // the input gradient comes with the GLU's backward
-    backward(dy, h, w_down, b_down, no_dx, scratch);
-    glu_linear_backward_input(glu, dy, w_down.work, gate_up, dgate_up, dh);
+    backward(dy, saved.h, p.down, p.down_bias, no_dx, scratch);
+    const Arena::Mark mark = scratch.mark();
+    Tensor dgate_up = scratch.alloc(saved.gate_up.shape(), dy.dtype()), dh = scratch.alloc(saved.h.shape(), dy.dtype());
+    glu_linear_backward_input(glu, dy, p.down.work, saved.gate_up, dgate_up, dh);
+    backward(dgate_up, saved.x, p.gate_up, p.gate_up_bias, dx, scratch);
+    scratch.rewind(mark);
   }
 };
 
@@ -39,7 +43,8 @@ const Registry<LinearRecipe>& linear_recipe_registry() {
   static const auto registry = [] {
     Registry<LinearRecipe> r("linear recipe");
     r.add(kComputeDtypeRecipe, [] { return std::make_unique<ComputeDtypeRecipe>(); });
-    r.add(kFp8BlockRecipe, make_fp8_block_recipe);
+    r.add(kFp8BlockRecipe, [] { return make_fp8_block_recipe(WeightGradient::fp8); });
+    r.add(kFp8BlockHpWgradRecipe, [] { return make_fp8_block_recipe(WeightGradient::compute_dtype); });
     return r;
   }();
   return registry;
@@ -86,10 +91,11 @@ void GluLinear::forward(const Tensor& x, Tensor& gate_up, Tensor& h, Arena& scra
   linear_.recipe_->glu_forward(glu_, x, *linear_.weight_, linear_.bias_.get(), gate_up, h, scratch);
 }
 
-// The down projection's recipe runs its products (and its bias's gradient).
-void GluLinear::backward_through(const Linear& down, const Tensor& dy, const Tensor& h, const Tensor& gate_up,
-                                 Tensor& dgate_up, Tensor& dh, Arena& scratch) const {
-  down.recipe_->glu_backward(glu_, dy, h, *down.weight_, down.bias_.get(), gate_up, dgate_up, dh, scratch);
+Tensor GluLinear::backward(const Linear& down, const Tensor& dy, const GluSaved& saved, Arena& arena) const {
+  Tensor dx = arena.alloc(saved.x.shape(), dy.dtype());
+  const GluParams params{*linear_.weight_, linear_.bias_.get(), *down.weight_, down.bias_.get()};
+  linear_.recipe_->glu_backward(glu_, dy, saved, params, dx, arena);
+  return dx;
 }
 
 }  // namespace amber

@@ -17,6 +17,21 @@
 
 namespace amber {
 
+// A gated MLP's forward values its backward reads: the input x [N, in], gate_up [N, 2H]
+// and h = glu(gate_up) [N, H].
+struct GluSaved {
+  const Tensor &x, &gate_up, &h;
+};
+
+// A gated MLP's parameters: gate_up [2H, in] (the gate's rows, then the value's) and
+// down [out, H], each with an optional bias.
+struct GluParams {
+  Param &gate_up;
+  Param* gate_up_bias;
+  Param &down;
+  Param* down_bias;
+};
+
 // How a projection's products run; one instance per projection (a recipe may keep
 // per-weight state, such as scales). Weights are [out, in], y = x W^T + b. `scratch`
 // holds a call's temporaries (quantized operands): a recipe allocates them after a mark
@@ -33,17 +48,22 @@ class LinearRecipe {
   // gate_up = x W^T + b and h = glu(gate_up) (ops/glu_linear.h).
   virtual void glu_forward(Glu glu, const Tensor& x, const Param& w, const Param* b, Tensor& gate_up, Tensor& h,
                            Arena& scratch) const = 0;
-  // The down projection of a gated MLP (w_down [out, H], its input h = glu(gate_up)):
-  // w_down's (and b_down's) gradient from dy and h as backward() writes them, then
-  // dgate_up = the GLU's backward at gate_up of dy w_down (dh scratch [N, H]).
-  virtual void glu_backward(Glu glu, const Tensor& dy, const Tensor& h, Param& w_down, Param* b_down,
-                            const Tensor& gate_up, Tensor& dgate_up, Tensor& dh, Arena& scratch) const = 0;
+  // A gated MLP's backward from dy = d(loss)/d(down's output): w_down's (and b_down's)
+  // gradient from dy and h = glu(gate_up), dgate_up = the GLU's backward at gate_up of
+  // dy w_down, then w_gate_up's (and b_gate_up's) gradient from dgate_up and x, and dx
+  // = dgate_up w_gate_up (skipped when undefined), gradients written as backward()
+  // writes them. dgate_up and dh are the recipe's temporaries, so a recipe may produce
+  // dgate_up in the form its products read (FP8 codes) and never write it whole.
+  virtual void glu_backward(Glu glu, const Tensor& dy, const GluSaved& saved, const GluParams& params, Tensor& dx,
+                            Arena& scratch) const = 0;
 };
 
 // The recipes: operands in the model's compute dtype (the working copies: f32, bf16 or
-// f16) with f32 accumulation; or block-scaled FP8 (model/fp8_linear.h).
+// f16) with f32 accumulation; or block-scaled FP8, with the weight gradient in FP8 or in
+// the compute dtype (model/fp8_linear.h).
 inline constexpr const char* kComputeDtypeRecipe = "compute_dtype";
 inline constexpr const char* kFp8BlockRecipe = "fp8_block";
+inline constexpr const char* kFp8BlockHpWgradRecipe = "fp8_block_hp_wgrad";
 const Registry<LinearRecipe>& linear_recipe_registry();
 
 struct LinearSpec {
@@ -84,23 +104,19 @@ class Linear {
 };
 
 // A gated MLP's first projection [2H, in] (gate rows, then value rows) with its GLU:
-// the forward writes gate_up and h = glu(gate_up) in one call, and the down
-// projection's input gradient runs with the GLU's backward (ops/glu_linear.h).
+// the forward writes gate_up and h = glu(gate_up) in one call, and the backward runs
+// from the down projection's output gradient to x's (the recipe's glu_backward).
 class GluLinear {
  public:
   GluLinear(ParamStore& store, const LinearSpec& spec, Glu glu);
 
+  Param& weight() const { return linear_.weight(); }
   int64_t out_features() const { return linear_.out_features(); }
   // gate_up [N, 2H] and h [N, H], both the caller's (the recipe's temporaries from `scratch`).
   void forward(const Tensor& x, Tensor& gate_up, Tensor& h, Arena& scratch) const;
-  // From d(loss)/d(down's output): down's weight gradient, then dgate_up (the caller's)
-  // through down's input gradient and the GLU (dh [N, H] the caller's scratch).
-  void backward_through(const Linear& down, const Tensor& dy, const Tensor& h, const Tensor& gate_up,
-                        Tensor& dgate_up, Tensor& dh, Arena& scratch) const;
-  // dx from `arena`; the weight's gradient accumulates.
-  Tensor backward(const Tensor& dgate_up, const Tensor& x, Arena& arena) const {
-    return linear_.backward(dgate_up, x, arena);
-  }
+  // From dy = d(loss)/d(down's output): both projections' gradients (accumulated as
+  // their backward() does) and dx from `arena`, by this projection's recipe.
+  Tensor backward(const Linear& down, const Tensor& dy, const GluSaved& saved, Arena& arena) const;
 
  private:
   Linear linear_;

@@ -36,10 +36,7 @@ class GatedMlp final : public Mlp {
 
   Tensor backward(const Tensor& dout, const Mlp::Saved& saved, Arena& arena) const override {
     const auto& s = static_cast<const Saved&>(saved);
-    Tensor dact = arena.alloc(s.act.shape(), dout.dtype());
-    Tensor dgate_up = arena.alloc(s.gate_up.shape(), dout.dtype());
-    gate_up_.backward_through(down_, dout, s.act, s.gate_up, dgate_up, dact, arena);
-    return gate_up_.backward(dgate_up, s.h, arena);
+    return gate_up_.backward(down_, dout, {s.h, s.gate_up, s.act}, arena);
   }
 
  private:

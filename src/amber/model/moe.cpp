@@ -4,12 +4,18 @@
 // The backward runs the same ops in reverse; a copy's weight gradient is the dot
 // product of its unweighted activation gradient (dout W_down) with its activation, so
 // no [copies, dim] output is kept for it.
+// With model.expert_recipe = fp8_block_hp_wgrad the forward and input-gradient products
+// run in block-scaled FP8 (ops/grouped_gemm.h's FP8 forms; an input gradient dy W_e is
+// the forward product of dy and W_e^T's tiles), the weight gradients in the compute
+// dtype from the same operands as without it.
 #include "amber/model/moe.h"
 
+#include "amber/model/linear.h"
 #include "amber/ops/elementwise.h"
 #include "amber/ops/gemm.h"
 #include "amber/ops/grouped_gemm.h"
 #include "amber/ops/moe.h"
+#include "amber/ops/quant.h"
 
 namespace amber {
 namespace {
@@ -18,6 +24,48 @@ RouterScore router_score(const std::string& name) {
   if (name == "sigmoid") return RouterScore::sigmoid;
   if (name == "sqrt_softplus") return RouterScore::sqrt_softplus;
   return RouterScore::softmax;
+}
+
+// An FP8 operand of the grouped products: e4m3 codes and their f32 scales.
+struct Fp8Operand {
+  Tensor values, scales;
+};
+
+// x [R, C] in 1x128 blocks of its rows.
+Fp8Operand fp8_rows(const Tensor& x, Arena& arena) {
+  Fp8Operand q{arena.alloc(x.shape(), DType::f8e4m3), arena.alloc(fp8_rows_scales_shape(x.shape()), DType::f32)};
+  quantize_fp8_rows(x, q.values, q.scales);
+  return q;
+}
+
+// A token's row quantized once and gathered to each of its copies (as DeepSeek-V3
+// quantizes before the permutation): the bits of fp8_rows of the gathered rows, for
+// top_k times fewer rows.
+Fp8Operand fp8_gathered_rows(const Tensor& x, const Tensor& row_tokens, Arena& arena) {
+  const Fp8Operand per_token = fp8_rows(x, arena);
+  const int64_t copies = row_tokens.size(0);
+  Fp8Operand q{arena.alloc({copies, x.size(1)}, DType::f8e4m3),
+               arena.alloc({copies, per_token.scales.size(1)}, DType::f32)};
+  moe_gather(per_token.values, row_tokens, q.values);
+  moe_gather(per_token.scales, row_tokens, q.scales);
+  return q;
+}
+
+// The experts' weights w [E, N, K] in 128x128 tiles; with `transposed` each w_e^T
+// [E, K, N] instead (an input gradient's operand), from the same pass.
+Fp8Operand fp8_tiles(const Tensor& w, bool transposed, Arena& arena) {
+  const Shape scales = fp8_blocks_scales_shape(w.shape());
+  Tensor codes = arena.alloc(w.shape(), DType::f8e4m3);
+  if (!transposed) {
+    Fp8Operand q{codes, arena.alloc(scales, DType::f32)};
+    quantize_fp8_blocks(w, q.values, q.scales);
+    return q;
+  }
+  Fp8Operand t{arena.alloc({w.size(0), w.size(2), w.size(1)}, DType::f8e4m3),
+               arena.alloc({scales[0], scales[2], scales[1]}, DType::f32)};
+  Tensor w_scales = t.scales.transpose(1, 2);
+  quantize_fp8_blocks(w, codes, w_scales, &t.values);
+  return t;
 }
 
 class MoeMlp final : public Mlp {
@@ -30,7 +78,8 @@ class MoeMlp final : public Mlp {
         dim_(s.dim),
         name_(s.name),
         bias_rate_(s.config->moe_bias_update_rate),
-        loss_{s.config->moe_balance_loss_weight, s.config->moe_z_loss_weight} {
+        loss_{s.config->moe_balance_loss_weight, s.config->moe_z_loss_weight},
+        fp8_(s.config->expert_recipe == kFp8BlockHpWgradRecipe) {
     const ModelConfig& c = *s.config;
     AMBER_CHECK(experts_ > 0 && hidden_ > 0, s.name, ": an MoE layer needs model.moe_experts and model.moe_hidden");
     router_ = s.store->add(s.name + ".router.weight", {experts_, dim_}, ParamRole::router,
@@ -96,9 +145,19 @@ class MoeMlp final : public Mlp {
     moe_weights_to_rows(s.weights, s.slot_rows, s.row_weights);
     moe_gather(h, s.row_tokens, s.xs);
     Tensor act = arena.alloc({copies, hidden_}, dt);
-    grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, act);
+    if (fp8_) {
+      const Fp8Operand x = fp8_gathered_rows(h, s.row_tokens, arena), w = fp8_tiles(gate_up_->work, false, arena);
+      grouped_gemm_swiglu_forward_fp8(x.values, x.scales, w.values, w.scales, s.offsets, s.gate_up, act);
+    } else {
+      grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, act);
+    }
     Tensor ys = arena.alloc({copies, dim_}, dt);
-    grouped_gemm_forward(act, down_->work, s.offsets, ys, s.row_weights);
+    if (fp8_) {
+      const Fp8Operand a = fp8_rows(act, arena), w = fp8_tiles(down_->work, false, arena);
+      grouped_gemm_forward_fp8(a.values, a.scales, w.values, w.scales, s.offsets, ys, s.row_weights);
+    } else {
+      grouped_gemm_forward(act, down_->work, s.offsets, ys, s.row_weights);
+    }
     moe_combine(ys, s.slot_rows, out, shared_ != nullptr);
     if (into.sum && !shared_adds_residual)
       add_scaled_into(*into.sum, *into.residual, out, into.scale, "moe_residual_add");
@@ -135,7 +194,14 @@ class MoeMlp final : public Mlp {
     Tensor douts = arena.alloc({copies, dim_}, dt);
     moe_gather(dout, s.row_tokens, douts);
     Tensor da = arena.alloc({copies, hidden_}, dt);
-    grouped_gemm_backward_input(douts, down_->work, s.offsets, da);
+    if (fp8_) {
+      const Arena::Mark operands = arena.mark();
+      const Fp8Operand d = fp8_gathered_rows(dout, s.row_tokens, arena), w = fp8_tiles(down_->work, true, arena);
+      grouped_gemm_forward_fp8(d.values, d.scales, w.values, w.scales, s.offsets, da);
+      arena.rewind(operands);
+    } else {
+      grouped_gemm_backward_input(douts, down_->work, s.offsets, da);
+    }
     Tensor dgate_up = arena.alloc(s.gate_up.shape(), dt), act_w = arena.alloc({copies, hidden_}, dt);
     Tensor dweights = arena.alloc({tokens, k}, rt);
     moe_swiglu_backward(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights);
@@ -143,7 +209,14 @@ class MoeMlp final : public Mlp {
     // Gate/up projection; the input's gradient reuses the output gradient's rows.
     grouped_gemm_backward_weight(dgate_up, s.xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
     Tensor dxs = douts;
-    grouped_gemm_backward_input(dgate_up, gate_up_->work, s.offsets, dxs);
+    if (fp8_) {
+      const Arena::Mark operands = arena.mark();
+      const Fp8Operand g = fp8_rows(dgate_up, arena), w = fp8_tiles(gate_up_->work, true, arena);
+      grouped_gemm_forward_fp8(g.values, g.scales, w.values, w.scales, s.offsets, dxs);
+      arena.rewind(operands);
+    } else {
+      grouped_gemm_backward_input(dgate_up, gate_up_->work, s.offsets, dxs);
+    }
     Tensor dh = shared_ ? shared_->backward(dout, *s.shared, arena) : arena.alloc({tokens, dim_}, dt);
     moe_combine(dxs, s.slot_rows, dh, shared_ != nullptr);
     // Router: through the weights into the logits, then into h and the router weight.
@@ -186,6 +259,7 @@ class MoeMlp final : public Mlp {
   std::string name_;
   double bias_rate_;
   RouterLossSpec loss_;
+  bool fp8_;  // model.expert_recipe = fp8_block_hp_wgrad
   RouterObjective objective_;  // the current training micro-batch's
   // The auxiliary-loss-free balance bias (with model.moe_bias_update_rate): chooses
   // experts, never weights them; and this step's rows per expert, which the backward

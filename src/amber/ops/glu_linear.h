@@ -30,6 +30,16 @@ bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, 
 void glu_activation_forward(Glu glu, const Tensor& gate_up, Tensor& h);
 void glu_activation_backward(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up);
 
+// dgate_up = the GLU's backward at gate_up of dh (as glu_activation_backward writes it,
+// in dh's dtype), quantized to FP8 rows (values, scales) and columns (t_values,
+// t_scales) as ops/quant.h's quantize_fp8_rows_and_columns(dgate_up, ...) writes them:
+// the operands of the gate/up projection's input and weight gradients. On a GPU, for
+// 16-bit tensors with H a multiple of 128, in one pass that never writes dgate_up;
+// elsewhere the two ops through dgate_up [N, 2H] (scratch). Returns whether it ran in
+// one pass.
+bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up,
+                                       Tensor& values, Tensor& scales, Tensor& t_values, Tensor& t_scales);
+
 // Whether `device` runs the epilogue forms for bf16 tensors whose rows are multiples
 // of 16 bytes, without bias: an sm_90 GPU, in a build with CUTLASS's headers.
 bool glu_epilogues(Device device);

@@ -39,7 +39,7 @@ void check_fp8_scales(const Tensor& t, const char* op, const Shape& shape, const
   AMBER_CHECK(t.defined() && t.shape() == shape && t.dtype() == DType::f32, op, ": scales ",
               t.defined() ? t.shape() : Shape{}, " ", t.defined() ? dtype_name(t.dtype()) : "undefined", " must be ",
               shape, " f32 for ", source_name, " ", source_shape);
-  if (t.ndim() != 2) require_contiguous(t, op);
+  if (t.ndim() > 3) require_contiguous(t, op);
 }
 
 void check_fp8_rows(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op) {
@@ -80,6 +80,7 @@ void check_mxfp8(const Tensor& w, const Tensor& values, const Tensor& scales, co
 
 Fp8ScaleStrides fp8_scale_strides(const Tensor& scales) {
   if (scales.ndim() == 2) return {0, scales.stride(0), scales.stride(1)};
+  if (scales.ndim() == 3) return {scales.stride(0), scales.stride(1), scales.stride(2)};
   return {scales.size(-2) * scales.size(-1), scales.size(-1), 1};
 }
 
@@ -130,12 +131,17 @@ void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales) {
                   cpu::quantize_fp8_columns(x, values, scales));
 }
 
-void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
-                                   Tensor& t_scales) {
-  const char* op = "quantize_fp8_rows_and_columns";
+void check_fp8_rows_and_columns(const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor& t_values,
+                                const Tensor& t_scales, const char* op) {
   check_source(x, op, "x");
   check_fp8_rows(x, values, scales, op);
   check_fp8_columns(x, t_values, t_scales, op);
+}
+
+void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
+                                   Tensor& t_scales) {
+  const char* op = "quantize_fp8_rows_and_columns";
+  check_fp8_rows_and_columns(x, values, scales, t_values, t_scales, op);
   if (x.numel() == 0) return;
   AMBER_ON_DEVICE(ops::common_device(op, {&x, &values, &scales, &t_values, &t_scales}), op,
                   cuda::quantize_fp8_rows_and_columns(x, values, scales, t_values, t_scales),
@@ -156,8 +162,9 @@ void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor
   check_source(w, op, "w");
   check_fp8_blocks(w, values, scales, op);
   if (transposed) {
-    AMBER_CHECK(w.ndim() == 2, op, ": a transposed copy is for a 2-D w, got ", w.shape());
-    check_companion(*transposed, op, "transposed", {w.size(1), w.size(0)}, DType::f8e4m3, "w", w.shape());
+    Shape transposed_shape = w.shape();
+    std::swap(transposed_shape[w.ndim() - 2], transposed_shape[w.ndim() - 1]);
+    check_companion(*transposed, op, "transposed", transposed_shape, DType::f8e4m3, "w", w.shape());
     AMBER_CHECK(transposed->device() == w.device(), op, ": transposed is on ", transposed->device(), ", w on ",
                 w.device());
   }

@@ -19,8 +19,10 @@ Shape mxfp4_values_shape(const Shape& w);         // [..., K] -> [..., K/2]
 Shape mx_scales_shape(const Shape& w);            // [..., K] -> [..., K/32], MXFP4 and MXFP8
 
 // The FP8 scales of a 2-D source may be any 2-D view (a column-major one, as the dense
-// FP8 product of ops/fp8_gemm.h reads them); a stack's are contiguous. Scale (b, i, j)
-// (matrix b, row block i, column block j) lies at b * matrix + i * row + j * col.
+// FP8 product of ops/fp8_gemm.h reads them), those of a stack [E, N, K] any 3-D view
+// (the transposed one, whose scales land as each matrix's transpose's); deeper stacks'
+// are contiguous. Scale (b, i, j) (matrix b, row block i, column block j) lies at
+// b * matrix + i * row + j * col.
 struct Fp8ScaleStrides {
   int64_t matrix, row, col;
 };
@@ -39,13 +41,18 @@ void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales);
 // quantize_fp8_columns into t_values / t_scales.
 void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
                                    Tensor& t_scales);
+// The checks quantize_fp8_rows_and_columns makes of x and its outputs, for ops that
+// write those outputs from what x would hold without writing x (ops/glu_linear.h).
+void check_fp8_rows_and_columns(const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor& t_values,
+                                const Tensor& t_scales, const char* op);
 // x [M, K] (f32, bf16; f64 on the CPU) = values * scales, rounded once from fp32.
 void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x);
 
 // w [..., N, K] (f32, bf16, f16; leading dims stack experts) -> values f8e4m3 of w's
-// shape, scales [..., ceil(N/128), ceil(K/128)] f32, one per 128x128 tile. For a 2-D w,
-// `transposed` (when given) gets values^T [K, N] in the same pass: a tile's codes do
-// not depend on its orientation, so with scales^T they are w^T's quantization.
+// shape, scales [..., ceil(N/128), ceil(K/128)] f32, one per 128x128 tile.
+// `transposed` (when given) gets each matrix's values^T [..., K, N] in the same pass: a
+// tile's codes do not depend on its orientation, so with scales^T they are w^T's
+// quantization.
 void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed = nullptr);
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w);
 

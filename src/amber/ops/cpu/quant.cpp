@@ -133,7 +133,7 @@ void dequantize_fp8_rows(const Tensor& values, const Tensor& scales, Tensor& x) 
 }
 void quantize_fp8_blocks(const Tensor& w, Tensor& values, Tensor& scales, Tensor* transposed) {
   quantize_fp8_tiles(w, values, scales, block_tiling(w, scales));
-  if (transposed) transposed->copy_from(values.transpose(0, 1));
+  if (transposed) transposed->copy_from(values.transpose(values.ndim() - 2, values.ndim() - 1));
 }
 void dequantize_fp8_blocks(const Tensor& values, const Tensor& scales, Tensor& w) {
   dequantize_fp8_tiles(values, scales, w, block_tiling(w, scales));

@@ -62,9 +62,10 @@ __global__ void glu_backward_kernel(const T* dh, const T* gate_up, T* dgate_up, 
     Vec<T, V> dg, du;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const float gate = to_f32(g.v[e]), grad = to_f32(d.v[e]);
-      dg.v[e] = from_f32<T>(grad * to_f32(u.v[e]) * Act::derivative(gate));
-      du.v[e] = from_f32<T>(grad * Act::value(gate));
+      float dgate, dvalue;
+      glu_backward_pair<Act>(to_f32(g.v[e]), to_f32(u.v[e]), to_f32(d.v[e]), dgate, dvalue);
+      dg.v[e] = from_f32<T>(dgate);
+      du.v[e] = from_f32<T>(dvalue);
     }
     store<T, V>(dgate_up + r * 2 * width + c, dg);
     store<T, V>(dgate_up + r * 2 * width + width + c, du);

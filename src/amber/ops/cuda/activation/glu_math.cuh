@@ -28,4 +28,13 @@ struct GeluTanh {
   }
 };
 
+// The GLU's backward at one (gate, value) pair of gate_up, given dh: the gradients of
+// the gate and of the value. One definition for every kernel that writes or quantizes
+// dgate_up, so their results agree bit for bit.
+template <class Act>
+__device__ __forceinline__ void glu_backward_pair(float gate, float value, float dh, float& dgate, float& dvalue) {
+  dgate = dh * value * Act::derivative(gate);
+  dvalue = dh * Act::value(gate);
+}
+
 }  // namespace amber::cuda

@@ -2,34 +2,25 @@
 // transposed codes through shared memory), a 256-thread block per 128-row x 64-column
 // panel for the column blocks, one per 128x128 tile for rows and columns in one pass,
 // and four threads per 32-element MX block (MXFP4, MXFP8). Each reduces |x| to the
-// block's amax, forms the scale with the CPU's fp32 operations (IEEE division, never
-// the fast reciprocal), divides by it (16-bit sources: through its correctly rounded
-// reciprocal, which quant_codes.h shows gives the same codes) and encodes with the
+// block's amax, forms the CPU's scale RN(amax / 448) (through 1/448 and one correction,
+// which quant_codes.h shows is the IEEE quotient; never the fast reciprocal), divides
+// by it (16-bit sources: through its correctly rounded reciprocal, which quant_codes.h
+// shows gives the same codes) and encodes with the
 // hardware's e4m3 conversion (sm_89 on) or quant_codes.h's encoders, so the bits equal
 // the CPU oracle's. Dequantizers are element-wise, four (FP8) or eight (MX) elements a
 // thread.
-#include <cuda_fp8.h>
-
 #include <type_traits>
 
 #include "amber/core/stream.h"
 #include "amber/ops/cuda/common/common.cuh"
 #include "amber/ops/cuda/quant/quant.h"
-#include "amber/ops/cuda/quant/quant_codes.h"
+#include "amber/ops/cuda/quant/quant_kernels.cuh"
 #include "amber/ops/quant.h"
 
 namespace amber::cuda {
 namespace {
 
-namespace qc = quant_codes;
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTile = static_cast<int>(kFp8Block);
-constexpr uint8_t kE4m3Nan = 0x7F;
-constexpr uint32_t kFloatNan = 0x7FC00000u;  // std::numeric_limits<float>::quiet_NaN()'s bits
-static_assert(kTile == 4 * 32, "a warp covers one 128-wide block, four elements a lane");
-static_assert(kMxBlock == 4 * 8, "four threads cover one MX block, eight elements each");
+using namespace quant_kernels;
 
 bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -40,218 +31,6 @@ void with_vec(bool vec, Fn&& fn) {
     fn(std::true_type{});
   else
     fn(std::false_type{});
-}
-
-// N elements p[0..N-1] of a row with `left` elements from p on (<= 0: past the row's
-// end), zeros past it. kVec: the row width is a multiple of N and p is aligned to N
-// elements or 16 bytes, whichever is less (wider rows load in 16-byte parts).
-template <class T, bool kVec, int N>
-__device__ __forceinline__ void load_row(const T* p, int64_t left, float (&v)[N]) {
-  if (kVec) {
-    constexpr int n = N * sizeof(T) > 16 ? 16 / static_cast<int>(sizeof(T)) : N;  // elements a load
-#pragma unroll
-    for (int k = 0; k < N / n; ++k) {
-      float part[n];
-      if (left > 0) {
-        load_f32<T, n>(p + k * n, part);
-      } else {
-#pragma unroll
-        for (int e = 0; e < n; ++e) part[e] = 0.0f;
-      }
-#pragma unroll
-      for (int e = 0; e < n; ++e) v[k * n + e] = part[e];
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v[e] = e < left ? to_f32(p[e]) : 0.0f;
-  }
-}
-
-// The codes q of N elements at p, as load_row reads them (kVec: one store of N bytes).
-template <bool kVec, int N>
-__device__ __forceinline__ void store_row(uint8_t* p, int64_t left, const uint8_t (&q)[N]) {
-  if (kVec) {
-    if (left <= 0) return;
-    Vec<uint32_t, N / 4> words;
-#pragma unroll
-    for (int k = 0; k < N / 4; ++k)
-      words.v[k] = q[4 * k] | (q[4 * k + 1] << 8) | (q[4 * k + 2] << 16) | (static_cast<uint32_t>(q[4 * k + 3]) << 24);
-    *reinterpret_cast<Vec<uint32_t, N / 4>*>(p) = words;
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e)
-      if (e < left) p[e] = q[e];
-  }
-}
-
-// The largest |x| of v as float bits, folded into m: NaN and infinities order above
-// every finite value, so a block is finite exactly when its maximum is below an
-// infinity's bits (one integer max an element, no test of its own for finiteness).
-template <int N>
-__device__ __forceinline__ uint32_t abs_bits_max(const float (&v)[N], uint32_t m) {
-#pragma unroll
-  for (int e = 0; e < N; ++e) m = max(m, float_bits(v[e]) & 0x7FFFFFFFu);
-  return m;
-}
-
-// The same over kLanes neighbouring lanes (xor shuffles within aligned groups).
-template <int kLanes>
-__device__ __forceinline__ uint32_t lanes_max(uint32_t m) {
-#pragma unroll
-  for (int o = kLanes / 2; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  return m;
-}
-
-constexpr uint32_t kInfinityBits = 0x7F800000u;
-
-// scale = amax / 448; 1 when that is zero; NaN for a block holding NaN or an infinity.
-__device__ __forceinline__ float fp8_scale(float amax, bool finite) {
-  if (!finite) return bits_float(kFloatNan);
-  const float s = __fdiv_rn(amax, 448.0f);
-  return s == 0.0f ? 1.0f : s;
-}
-
-// The e4m3 codes of a and b (a in the low byte). From sm_89 the hardware conversion:
-// round to nearest even, finite saturation to +-448, the bits of qc::e4m3_code for
-// every finite input (the quantizers never encode NaN or an infinity: such a block
-// takes NaN codes whole).
-__device__ __forceinline__ uint32_t e4m3_pair(float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-#else
-  return qc::e4m3_code(a) | (static_cast<uint32_t>(qc::e4m3_code(b)) << 8);
-#endif
-}
-
-// Division by a block's scale with the codes of __fdiv_rn: for bf16 and f16 sources
-// through the scale's reciprocal (quant_codes.h proves the codes equal for scales from
-// kReciprocalMinScale on), else by IEEE division. Uniform across the block.
-struct ScaleDivisor {
-  float scale, reciprocal;
-  bool by_reciprocal;
-  __device__ float operator()(float v) const {
-    return by_reciprocal ? qc::divide_by_reciprocal(v, scale, reciprocal) : __fdiv_rn(v, scale);
-  }
-};
-
-template <class T>
-__device__ __forceinline__ ScaleDivisor scale_divisor(float scale) {
-  const bool by_reciprocal = sizeof(T) == 2 && scale >= qc::kReciprocalMinScale;
-  return {scale, by_reciprocal ? __frcp_rn(scale) : 0.0f, by_reciprocal};
-}
-
-template <int N>
-__device__ __forceinline__ void encode(const float (&v)[N], const ScaleDivisor& divide, bool finite,
-                                       uint8_t (&q)[N]) {
-  if (!finite) {
-#pragma unroll
-    for (int e = 0; e < N; ++e) q[e] = kE4m3Nan;
-    return;
-  }
-#pragma unroll
-  for (int e = 0; e < N; e += 2) {
-    const uint32_t pair = e4m3_pair(divide(v[e]), divide(v[e + 1]));
-    q[e] = static_cast<uint8_t>(pair & 0xFFu);
-    q[e + 1] = static_cast<uint8_t>(pair >> 8);
-  }
-}
-
-// A 1x128 block of T held by kLanes neighbouring lanes (a warp: four elements a lane;
-// half a warp: eight): the lane's codes, and the block's scale from the lanes' amax.
-template <class T, int kLanes, int N>
-__device__ __forceinline__ float block_codes(const float (&v)[N], uint8_t (&q)[N]) {
-  static_assert(kLanes * N == kTile, "the lanes hold one block");
-  const uint32_t amax = lanes_max<kLanes>(abs_bits_max(v, 0u));
-  const bool finite = amax < kInfinityBits;
-  const float scale = fp8_scale(bits_float(amax), finite);
-  encode(v, scale_divisor<T>(scale), finite, q);
-  return scale;
-}
-
-// A 128x128 tile of a 16-bit source in shared memory as column pairs (one word each).
-// Pair p of row r sits at word p ^ (r / 4) of the row, so the 32 rows 4l + e a column
-// read meets (lane l, fixed e) lie in 32 banks.
-template <class T>
-struct PairTile {
-  static_assert(sizeof(T) == 2, "a column pair is one shared-memory word");
-  static constexpr int kPairs = kTile / 2;
-  Vec<T, 2> words[kTile][kPairs];
-  __device__ Vec<T, 2>& at(int r, int pair) { return words[r][pair ^ (r / 4 % kPairs)]; }
-};
-
-// Where a tile's codes go: the rows' (1x128 blocks along cols) and the columns' (rows
-// of the transposed matrix, 1x128 blocks along rows), each with its scales.
-struct RowsColumnsOut {
-  uint8_t* values;
-  float* scales;
-  Fp8ScaleStrides strides;
-  uint8_t* t_values;
-  float* t_scales;
-  Fp8ScaleStrides t_strides;
-  bool word_columns;  // rows % 4 == 0 and t_values 4-byte aligned: a lane's column codes leave as one word
-};
-
-// The outputs of quantize_fp8_rows_and_columns (ops/quant.h) for a source of `rows` rows.
-inline RowsColumnsOut rows_columns_out(Tensor& values, Tensor& scales, Tensor& t_values, Tensor& t_scales,
-                                       int64_t rows) {
-  return {static_cast<uint8_t*>(values.raw()),
-          static_cast<float*>(scales.raw()),
-          fp8_scale_strides(scales),
-          static_cast<uint8_t*>(t_values.raw()),
-          static_cast<float*>(t_scales.raw()),
-          fp8_scale_strides(t_scales),
-          rows % 4 == 0 && aligned_to(t_values.raw(), 4)};
-}
-
-// The tile at (row_block, col_block) of a [rows, cols] matrix (cols % 4 == 0, values
-// 4-byte aligned; elements past the matrix zero in the tile), encoded by the block's
-// kThreads threads: warp w the tile's rows 16w .. 16w + 15 as 1x128 row blocks (lane l
-// their columns 4l .. 4l + 3), then the column pairs 8w .. 8w + 7 as blocks of the
-// transpose, lane l the rows 4l .. 4l + 3 of each. The caller synchronizes the block
-// before (the tile written) and after (before it is overwritten).
-template <class T>
-__device__ __forceinline__ void encode_tile_rows_and_columns(PairTile<T>& tile, const RowsColumnsOut& out,
-                                                             int64_t rows, int64_t cols, int64_t row_block,
-                                                             int64_t col_block) {
-  constexpr int kRowsPerWarp = kTile / kWarps, kPairsPerWarp = PairTile<T>::kPairs / kWarps;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t r0 = row_block * kTile, c0 = col_block * kTile, c = c0 + lane * 4;
-  for (int j = 0; j < kRowsPerWarp; ++j) {
-    const int rl = warp * kRowsPerWarp + j;
-    const int64_t r = r0 + rl;
-    if (r >= rows) break;  // warp-uniform
-    const Vec<T, 2> a = tile.at(rl, 2 * lane), b = tile.at(rl, 2 * lane + 1);
-    const float v[4] = {to_f32(a.v[0]), to_f32(a.v[1]), to_f32(b.v[0]), to_f32(b.v[1])};
-    uint8_t q[4];
-    const float scale = block_codes<T, 32>(v, q);
-    store_row<true, 4>(out.values + r * cols + c, cols - c, q);
-    if (lane == 0) out.scales[r * out.strides.row + col_block * out.strides.col] = scale;
-  }
-  const int64_t r = r0 + 4 * lane;
-  for (int p = warp * kPairsPerWarp; p < (warp + 1) * kPairsPerWarp; ++p) {
-    const int64_t col = c0 + 2 * p;
-    if (col >= cols) break;  // warp-uniform; an even cols puts col + 1 inside too
-    float lo[4], hi[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const Vec<T, 2> pair = tile.at(4 * lane + e, p);
-      lo[e] = to_f32(pair.v[0]);
-      hi[e] = to_f32(pair.v[1]);
-    }
-    uint8_t q_lo[4], q_hi[4];
-    const float scale_lo = block_codes<T, 32>(lo, q_lo), scale_hi = block_codes<T, 32>(hi, q_hi);
-    if (out.word_columns) {
-      store_row<true, 4>(out.t_values + col * rows + r, rows - r, q_lo);
-      store_row<true, 4>(out.t_values + (col + 1) * rows + r, rows - r, q_hi);
-    } else {
-      store_row<false, 4>(out.t_values + col * rows + r, rows - r, q_lo);
-      store_row<false, 4>(out.t_values + (col + 1) * rows + r, rows - r, q_hi);
-    }
-    if (lane == 0) {
-      out.t_scales[col * out.t_strides.row + row_block * out.t_strides.col] = scale_lo;
-      out.t_scales[(col + 1) * out.t_strides.row + row_block * out.t_strides.col] = scale_hi;
-    }
-  }
 }
 
 // Half a warp per 1x128 row block, eight elements a lane; a warp takes 2 * kSteps
@@ -308,8 +87,8 @@ __device__ __forceinline__ void store_transposed_tile(const uint8_t (*codes)[kTi
 
 // One 128x128 tile per block iteration: warp w holds rows w, w + 8, ..., lane l the
 // columns 4l .. 4l + 3, all 64 elements in registers between the reduction and the
-// encoding. With `transposed` (2-D w), the codes also pass through shared memory to
-// leave as rows of w^T.
+// encoding. With `transposed`, the codes also pass through shared memory to leave as
+// rows of each matrix's transpose.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp8_blocks_kernel(const T* w, uint8_t* values, float* scales, Fp8ScaleStrides strides,
@@ -356,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
       scales[t / (row_tiles * col_tiles) * strides.matrix + tile_row * strides.row + tile_col * strides.col] = scale;
     if (transposed) {
       __syncthreads();
-      store_transposed_tile(codes, transposed, rows, cols, tile_row * kTile, tile_col * kTile);
+      store_transposed_tile(codes, transposed + matrix, rows, cols, tile_row * kTile, tile_col * kTile);
       __syncthreads();  // before the next tile's codes land
     }
   }
@@ -702,7 +481,7 @@ void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scal
                                    Tensor& t_scales) {
   const char* op = "quantize_fp8_rows_and_columns";
   const int64_t rows = x.size(0), cols = x.size(1);
-  if (x.dtype() == DType::f32 || cols % 8 != 0 || !aligned_to(x.raw(), 16) || !aligned_to(values.raw(), 4)) {
+  if (x.dtype() == DType::f32 || cols % 8 != 0 || !aligned_to(x.raw(), 16) || !aligned_to(values.raw(), 8)) {
     cuda::quantize_fp8_rows(x, values, scales);
     cuda::quantize_fp8_columns(x, t_values, t_scales);
     return;

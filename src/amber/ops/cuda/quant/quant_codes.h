@@ -96,6 +96,23 @@ AMBER_HD float divide_by_reciprocal(float x, float scale, float reciprocal) {
 #endif
 }
 
+// A block's FP8 scale RN(amax / 448) from a finite amax >= 0, as a product with the
+// constant's reciprocal and divide_by_reciprocal's correction where the quotient is
+// normal (amax >= kScaleByReciprocalMinAmax): there it equals the IEEE quotient for
+// every fp32 amax (a scaling by 2^k changes neither the rounding nor the remainder's
+// exactness, so the binades tests/ops/quant_test.cpp sweeps whole stand for all), and
+// below it the quotient is subnormal and the division runs.
+inline constexpr float kScaleByReciprocalMinAmax = 448.0f * 0x1p-126f;
+
+AMBER_HD float fp8_scale_quotient(float amax) {
+  constexpr float kInverse448 = 1.0f / 448.0f;  // RN(1 / 448)
+#if defined(__CUDA_ARCH__)
+  return amax >= kScaleByReciprocalMinAmax ? divide_by_reciprocal(amax, 448.0f, kInverse448) : __fdiv_rn(amax, 448.0f);
+#else
+  return amax >= kScaleByReciprocalMinAmax ? divide_by_reciprocal(amax, 448.0f, kInverse448) : amax / 448.0f;
+#endif
+}
+
 // The largest exponents of the MX element formats (OCP MX v1.0).
 inline constexpr int kE2m1Emax = 2, kE4m3Emax = 8;
 

@@ -1,0 +1,107 @@
+// The GLU's backward quantized as it is computed: a block per 128 rows x 128 columns of
+// dh, which make the 128x128 tiles of dgate_up's gate half and of its value half. The
+// block computes both tiles from dh and gate_up (glu_math.cuh's glu_backward_pair,
+// rounded to dh's dtype as the GLU's backward pass writes them) into shared memory, and
+// encodes each into rows and columns as quantize_fp8_rows_and_columns does: dgate_up is
+// never written, so its 4 bytes an element of writes and reads are saved.
+#include "amber/ops/cuda/quant/glu_quant.h"
+
+#include "amber/ops/cuda/activation/glu_math.cuh"
+#include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/quant/quant_kernels.cuh"
+
+namespace amber::cuda {
+namespace {
+
+using namespace quant_kernels;
+
+constexpr int kTilesSmem = 2 * sizeof(PairTile<__nv_bfloat16>);  // the gate's tile and the value's
+
+// Tile t of dh's 128 x 128 tiles (H = width): thread i computes pack i % 16 of the rows
+// i / 16 + 16k, four rows' loads in flight at once.
+template <class Act, class T>
+__global__ void __launch_bounds__(kThreads, 3)  // three blocks an SM, 64 KB of tiles each
+    glu_backward_rows_columns_kernel(const T* dh, const T* gate_up, RowsColumnsOut out, int64_t rows,
+                                     int64_t width) {
+  constexpr int kPackElems = Pack<T>::n, kPacksPerRow = kTile / kPackElems;
+  constexpr int kLoads = kTile * kPacksPerRow / kThreads, kRowStep = kThreads / kPacksPerRow, kBatch = 2;
+  extern __shared__ __align__(16) unsigned char smem[];
+  PairTile<T>& gate_tile = reinterpret_cast<PairTile<T>*>(smem)[0];
+  PairTile<T>& value_tile = reinterpret_cast<PairTile<T>*>(smem)[1];
+  const int64_t row_blocks = (rows + kTile - 1) / kTile, col_blocks = width / kTile;
+  const int first_row = threadIdx.x / kPacksPerRow, pack = threadIdx.x % kPacksPerRow;
+  for (int64_t t = blockIdx.x; t < row_blocks * col_blocks; t += gridDim.x) {
+    const int64_t row_block = t / col_blocks, col_block = t % col_blocks;
+    const int64_t r0 = row_block * kTile, c = col_block * kTile + pack * kPackElems;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kLoads; k0 += kBatch) {
+      Pack<T> d[kBatch], g[kBatch], v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t r = r0 + first_row + (k0 + k) * kRowStep;
+        if (r < rows) {
+          d[k] = *reinterpret_cast<const Pack<T>*>(dh + r * width + c);
+          g[k] = *reinterpret_cast<const Pack<T>*>(gate_up + r * 2 * width + c);
+          v[k] = *reinterpret_cast<const Pack<T>*>(gate_up + r * 2 * width + width + c);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int rl = first_row + (k0 + k) * kRowStep;
+        const bool inside = r0 + rl < rows;
+#pragma unroll
+        for (int e = 0; e < kPackElems; e += 2) {
+          float dgate[2] = {0.0f, 0.0f}, dvalue[2] = {0.0f, 0.0f};
+          if (inside) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              glu_backward_pair<Act>(to_f32(g[k].v[e + h]), to_f32(v[k].v[e + h]), to_f32(d[k].v[e + h]), dgate[h],
+                                     dvalue[h]);
+          }
+          const int pair = pack * kPackElems / 2 + e / 2;
+          gate_tile.at(rl, pair) = Vec<T, 2>{{from_f32<T>(dgate[0]), from_f32<T>(dgate[1])}};
+          value_tile.at(rl, pair) = Vec<T, 2>{{from_f32<T>(dvalue[0]), from_f32<T>(dvalue[1])}};
+        }
+      }
+    }
+    __syncthreads();
+    encode_tile_rows_and_columns(gate_tile, out, rows, 2 * width, row_block, col_block);
+    encode_tile_rows_and_columns(value_tile, out, rows, 2 * width, row_block, col_blocks + col_block);
+    __syncthreads();  // before the next tiles overwrite these
+  }
+}
+
+template <class Act, class T>
+void launch(const Tensor& dh, const Tensor& gate_up, const RowsColumnsOut& out, int64_t rows, int64_t width) {
+  const auto kernel = glu_backward_rows_columns_kernel<Act, T>;
+  allow_smem(reinterpret_cast<const void*>(kernel), kTilesSmem, "glu_backward_fp8_rows_and_columns");
+  const int64_t tiles = (rows + kTile - 1) / kTile * (width / kTile);
+  kernel<<<grid_for(tiles, 1), kThreads, kTilesSmem, current_stream()>>>(
+      static_cast<const T*>(dh.raw()), static_cast<const T*>(gate_up.raw()), out, rows, width);
+}
+
+}  // namespace
+
+bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& values,
+                                       Tensor& scales, Tensor& t_values, Tensor& t_scales) {
+  const char* op = "glu_backward_fp8_rows_and_columns";
+  const int64_t rows = dh.size(0), width = dh.size(1);
+  const bool fits = (dh.dtype() == DType::bf16 || dh.dtype() == DType::f16) && gate_up.dtype() == dh.dtype() &&
+                    width % kTile == 0 && aligned16(dh.raw()) && aligned16(gate_up.raw()) &&
+                    reinterpret_cast<uintptr_t>(values.raw()) % 8 == 0;
+  if (!fits) return false;
+  const RowsColumnsOut out = rows_columns_out(values, scales, t_values, t_scales, rows);
+  with_element_type(dh.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (sizeof(T) == 2) {
+      if (glu == Glu::swiglu)
+        launch<Silu, T>(dh, gate_up, out, rows, width);
+      else
+        launch<GeluTanh, T>(dh, gate_up, out, rows, width);
+    }
+  });
+  check_launch(op, dh.shape());
+  return true;
+}
+
+}  // namespace amber::cuda
