@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "amber/ops/moe.h"
@@ -299,6 +301,29 @@ TEST(MoeGpu, SortGatherCombineAndWeightsMatchTheCpu) {
     moe_end_step(gbias, gload, 0.01, gpu(apply), gstats);
     EXPECT_EQ(gbias.to(Device::cpu()).to_doubles(), bias.to_doubles());
     EXPECT_EQ(gstats.to(Device::cpu()).to_doubles(), stats.to_doubles());
+  }
+}
+
+// Rows narrower than a warp's units take a thread per unit, with the widest unit the
+// row allows: FP8 scales (six floats: 8-byte units), three floats (4-byte), three bf16
+// (2-byte) and five e4m3 codes (1-byte); every byte as the CPU's gather.
+TEST(MoeGpu, GatherOfNarrowRowsMatchesTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto bytes_of = [](const Tensor& t) {
+    const Tensor c = t.to(Device::cpu());
+    const auto* p = static_cast<const uint8_t*>(c.raw());
+    return std::vector<uint8_t>(p, p + c.numel() * dtype_size(c.dtype()));
+  };
+  const int64_t tokens = 700, copies = 2100;
+  Tensor toks = Tensor::empty({copies}, DType::i32);
+  for (int64_t i = 0; i < copies; ++i) static_cast<int32_t*>(toks.raw())[i] = static_cast<int32_t>((i * 37) % tokens);
+  for (const auto& [dtype, width] : {std::pair{DType::f32, 6}, {DType::f32, 3}, {DType::bf16, 3}, {DType::f8e4m3, 5}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " x " + std::to_string(width));
+    const Tensor x = random_tensor({tokens, width}, DType::f32, 64).to(dtype);
+    Tensor xs = Tensor::empty({copies, width}, dtype), gxs = Tensor::empty({copies, width}, dtype, Device::cuda());
+    moe_gather(x, toks, xs);
+    moe_gather(gpu(x), gpu(toks), gxs);
+    EXPECT_EQ(bytes_of(gxs), bytes_of(xs));
   }
 }
 

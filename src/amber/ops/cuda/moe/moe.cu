@@ -309,8 +309,9 @@ __global__ void place_chunks_kernel(const int* chosen, int64_t copies, int top_k
   }
 }
 
-// A warp per row, its lanes striding over the row's 16-byte (or 2-byte) units: no
-// division per unit, and a row's token read once.
+// A warp per row, its lanes striding over the row's units (the widest of 16, 8, 4, 2 or 1
+// bytes that the row and both tensors' alignment allow): no division per unit, and a
+// row's token read once.
 template <class Unit>
 __global__ void gather_kernel(const Unit* x, const int* row_tokens, int64_t rows, int64_t units, Unit* xs) {
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -318,6 +319,16 @@ __global__ void gather_kernel(const Unit* x, const int* row_tokens, int64_t rows
   const Unit* from = x + static_cast<int64_t>(row_tokens[r]) * units;
   Unit* to = xs + r * units;
   for (int64_t u = threadIdx.x % 32; u < units; u += 32) to[u] = from[u];
+}
+
+// Rows of fewer than 32 units (FP8 scales: six floats a 768-wide row) a thread per
+// unit, so no lane of a warp idles.
+template <class Unit>
+__global__ void gather_narrow_kernel(const Unit* x, const int* row_tokens, int64_t rows, int units, Unit* xs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * units) return;
+  const int64_t r = i / units;
+  xs[i] = x[static_cast<int64_t>(row_tokens[r]) * units + (i - r * units)];
 }
 
 // V elements of one token's row a thread; the slots summed in order in fp32.
@@ -532,15 +543,30 @@ void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Te
 void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
   const char* op = "moe_gather";
   const int64_t rows = xs.size(0), bytes = x.size(1) * static_cast<int64_t>(dtype_size(x.dtype()));
-  if (rows == 0) return;
-  if (bytes % 16 == 0 && aligned16(x.raw()) && aligned16(xs.raw()))
-    gather_kernel<<<blocks_for(rows * 32, 256), 256, 0, current_stream()>>>(
-        static_cast<const uint4*>(x.raw()), static_cast<const int*>(row_tokens.raw()), rows, bytes / 16,
-        static_cast<uint4*>(xs.raw()));
+  if (rows == 0 || bytes == 0) return;
+  const auto launch = [&]<class Unit>() {
+    const int64_t units = bytes / static_cast<int64_t>(sizeof(Unit));
+    const auto* from = static_cast<const Unit*>(x.raw());
+    const auto* tokens = static_cast<const int*>(row_tokens.raw());
+    auto* to = static_cast<Unit*>(xs.raw());
+    if (units >= 32)
+      gather_kernel<<<blocks_for(rows * 32, 256), 256, 0, current_stream()>>>(from, tokens, rows, units, to);
+    else
+      gather_narrow_kernel<<<blocks_for(rows * units, 256), 256, 0, current_stream()>>>(from, tokens, rows,
+                                                                                       static_cast<int>(units), to);
+  };
+  const uintptr_t alignment = reinterpret_cast<uintptr_t>(x.raw()) | reinterpret_cast<uintptr_t>(xs.raw());
+  const auto fits = [&](int64_t unit) { return bytes % unit == 0 && alignment % unit == 0; };
+  if (fits(16))
+    launch.template operator()<uint4>();
+  else if (fits(8))
+    launch.template operator()<uint2>();
+  else if (fits(4))
+    launch.template operator()<uint32_t>();
+  else if (fits(2))
+    launch.template operator()<uint16_t>();
   else
-    gather_kernel<<<blocks_for(rows * 32, 256), 256, 0, current_stream()>>>(
-        static_cast<const uint16_t*>(x.raw()), static_cast<const int*>(row_tokens.raw()), rows, bytes / 2,
-        static_cast<uint16_t*>(xs.raw()));
+    launch.template operator()<uint8_t>();
   check_launch(op, xs.shape());
 }
 
