@@ -654,6 +654,14 @@ TEST(QuantGlu, BackwardFp8IsTheGluBackwardThenTheQuantizer) {
   for (const auto& [got, want] : {std::pair{&values, &rows.values}, std::pair{&scales, &rows.scales},
                                   std::pair{&t_values, &columns.values}, std::pair{&t_scales, &columns.scales}})
     EXPECT_EQ(std::memcmp(got->raw(), want->raw(), want->bytes()), 0);
+  Tensor rows_dgate_up = Tensor::empty({40, 320}, DType::bf16);
+  Tensor rows_values = Tensor::empty(rows.values.shape(), DType::f8e4m3);
+  Tensor rows_scales = Tensor::empty(rows.scales.shape(), DType::f32);
+  EXPECT_FALSE(glu_backward_fp8_rows(Glu::swiglu, dh, gate_up, rows_dgate_up, rows_values, rows_scales));
+  for (const auto& [got, want] : {std::pair<const Tensor*, const Tensor*>{&rows_dgate_up, &expected},
+                                  std::pair<const Tensor*, const Tensor*>{&rows_values, &rows.values},
+                                  std::pair<const Tensor*, const Tensor*>{&rows_scales, &rows.scales}})
+    EXPECT_EQ(std::memcmp(got->raw(), want->raw(), want->bytes()), 0);
 
   const auto message = [&](Tensor& d, Tensor& v) {
     try {
@@ -670,6 +678,18 @@ TEST(QuantGlu, BackwardFp8IsTheGluBackwardThenTheQuantizer) {
   EXPECT_NE(message(f32_dgate_up, values).find("must be [N, 2H] (dgate_up in dh's dtype) for dh [40, 160] bf16"),
             std::string::npos);
   EXPECT_NE(message(dgate_up, short_values).find("values [40, 300] f8e4m3 must be [40, 320] f8e4m3"),
+            std::string::npos);
+  const auto rows_message = [&](Tensor& d, Tensor& v) {
+    try {
+      glu_backward_fp8_rows(Glu::swiglu, dh, gate_up, d, v, rows_scales);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(rows_message(short_dgate_up, rows_values).find("glu_backward_fp8_rows: gate_up [40, 320] and dgate_up [40, 300]"),
+            std::string::npos);
+  EXPECT_NE(rows_message(rows_dgate_up, short_values).find("values [40, 300] f8e4m3 must be [40, 320] f8e4m3"),
             std::string::npos);
 }
 
@@ -921,8 +941,9 @@ TEST(QuantGpu, Fp8RowsAndColumnsInOnePassBitIdenticalToCpu) {
 }
 
 
-// The GLU's backward quantized in one pass (ops/glu_linear.h) writes the bits of the
-// GPU's GLU backward pass followed by the CPU's quantizers, rows off the
+// The GLU's backward quantized in one pass (ops/glu_linear.h), by rows and columns or
+// by rows only (then with dgate_up), writes the bits of the GPU's GLU backward pass
+// followed by the CPU's quantizers, rows off the
 // 128-tiles (and not a multiple of 4, where the column codes leave as bytes), both
 // GLUs, bf16 and f16; a width off 128 or an f32 source takes the two passes.
 TEST(QuantGpu, GluBackwardInOnePassBitIdenticalToTheTwoPasses) {
@@ -954,6 +975,15 @@ TEST(QuantGpu, GluBackwardInOnePassBitIdenticalToTheTwoPasses) {
       expect_same_bytes(what + " rows, scales", scales, rows.scales);
       expect_same_bytes(what + " columns, values", t_values, columns.values);
       expect_same_bytes(what + " columns, scales", t_scales, columns.scales);
+      // Rows only, with dgate_up written, the scales through cuBLASLt's column-major view.
+      Tensor rows_dgate_up = poisoned(shape, c.dt), rows_values = poisoned(shape, DType::f8e4m3);
+      Tensor scale_columns = poisoned({rows.scales.size(1), c.rows}, DType::f32);
+      Tensor rows_scales = scale_columns.transpose(0, 1);
+      EXPECT_EQ(glu_backward_fp8_rows(glu, dh, gate_up, rows_dgate_up, rows_values, rows_scales), one_pass) << what;
+      expect_same_bytes(what + " rows only, dgate_up", rows_dgate_up, host);
+      expect_same_bytes(what + " rows only, values", rows_values, rows.values);
+      expect_same_bytes(what + " rows only, scales", scale_columns.to(Device::cpu()).transpose(0, 1).contiguous(),
+                        rows.scales);
     }
   }
 }

@@ -76,12 +76,17 @@ int64_t padded_rows(const Tensor& t) {
   return t.device().is_cpu() ? rows : (rows + kRowMultiple - 1) / kRowMultiple * kRowMultiple;
 }
 
+// Room for t's rows padded to padded_rows(t): t itself when it needs none.
+Tensor padded_room(const Tensor& t, Arena& scratch) {
+  const int64_t rows = padded_rows(t);
+  return rows == t.size(0) ? t : scratch.alloc({rows, t.size(1)}, t.dtype());
+}
+
 // t itself, or a copy in `scratch` with zero rows up to padded_rows(t).
 Tensor padded(const Tensor& t, Arena& scratch) {
-  const int64_t rows = padded_rows(t);
-  if (rows == t.size(0)) return t;
-  Tensor p = scratch.alloc({rows, t.size(1)}, t.dtype());
-  Tensor real = p.slice(0, 0, t.size(0)), rest = p.slice(0, t.size(0), rows);
+  Tensor p = padded_room(t, scratch);
+  if (p.raw() == t.raw()) return t;
+  Tensor real = p.slice(0, 0, t.size(0)), rest = p.slice(0, t.size(0), p.size(0));
   real.copy_from(t);
   rest.zero();
   return p;
@@ -161,8 +166,8 @@ class Fp8BlockRecipe final : public LinearRecipe {
   // With FP8 weight gradients dgate_up goes straight from the GLU's backward into the
   // FP8 rows and columns the gate/up products read (glu_backward_fp8_rows_and_columns),
   // never written whole on a GPU; with compute-dtype ones it is written (their operand)
-  // and quantized by rows for dx. A weight that does not fit runs its products in the
-  // compute dtype.
+  // with its FP8 rows for dx in the same pass (glu_backward_fp8_rows). A weight that
+  // does not fit runs its products in the compute dtype.
   void glu_backward(Glu glu, const Tensor& dy, const GluSaved& saved, const GluParams& p, Tensor& dx,
                     Arena& scratch) const override {
     const Arena::Mark mark = scratch.mark();
@@ -183,17 +188,22 @@ class Fp8BlockRecipe final : public LinearRecipe {
     if (!fits(p.gate_up)) {
       glu_activation_backward(glu, dh, saved.gate_up, dgate_up);
       fallback_->backward(dgate_up, saved.x, p.gate_up, p.gate_up_bias, dx, scratch);
-    } else if (weight_gradient_ == WeightGradient::compute_dtype) {
+    } else if (weight_gradient_ == WeightGradient::compute_dtype && !dx.defined()) {
       refuse_bias(p.gate_up_bias);
       glu_activation_backward(glu, dh, saved.gate_up, dgate_up);
       compute_dtype_weight_gradient(dgate_up, saved.x, p.gate_up, scratch);
-      if (dx.defined()) input_gradient(rows_of(padded(dgate_up, scratch), scratch), p.gate_up, dx, scratch);
+    } else if (weight_gradient_ == WeightGradient::compute_dtype) {
+      refuse_bias(p.gate_up_bias);
+      const Tensor dh_rows = padded(dh, scratch), gate_up_rows = padded(saved.gate_up, scratch);
+      Tensor dgate_up_rows = padded_room(dgate_up, scratch);
+      Quantized q = allocate(dgate_up_rows.size(0), dgate_up_rows.size(1), Fp8Scaling::rows, scratch);
+      glu_backward_fp8_rows(glu, dh_rows, gate_up_rows, dgate_up_rows, q.values, q.scales);
+      compute_dtype_weight_gradient(dgate_up_rows.slice(0, 0, dgate_up.size(0)), saved.x, p.gate_up, scratch);
+      input_gradient(q, p.gate_up, dx, scratch);
     } else {
       refuse_bias(p.gate_up_bias);
       const Tensor dh_rows = padded(dh, scratch), gate_up_rows = padded(saved.gate_up, scratch);
-      Tensor dgate_up_rows = padded_rows(dgate_up) == dgate_up.size(0)
-                                 ? dgate_up
-                                 : scratch.alloc({padded_rows(dgate_up), dgate_up.size(1)}, dgate_up.dtype());
+      Tensor dgate_up_rows = padded_room(dgate_up, scratch);
       RowsAndColumns q = allocate_rows_and_columns(dgate_up_rows.size(0), dgate_up_rows.size(1), scratch);
       glu_backward_fp8_rows_and_columns(glu, dh_rows, gate_up_rows, dgate_up_rows, q.rows.values, q.rows.scales,
                                         q.columns.values, q.columns.scales);

@@ -58,16 +58,26 @@ bool glu_linear_backward_input(Glu glu, const Tensor& dy, const Tensor& w_down, 
   return fused;
 }
 
-bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up,
-                                       Tensor& values, Tensor& scales, Tensor& t_values, Tensor& t_scales) {
-  const char* op = "glu_backward_fp8_rows_and_columns";
+namespace {
+
+// dgate_up's shape and dtype for dh and gate_up, the checks both FP8 forms of the GLU's
+// backward make first.
+void check_glu_backward(const Tensor& dh, const Tensor& gate_up, const Tensor& dgate_up, const char* op) {
   AMBER_CHECK(dh.ndim() == 2 && gate_up.shape() == Shape({dh.size(0), 2 * dh.size(1)}) &&
                   dgate_up.shape() == gate_up.shape() && dgate_up.dtype() == dh.dtype(),
               op, ": gate_up ", gate_up.shape(), " and dgate_up ", dgate_up.shape(), " ", dtype_name(dgate_up.dtype()),
               " must be [N, 2H] (dgate_up in dh's dtype) for dh ", dh.shape(), " ", dtype_name(dh.dtype()));
-  check_fp8_rows_and_columns(dgate_up, values, scales, t_values, t_scales, op);
   require_contiguous(dh, op);
   require_contiguous(gate_up, op);
+}
+
+}  // namespace
+
+bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up,
+                                       Tensor& values, Tensor& scales, Tensor& t_values, Tensor& t_scales) {
+  const char* op = "glu_backward_fp8_rows_and_columns";
+  check_glu_backward(dh, gate_up, dgate_up, op);
+  check_fp8_rows_and_columns(dgate_up, values, scales, t_values, t_scales, op);
   if (dh.numel() == 0) return false;
   const auto once = [&] {
     bool one_pass = false;
@@ -78,6 +88,28 @@ bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& 
     if (one_pass) return true;
     glu_activation_backward(glu, dh, gate_up, dgate_up);
     quantize_fp8_rows_and_columns(dgate_up, values, scales, t_values, t_scales);
+    return false;
+  };
+  bool one_pass = false;
+  call_repeatable(op, [&] { one_pass = once(); });
+  return one_pass;
+}
+
+bool glu_backward_fp8_rows(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up, Tensor& values,
+                           Tensor& scales) {
+  const char* op = "glu_backward_fp8_rows";
+  check_glu_backward(dh, gate_up, dgate_up, op);
+  check_fp8_rows(dgate_up, values, scales, op);
+  require_contiguous(dgate_up, op);
+  if (dh.numel() == 0) return false;
+  const auto once = [&] {
+    bool one_pass = false;
+    AMBER_ON_DEVICE(ops::common_device(op, {&dh, &gate_up, &dgate_up, &values, &scales}), op,
+                    one_pass = cuda::glu_backward_fp8_rows(glu, dh, gate_up, dgate_up, values, scales),
+                    one_pass = false);
+    if (one_pass) return true;
+    glu_activation_backward(glu, dh, gate_up, dgate_up);
+    quantize_fp8_rows(dgate_up, values, scales);
     return false;
   };
   bool one_pass = false;

@@ -39,6 +39,11 @@ void glu_activation_backward(Glu glu, const Tensor& dh, const Tensor& gate_up, T
 // one pass.
 bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up,
                                        Tensor& values, Tensor& scales, Tensor& t_values, Tensor& t_scales);
+// The same with rows only and dgate_up written (the compute-dtype weight gradient's
+// operand, beside the input gradient's FP8 rows): on a GPU, for 16-bit tensors with H a
+// multiple of 128, in one pass that writes dgate_up without reading it back.
+bool glu_backward_fp8_rows(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up, Tensor& values,
+                           Tensor& scales);
 
 // Whether `device` runs the epilogue forms for bf16 tensors whose rows are multiples
 // of 16 bytes, without bias: an sm_90 GPU, in a build with CUTLASS's headers.

@@ -42,12 +42,6 @@ void check_fp8_scales(const Tensor& t, const char* op, const Shape& shape, const
   if (t.ndim() > 3) require_contiguous(t, op);
 }
 
-void check_fp8_rows(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op) {
-  AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
-  check_companion(values, op, "values", x.shape(), DType::f8e4m3, "x", x.shape());
-  check_fp8_scales(scales, op, fp8_rows_scales_shape(x.shape()), "x", x.shape());
-}
-
 // x^T's rows: values [K, M] and their scales.
 void check_fp8_columns(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op) {
   AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
@@ -77,6 +71,12 @@ void check_mxfp8(const Tensor& w, const Tensor& values, const Tensor& scales, co
 }
 
 }  // namespace
+
+void check_fp8_rows(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op) {
+  AMBER_CHECK(x.ndim() == 2, op, ": x ", x.shape(), " must be [M, K]");
+  check_companion(values, op, "values", x.shape(), DType::f8e4m3, "x", x.shape());
+  check_fp8_scales(scales, op, fp8_rows_scales_shape(x.shape()), "x", x.shape());
+}
 
 Fp8ScaleStrides fp8_scale_strides(const Tensor& scales) {
   if (scales.ndim() == 2) return {0, scales.stride(0), scales.stride(1)};

@@ -41,8 +41,9 @@ void quantize_fp8_columns(const Tensor& x, Tensor& values, Tensor& scales);
 // quantize_fp8_columns into t_values / t_scales.
 void quantize_fp8_rows_and_columns(const Tensor& x, Tensor& values, Tensor& scales, Tensor& t_values,
                                    Tensor& t_scales);
-// The checks quantize_fp8_rows_and_columns makes of x and its outputs, for ops that
-// write those outputs from what x would hold without writing x (ops/glu_linear.h).
+// The checks quantize_fp8_rows and quantize_fp8_rows_and_columns make of x and their
+// outputs, for ops that write those outputs from what x would hold (ops/glu_linear.h).
+void check_fp8_rows(const Tensor& x, const Tensor& values, const Tensor& scales, const char* op);
 void check_fp8_rows_and_columns(const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor& t_values,
                                 const Tensor& t_scales, const char* op);
 // x [M, K] (f32, bf16; f64 on the CPU) = values * scales, rounded once from fp32.

@@ -1,5 +1,5 @@
 // The GLU's backward with its output quantized to FP8 (ops/glu_linear.h's
-// glu_backward_fp8_rows_and_columns) in one pass on a GPU.
+// glu_backward_fp8_rows_and_columns and glu_backward_fp8_rows) in one pass on a GPU.
 #pragma once
 
 #include "amber/core/tensor.h"
@@ -12,5 +12,9 @@ namespace amber::cuda {
 // whether it ran (nothing is written when it did not).
 bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& values,
                                        Tensor& scales, Tensor& t_values, Tensor& t_scales);
+// The rows-only pass, which writes dgate_up too, where it takes these tensors: as above,
+// dgate_up of dh's dtype and aligned to 16 bytes.
+bool glu_backward_fp8_rows(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up, Tensor& values,
+                           Tensor& scales);
 
 }  // namespace amber::cuda
