@@ -71,6 +71,19 @@ void check_glu_backward(const Tensor& dh, const Tensor& gate_up, const Tensor& d
   require_contiguous(gate_up, op);
 }
 
+// `fused` on `device` where it takes the tensors (it returns whether it ran), else
+// `two_passes`, as one repeatable call of the op hook; returns whether `fused` ran.
+template <class Fused, class TwoPasses>
+bool fused_or_two_passes(const char* op, Device device, Fused&& fused, TwoPasses&& two_passes) {
+  bool one_pass = false;
+  call_repeatable(op, [&] {
+    one_pass = false;
+    AMBER_ON_DEVICE(device, op, one_pass = fused(), one_pass = false);
+    if (!one_pass) two_passes();
+  });
+  return one_pass;
+}
+
 }  // namespace
 
 bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up,
@@ -79,20 +92,13 @@ bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& 
   check_glu_backward(dh, gate_up, dgate_up, op);
   check_fp8_rows_and_columns(dgate_up, values, scales, t_values, t_scales, op);
   if (dh.numel() == 0) return false;
-  const auto once = [&] {
-    bool one_pass = false;
-    AMBER_ON_DEVICE(ops::common_device(op, {&dh, &gate_up, &dgate_up, &values, &scales, &t_values, &t_scales}), op,
-                    one_pass = cuda::glu_backward_fp8_rows_and_columns(glu, dh, gate_up, values, scales, t_values,
-                                                                       t_scales),
-                    one_pass = false);
-    if (one_pass) return true;
-    glu_activation_backward(glu, dh, gate_up, dgate_up);
-    quantize_fp8_rows_and_columns(dgate_up, values, scales, t_values, t_scales);
-    return false;
-  };
-  bool one_pass = false;
-  call_repeatable(op, [&] { one_pass = once(); });
-  return one_pass;
+  return fused_or_two_passes(
+      op, ops::common_device(op, {&dh, &gate_up, &dgate_up, &values, &scales, &t_values, &t_scales}),
+      [&] { return cuda::glu_backward_fp8_rows_and_columns(glu, dh, gate_up, values, scales, t_values, t_scales); },
+      [&] {
+        glu_activation_backward(glu, dh, gate_up, dgate_up);
+        quantize_fp8_rows_and_columns(dgate_up, values, scales, t_values, t_scales);
+      });
 }
 
 bool glu_backward_fp8_rows(Glu glu, const Tensor& dh, const Tensor& gate_up, Tensor& dgate_up, Tensor& values,
@@ -102,19 +108,13 @@ bool glu_backward_fp8_rows(Glu glu, const Tensor& dh, const Tensor& gate_up, Ten
   check_fp8_rows(dgate_up, values, scales, op);
   require_contiguous(dgate_up, op);
   if (dh.numel() == 0) return false;
-  const auto once = [&] {
-    bool one_pass = false;
-    AMBER_ON_DEVICE(ops::common_device(op, {&dh, &gate_up, &dgate_up, &values, &scales}), op,
-                    one_pass = cuda::glu_backward_fp8_rows(glu, dh, gate_up, dgate_up, values, scales),
-                    one_pass = false);
-    if (one_pass) return true;
-    glu_activation_backward(glu, dh, gate_up, dgate_up);
-    quantize_fp8_rows(dgate_up, values, scales);
-    return false;
-  };
-  bool one_pass = false;
-  call_repeatable(op, [&] { one_pass = once(); });
-  return one_pass;
+  return fused_or_two_passes(
+      op, ops::common_device(op, {&dh, &gate_up, &dgate_up, &values, &scales}),
+      [&] { return cuda::glu_backward_fp8_rows(glu, dh, gate_up, dgate_up, values, scales); },
+      [&] {
+        glu_activation_backward(glu, dh, gate_up, dgate_up);
+        quantize_fp8_rows(dgate_up, values, scales);
+      });
 }
 
 void glu_activation_forward(Glu glu, const Tensor& gate_up, Tensor& h) {
