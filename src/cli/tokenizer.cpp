@@ -2,6 +2,7 @@
 // any tokenizer.json from the shell (text on stdin -> JSON ids, and back).
 #include <chrono>
 #include <climits>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <sstream>
@@ -33,6 +34,13 @@ struct TrainArgs {
 
 void run_train(const TrainArgs& a) {
   const auto start = std::chrono::steady_clock::now();
+  // --out's folder before the corpus is read: a bad path fails now, not after training.
+  const std::filesystem::path out_dir = std::filesystem::path(a.out).parent_path();
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) fail("--out: cannot create the folder ", out_dir.string(), " (", ec.message(), ")");
+  }
   data::BpeTrainerOptions options;
   options.vocab_size = a.vocab_size;
   options.min_frequency = a.min_frequency;

@@ -394,6 +394,8 @@ def main():
             (["tokenizer", "encode", "--tokenizer", os.path.join(tmp, "nope.json")], "nope.json"),
             (["tokenizer", "train", "--input", os.path.join(tmp, "missing"), "--out", tok], "missing"),
             (["tokenizer", "train", "--vocab-size", "100", "--out", tok], "--vocab-size"),
+            (["tokenizer", "train", "--input", FORTUNE, "--out", os.path.join(tok, "under_a_file", "t.json")],
+             "--out: cannot create the folder"),
             (["tokenize", "--tokenizer", tok, "--input", FORTUNE, "--out", out, "--val-fraction", "0.5"],
              "different settings"),
             (["tokenize", "--tokenizer", tok], "--out is required"),
@@ -405,6 +407,9 @@ def main():
             r = run(bad)
             expect(r.returncode != 0 and fragment in r.stderr,
                    f"{' '.join(bad[:2])}: exit {r.returncode}, stderr {r.stderr[-200:]!r} lacks {fragment!r}")
+        nested = os.path.join(tmp, "new", "folder", "tok.json")
+        r = run(["tokenizer", "train", "--input", FORTUNE, "--vocab-size", "300", "--out", nested])
+        expect(r.returncode == 0 and os.path.isfile(nested), f"tokenizer train makes --out's folder: {r.stderr[-200:]!r}")
         r = run(["tokenizer", "decode", "--tokenizer", tok], "[1, 99999]")
         expect(r.returncode == 1 and "99999" in r.stderr, "out-of-range id is an error naming it")
         r = run(["tokenizer", "decode", "--tokenizer", tok], "[4294967297]")
