@@ -39,13 +39,16 @@ std::vector<GroupedBenchShape> grouped_bench_shapes(const std::string& which) {
       {"mm1", "gpt-oss-120b MM1: E128 top-4, 2880 -> 5760", 128, 4, 2880, 5760, mm1_tokens},
       {"kohaku768", "Kohaku MoE: E64 top-8, 768 -> 2 x 384", 64, 8, 768, 768, {16384}},
       {"kohaku896", "Kohaku MoE: E64 top-8, 896 -> 2 x 512", 64, 8, 896, 1024, {16384}},
+      {"kohaku768-down", "Kohaku MoE down projection: E64 top-8, 384 -> 768", 64, 8, 384, 768, {16384}, false},
+      {"kohaku896-down", "Kohaku MoE down projection: E64 top-8, 512 -> 896", 64, 8, 512, 896, {16384}, false},
   };
   if (which == "all") return all;
-  if (which == "kohaku") return {all[1], all[2]};
+  if (which == "kohaku") return {all.begin() + 1, all.end()};
   if (which == "tiny") return {{"tiny", "CPU sanity: E8 top-2, 256 -> 512", 8, 2, 256, 512, {64}}};
   for (const GroupedBenchShape& s : all)
     if (s.name == which) return {s};
-  fail("bench kernel grouped: unknown shape '", which, "'; valid: mm1, kohaku768, kohaku896, kohaku, all, tiny");
+  fail("bench kernel grouped: unknown shape '", which, "'; valid: mm1, kohaku768, kohaku896, kohaku768-down, "
+       "kohaku896-down, kohaku, all, tiny");
 }
 
 GroupedRouting route_tokens(int64_t tokens, int64_t experts, int64_t topk, const std::string& routing,
@@ -129,7 +132,7 @@ GroupedRoofs measure_grouped_roofs(Device device, int64_t gemm_size, int repeats
 void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& roofs,
                        const GroupedBenchOptions& options) {
   const GroupedBenchShape& s = c.shape;
-  AMBER_CHECK(s.n % 2 == 0, "bench kernel grouped: n (gate and up rows) must be even, got ", s.n);
+  AMBER_CHECK(!s.gate_up || s.n % 2 == 0, "bench kernel grouped: n (gate and up rows) must be even, got ", s.n);
   const int64_t rows = c.tokens * s.topk, half = s.n / 2;
   AMBER_CHECK(static_cast<int64_t>(c.route.offsets.size()) == s.experts + 1 && c.route.offsets.back() == rows,
               "bench kernel grouped: routing does not match ", c.tokens, " tokens x top-", s.topk);
@@ -160,7 +163,7 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
     rdw = Tensor::empty({ce, s.n, s.k}, DType::f64);
     Tensor rgu = Tensor::empty({cr, s.n}, DType::f64);
     grouped_gemm_forward(rx, rw, ro, ry);
-    grouped_gemm_swiglu_forward(rx, rw, ro, rgu, rh);
+    if (s.gate_up) grouped_gemm_swiglu_forward(rx, rw, ro, rgu, rh);
     grouped_gemm_backward_input(rdy, rw, ro, rdx);
     grouped_gemm_backward_weight(rdy, rx, ro, rdw, false);
   }
@@ -202,8 +205,9 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
     set_grouped_gemm_variant({});
   };
   add_m("forward", act_k + active_w + act_n, [&] { grouped_gemm_forward(x, w, offsets, y); }, y, ry);
-  add_m("swiglu forward", act_k + active_w + act_n + act_n / 2,
-        [&] { grouped_gemm_swiglu_forward(x, w, offsets, gate_up, h); }, h, rh);
+  if (s.gate_up)
+    add_m("swiglu forward", act_k + active_w + act_n + act_n / 2,
+          [&] { grouped_gemm_swiglu_forward(x, w, offsets, gate_up, h); }, h, rh);
   add_m("backward input", act_n + active_w + act_k, [&] { grouped_gemm_backward_input(dy, w, offsets, dx); }, dx,
         rdx);
   add("backward weight", act_n + act_k + 4.0 * static_cast<double>(s.experts * s.n * s.k),
@@ -229,8 +233,9 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
   quantize_mxfp4(w, wc, wsc);
   const double mx_w = static_cast<double>(active * s.n * (s.k / 2 + s.k / kMxBlock));
   add("forward mxfp4", act_k + mx_w + act_n, [&] { grouped_gemm_forward_mxfp4(x, wc, wsc, offsets, y); }, y, ry, cr);
-  add("swiglu forward mxfp4", act_k + mx_w + act_n + act_n / 2,
-      [&] { grouped_gemm_swiglu_forward_mxfp4(x, wc, wsc, offsets, gate_up, h); }, h, rh, cr);
+  if (s.gate_up)
+    add("swiglu forward mxfp4", act_k + mx_w + act_n + act_n / 2,
+        [&] { grouped_gemm_swiglu_forward_mxfp4(x, wc, wsc, offsets, gate_up, h); }, h, rh, cr);
 }
 
 void save_grouped_cases(const std::string& path, const std::vector<GroupedBenchCase>& cases,
@@ -248,6 +253,7 @@ void save_grouped_cases(const std::string& path, const std::vector<GroupedBenchC
                             {"topk", c.shape.topk},
                             {"k", c.shape.k},
                             {"n", c.shape.n},
+                            {"gate_up", c.shape.gate_up},
                             {"tokens", c.tokens},
                             {"routing", c.routing},
                             {"counts", c.route.counts},

@@ -12,17 +12,22 @@
 
 namespace amber {
 
-// One MoE layer's first product: tokens pick `topk` of `experts`; each expert maps k
-// (the model width) to n (its gate and up rows, 2 x the expert width).
+// One MoE layer's expert product: tokens pick `topk` of `experts`; each expert maps k
+// to n. The first product (gate_up) maps the model width to the gate and up rows (2 x
+// the expert width), which the SwiGLU forward pairs; the down projection maps the
+// expert width back to the model width, and has no SwiGLU forward.
 struct GroupedBenchShape {
-  std::string name;     // "mm1", "kohaku768", "kohaku896", "tiny"
+  std::string name;     // "mm1", "kohaku768", "kohaku768-down", ..., "tiny"
   std::string summary;  // e.g. "gpt-oss-120b MM1: E128 top-4, 2880 -> 5760"
   int64_t experts = 0, topk = 0, k = 0, n = 0;
   std::vector<int64_t> tokens;  // the token counts timed by default
+  bool gate_up = true;          // n is gate and up rows (the SwiGLU forward is timed)
 };
 
-// `which`: mm1, kohaku768, kohaku896, kohaku (both), all (mm1 and both Kohaku shapes),
-// or tiny (8 experts, top-2, 256 -> 512: the --device cpu sanity shape).
+// `which`: mm1, kohaku768, kohaku896 (the first products), kohaku768-down,
+// kohaku896-down (the down projections), kohaku (all four Kohaku shapes), all (mm1 and
+// the Kohaku shapes), or tiny (8 experts, top-2, 256 -> 512: the --device cpu sanity
+// shape).
 std::vector<GroupedBenchShape> grouped_bench_shapes(const std::string& which);
 
 // A routing of `tokens` tokens: token t chose experts choices[t * topk .. t * topk +

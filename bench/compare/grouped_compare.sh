@@ -5,8 +5,9 @@
 # routing, one after the other in this one script; prints both tables, then the two
 # arms side by side with amber / PyTorch (hardware and date first).
 # Usage: bench/compare/grouped_compare.sh [AMBER_BINARY [SHAPE [TOKENS]]]   (on a GPU machine)
-#   SHAPE: mm1, kohaku768, kohaku896, kohaku or all (default); TOKENS: a comma-separated
-#   list (default: each shape's own: 128 to 32768 for mm1, 16384 for Kohaku's).
+#   SHAPE: mm1, kohaku768, kohaku896, kohaku768-down, kohaku896-down, kohaku or all (default);
+#   TOKENS: a comma-separated list (default: each shape's own: 128 to 32768 for mm1, 16384
+#   for Kohaku's).
 #   REPEATS (default 20) sets both arms' timings per product.
 set -euo pipefail
 amber=${1:-build/amber}

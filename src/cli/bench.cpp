@@ -301,8 +301,9 @@ void add_bench_command(CLI::App& app) {
   kernel->add_option("--shape", k->shape,
                      "attention: issue 6's shape A, B, C, D or E, F (20-100-token documents), or all; grouped: mm1 "
                      "(gpt-oss-120b MM1: 128 experts, top-4, 2880 -> 5760, 128 to 32768 tokens), kohaku768 / "
-                     "kohaku896 (64 experts, top-8, dim 768 / 896, expert width 384 / 512, 16384 tokens), kohaku "
-                     "(both), all, or tiny (8 experts, top-2, 256 -> 512, 64 tokens: for --device cpu)")
+                     "kohaku896 (64 experts, top-8, dim 768 / 896, expert width 384 / 512, 16384 tokens), "
+                     "kohaku768-down / kohaku896-down (their down projections: 384 / 512 -> 768 / 896), kohaku "
+                     "(all four), all, or tiny (8 experts, top-2, 256 -> 512, 64 tokens: for --device cpu)")
       ->capture_default_str();
   kernel->add_option("--device", k->device, "cuda, cuda:N or cpu")->capture_default_str();
   kernel->add_option("--tokens", k->tokens,
