@@ -124,6 +124,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   r.replayed = step.replayed();
   const AccumulatedStep last = step.read();
   r.loss = last.loss_sum / static_cast<double>(last.trained_tokens);
+  r.routing = model.routing_stats(last.routing);
   const FlopCount f = count_flops(o.model, r.lengths);
   r.step_ms = seconds * 1e3;
   r.tokens_per_s = static_cast<double>(o.tokens) / seconds;

@@ -1,6 +1,7 @@
 // The whole-step benchmark behind `amber bench step`: one model, one synthetic packed
 // batch, warm-up then timed optimizer steps; reports tokens/s, MFU and HFU against
-// the stated peak and against the measured dense GEMM rate, step time and peak memory.
+// the stated peak and against the measured dense GEMM rate, step time, peak memory and,
+// for an MoE model, how evenly its last step routed.
 #pragma once
 
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "amber/core/cuda_runtime.h"
 #include "amber/model/config.h"
+#include "amber/model/mlp.h"
 #include "amber/train/optimizer.h"
 #include "amber/train/run_config.h"
 
@@ -47,6 +49,9 @@ struct StepBenchResult {
   double loss = 0;
   std::vector<int32_t> lengths;
   std::vector<std::pair<std::string, double>> op_ms;  // per step, largest first (--profile)
+  // The last step's routing, per MoE layer (empty for a dense model): how even the
+  // experts' loads were that the expert products' times reflect.
+  std::vector<RoutingStats> routing;
   bool on_gpu = false;    // the step ran on a GPU
   bool replayed = false;  // the timed steps replayed a captured CUDA graph
   std::string backend;    // the communicator's ("none" without --communicator)

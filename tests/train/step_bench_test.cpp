@@ -42,6 +42,25 @@ TEST(StepBench, BatchHasTheComparisonsDocumentLengths) {
   EXPECT_EQ(r.warmup_steps, 0);
 }
 
+// An MoE model reports its last step's routing per MoE layer (which the expert products'
+// times depend on); a dense one reports none.
+TEST(StepBench, MoeModelReportsItsRouting) {
+  EXPECT_TRUE(run_step_bench(tiny_cpu_bench()).routing.empty());
+  StepBenchOptions o = tiny_cpu_bench();
+  o.model.depth = 2;
+  o.model.moe_experts = 4;
+  o.model.moe_top_k = 2;
+  o.model.moe_hidden = 16;
+  const StepBenchResult r = run_step_bench(o);
+  ASSERT_EQ(r.routing.size(), 2u);
+  for (const RoutingStats& s : r.routing) {
+    EXPECT_GE(s.max_over_mean, 1.0) << s.layer;  // the busiest expert has at least the mean
+    EXPECT_LE(s.max_over_mean, 2.0) << s.layer;  // top-2 of 4: no expert holds more than every token
+    EXPECT_GE(s.dead_experts, 0) << s.layer;
+  }
+  EXPECT_EQ(r.routing[0].layer, "layers.0.mlp");
+}
+
 // The warm-up runs its steps and then as many more as fill its time (a step of this
 // model takes milliseconds).
 TEST(StepBench, WarmUpLastsItsStepsAndItsTime) {
