@@ -14,7 +14,9 @@ the auxiliary-loss-free balance bias (updated after each step from the step's lo
 normalised gate weights, a stable sort of the token copies by expert, both expert
 products through torch._grouped_mm (bf16, one call per product for all experts), the
 weighted copies summed back with index_add_, plus the shared experts as one SwiGLU.
-MFU counts active parameters (router, top-k and shared experts), as amber does.
+MFU counts active parameters (router, top-k and shared experts), as amber does; the
+last step's routing is printed as `amber bench step` prints it, so the two arms' expert
+loads (which the weight gradients' times depend on) can be compared.
 """
 
 import argparse
@@ -73,6 +75,7 @@ class MoeMlp(nn.Module):
         self.shared = SwiGlu(dim, a.moe_shared * a.moe_hidden) if a.moe_shared > 0 else None
         self.register_buffer("balance_bias", torch.zeros(a.moe_experts))
         self.register_buffer("load", torch.zeros(a.moe_experts))
+        self.register_buffer("last_load", torch.zeros(a.moe_experts))  # the last step's, for the report
 
     def forward(self, x):
         t = x.shape[0]
@@ -99,7 +102,19 @@ class MoeMlp(nn.Module):
     @torch.no_grad()
     def update_bias(self):
         self.balance_bias.add_(self.bias_rate * torch.sign(self.load.mean() - self.load))
+        self.last_load.copy_(self.load)
         self.load.zero_()
+
+
+def routing_report(loads):
+    """The line amber's `bench step` prints for its last step's routing, from each MoE
+    layer's rows per expert (the busiest expert over the mean, worst layer and averaged;
+    experts that got no row)."""
+    ratios = [max(load) / (sum(load) / len(load)) for load in loads]
+    worst = max(range(len(ratios)), key=lambda i: ratios[i])
+    dead = sum(sum(1 for rows in load if rows == 0) for load in loads)
+    return (f"routing of the last step: busiest expert {ratios[worst]:.2f}x the mean rows (MoE layer {worst}), "
+            f"{sum(ratios) / len(ratios):.2f}x averaged over the {len(ratios)} MoE layers | dead experts {dead}")
 
 
 class Block(nn.Module):
@@ -264,6 +279,8 @@ def main():
           f"{len(lengths)} documents ({a.doc_len}) | step {seconds * 1e3:.2f} ms | {a.tokens / seconds:.0f} tokens/s | "
           f"MFU {100 * flops / seconds / (a.peak_tflops * 1e12):.1f}% of {a.peak_tflops:.0f} TFLOP/s | "
           f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB | loss {float(loss):.4f}{card.report()}")
+    if moe_layers:
+        print(routing_report([m.last_load.tolist() for m in moe_layers]))
 
 
 if __name__ == "__main__":
