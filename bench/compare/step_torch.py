@@ -275,12 +275,12 @@ def main():
                        (moe_active if sparse(a, i) else 3 * a.dim * a.mlp_hidden) for i in range(a.depth))
     pairs = sum(n * (n + 1) / 2 for n in lengths)
     flops = 3 * (2 * block_params * a.tokens + a.depth * 4 * q_dim * pairs + 2 * a.dim * a.vocab * a.tokens)
+    if moe_layers:  # before the result line, which step_compare.sh reads as the last
+        print(routing_report([m.last_load.tolist() for m in moe_layers]))
     print(f"torch {torch.__version__} {'compiled' if not a.no_compile else 'eager'} | {a.tokens} tokens in "
           f"{len(lengths)} documents ({a.doc_len}) | step {seconds * 1e3:.2f} ms | {a.tokens / seconds:.0f} tokens/s | "
           f"MFU {100 * flops / seconds / (a.peak_tflops * 1e12):.1f}% of {a.peak_tflops:.0f} TFLOP/s | "
           f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB | loss {float(loss):.4f}{card.report()}")
-    if moe_layers:
-        print(routing_report([m.last_load.tolist() for m in moe_layers]))
 
 
 if __name__ == "__main__":

@@ -56,8 +56,25 @@ void run(BenchArgs& a) {
             << r.warmup_steps;
   if (!a.options.twice.empty())
     std::cout << " | " << a.options.twice << " run twice (" << r.twice_calls << " calls a step)";
-  std::cout << "\n"
-            << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | ";
+  std::cout << "\n";
+  if (!r.routing.empty()) {
+    // The expert products' times depend on it: the weight gradients' reductions are the
+    // experts' rows (docs/perf/moe.md). Printed before the step's line, which scripts
+    // read as the output's last line.
+    const auto busiest = std::max_element(r.routing.begin(), r.routing.end(), [](const auto& a, const auto& b) {
+      return a.max_over_mean < b.max_over_mean;
+    });
+    double mean = 0;
+    int dead = 0;
+    for (const RoutingStats& s : r.routing) {
+      mean += s.max_over_mean / static_cast<double>(r.routing.size());
+      dead += s.dead_experts;
+    }
+    std::cout << "routing of the last step: busiest expert " << std::setprecision(2) << busiest->max_over_mean
+              << "x the mean rows (" << busiest->layer << "), " << mean << "x averaged over the " << r.routing.size()
+              << " MoE layers | dead experts " << dead << "\n";
+  }
+  std::cout << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | ";
   if (a.options.peak_tflops > 0)
     std::cout << "MFU " << std::setprecision(1) << 100 * r.mfu << "% HFU " << 100 * r.hfu << "% of "
               << std::setprecision(0) << a.options.peak_tflops << " TFLOP/s";
@@ -75,22 +92,6 @@ void run(BenchArgs& a) {
     std::cout << " | SM clock " << std::setprecision(0) << r.card.sm_mhz << " MHz, " << r.card.watts << " W of "
               << r.card.limit_watts << " W";
   std::cout << "\n";
-  if (!r.routing.empty()) {
-    // The expert products' times depend on it: the weight gradients' reductions are the
-    // experts' rows (docs/perf/moe.md).
-    const auto busiest = std::max_element(r.routing.begin(), r.routing.end(), [](const auto& a, const auto& b) {
-      return a.max_over_mean < b.max_over_mean;
-    });
-    double mean = 0;
-    int dead = 0;
-    for (const RoutingStats& s : r.routing) {
-      mean += s.max_over_mean / static_cast<double>(r.routing.size());
-      dead += s.dead_experts;
-    }
-    std::cout << "routing of the last step: busiest expert " << std::setprecision(2) << busiest->max_over_mean
-              << "x the mean rows (" << busiest->layer << "), " << mean << "x averaged over the " << r.routing.size()
-              << " MoE layers | dead experts " << dead << "\n";
-  }
   if (r.op_ms.empty()) return;
   // With events around every op (and, replaying a graph, a host wait after each step to
   // read them) the step runs a little slower than unprofiled.
