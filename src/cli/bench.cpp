@@ -61,18 +61,10 @@ void run(BenchArgs& a) {
     // The expert products' times depend on it: the weight gradients' reductions are the
     // experts' rows (docs/perf/moe.md). Printed before the step's line, which scripts
     // read as the output's last line.
-    const auto busiest = std::max_element(r.routing.begin(), r.routing.end(), [](const auto& a, const auto& b) {
-      return a.max_over_mean < b.max_over_mean;
-    });
-    double mean = 0;
-    int dead = 0;
-    for (const RoutingStats& s : r.routing) {
-      mean += s.max_over_mean / static_cast<double>(r.routing.size());
-      dead += s.dead_experts;
-    }
-    std::cout << "routing of the last step: busiest expert " << std::setprecision(2) << busiest->max_over_mean
-              << "x the mean rows (" << busiest->layer << "), " << mean << "x averaged over the " << r.routing.size()
-              << " MoE layers | dead experts " << dead << "\n";
+    const RoutingSummary s = summarize_routing(r.routing);
+    std::cout << "routing of the last step: busiest expert " << std::setprecision(2) << s.worst_max_over_mean
+              << "x the mean rows (" << s.worst_layer << "), " << s.mean_max_over_mean << "x averaged over the "
+              << r.routing.size() << " MoE layers | dead experts " << s.dead_experts << "\n";
   }
   std::cout << "step " << r.step_ms << " ms | " << std::setprecision(0) << r.tokens_per_s << " tokens/s | ";
   if (a.options.peak_tflops > 0)

@@ -167,6 +167,22 @@ TEST(LanguageModel, GradientsMatchFiniteDifferencesMoeRouterLosses) {
   }
 }
 
+// The one-line summary the trainer's metrics and `bench step` print: the worst layer (the
+// first of equals), the mean ratio, all dead experts, the widest bias spread.
+TEST(RoutingSummary, WorstLayerMeanDeadAndSpread) {
+  const RoutingSummary none = summarize_routing({});
+  EXPECT_EQ(none.worst_max_over_mean, 0.0);
+  EXPECT_TRUE(none.worst_layer.empty());
+  const RoutingSummary s = summarize_routing({{"layers.1.mlp", 1.5, 0, 0.25},
+                                              {"layers.2.mlp", 3.0, 2, 0.5},
+                                              {"layers.3.mlp", 3.0, 1, 0.125}});
+  EXPECT_EQ(s.worst_max_over_mean, 3.0);
+  EXPECT_EQ(s.worst_layer, "layers.2.mlp");
+  EXPECT_DOUBLE_EQ(s.mean_max_over_mean, 2.5);
+  EXPECT_EQ(s.dead_experts, 3);
+  EXPECT_EQ(s.bias_spread, 0.5);
+}
+
 // Dropless routing: a token's experts and output depend on that token alone.
 TEST(LanguageModel, MoeChangingOneDocumentLeavesOtherLogitsBitIdentical) {
   expect_other_documents_unchanged(tiny_moe());

@@ -1,5 +1,6 @@
 #include "amber/model/mlp.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "amber/model/linear.h"
@@ -82,6 +83,20 @@ class GeluMlp final : public Mlp {
 };
 
 }  // namespace
+
+RoutingSummary summarize_routing(const std::vector<RoutingStats>& layers) {
+  RoutingSummary s;
+  for (const RoutingStats& r : layers) {
+    if (r.max_over_mean > s.worst_max_over_mean || s.worst_layer.empty()) {
+      s.worst_max_over_mean = r.max_over_mean;
+      s.worst_layer = r.layer;
+    }
+    s.mean_max_over_mean += r.max_over_mean / static_cast<double>(layers.size());
+    s.dead_experts += r.dead_experts;
+    s.bias_spread = std::max(s.bias_spread, r.bias_spread);
+  }
+  return s;
+}
 
 const Registry<Mlp, const MlpSpec&>& mlp_registry() {
   static const auto registry = [] {

@@ -35,6 +35,18 @@ struct RoutingStats {
 };
 inline constexpr int kRoutingStatValues = 3;  // max_over_mean, dead_experts, bias_spread
 
+// A model's MoE layers' RoutingStats in one line's worth: the worst layer's busiest
+// expert over the mean (and that layer), the mean of that ratio over the layers, the
+// dead experts of every layer and the widest bias spread. All zero for no layers.
+struct RoutingSummary {
+  double worst_max_over_mean = 0;
+  std::string worst_layer;
+  double mean_max_over_mean = 0;
+  int dead_experts = 0;
+  double bias_spread = 0;
+};
+RoutingSummary summarize_routing(const std::vector<RoutingStats>& layers);
+
 // Where an MoE layer's router adds its auxiliary losses in a training micro-batch: the
 // batch's document bounds (cu_seqlens i32 on the device), the objective's loss scale and
 // the step's router-loss sum (f64 [1] each, step slots).

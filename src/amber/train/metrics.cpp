@@ -208,21 +208,16 @@ void MetricsSink::log_step(const FinishedStep& step, Device device, CardTelemetr
   }
   if (!step.routing.empty()) {
     // The worst layer in the headline fields, every layer under moe_layers.
-    double worst = 0, spread = 0;
-    int dead = 0;
     nlohmann::json layers = nlohmann::json::array();
-    for (const RoutingStats& r : step.routing) {
-      worst = std::max(worst, r.max_over_mean);
-      spread = std::max(spread, r.bias_spread);
-      dead += r.dead_experts;
+    for (const RoutingStats& r : step.routing)
       layers.push_back({{"layer", r.layer},
                         {"max_over_mean", r.max_over_mean},
                         {"dead_experts", r.dead_experts},
                         {"bias_spread", r.bias_spread}});
-    }
-    record["moe_load_max_over_mean"] = worst;
-    record["moe_dead_experts"] = dead;
-    record["moe_bias_spread"] = spread;
+    const RoutingSummary summary = summarize_routing(step.routing);
+    record["moe_load_max_over_mean"] = summary.worst_max_over_mean;
+    record["moe_dead_experts"] = summary.dead_experts;
+    record["moe_bias_spread"] = summary.bias_spread;
     record["moe_layers"] = std::move(layers);
     record["router_loss"] = acc.trained_tokens ? acc.router_loss_sum / per_token : 0.0;
   }
