@@ -210,8 +210,15 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
           [&] { grouped_gemm_swiglu_forward(x, w, offsets, gate_up, h); }, h, rh);
   add_m("backward input", act_n + active_w + act_k, [&] { grouped_gemm_backward_input(dy, w, offsets, dx); }, dx,
         rdx);
-  add("backward weight", act_n + act_k + 4.0 * static_cast<double>(s.experts * s.n * s.k),
-      [&] { grouped_gemm_backward_weight(dy, x, offsets, dw, false); }, dw, rdw, ce);
+  // The weight gradient's kernel has no store partition or scales: only the tile width varies.
+  for (const std::string& v : options.variants) {
+    if (v != "default" && v != "tile128" && v != "tile256") continue;
+    set_grouped_gemm_variant(grouped_variant(v));
+    add(v == "default" ? "backward weight" : "backward weight, " + v,
+        act_n + act_k + 4.0 * static_cast<double>(s.experts * s.n * s.k),
+        [&] { grouped_gemm_backward_weight(dy, x, offsets, dw, false); }, dw, rdw, ce);
+  }
+  set_grouped_gemm_variant({});
 
   // FP8 (e4m3, 1x128 activation and 128x128 weight scales), quantized outside the
   // timing; its error is against the same float64 product of the bf16 operands, so it

@@ -154,7 +154,7 @@ TEST(GroupedBench, DownProjectionSkipsTheSwigluForwards) {
 }
 
 // --variants: each m-grouped product once per variant, named after it (the CPU ignores
-// the variants, so this checks the bookkeeping), the weight gradient once.
+// the variants, so this checks the bookkeeping), the weight gradient once per tile width.
 TEST(GroupedBench, EveryVariantTimesTheMGroupedProducts) {
   EXPECT_EQ(grouped_variant("default").tile_n, 0);
   EXPECT_TRUE(grouped_variant("default").store_partition);
@@ -171,7 +171,7 @@ TEST(GroupedBench, EveryVariantTimesTheMGroupedProducts) {
   for (const GroupedBenchRow& r : c.rows) names.push_back(r.product);
   EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward, tile256", "swiglu forward", "swiglu forward, tile256",
                                              "backward input", "backward input, tile256", "backward weight",
-                                             "forward fp8", "forward fp8, tile256", "forward fp8, loader-scales",
+                                             "backward weight, tile256", "forward fp8", "forward fp8, tile256", "forward fp8, loader-scales",
                                              "forward mxfp4", "swiglu forward mxfp4"}));
 }
 

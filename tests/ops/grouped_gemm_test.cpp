@@ -235,6 +235,7 @@ TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
       {{0, 1, 130, 0, 257, 64, 1, 3}, 200, 144, 5},  // reduction and width tails
       {{5, 0, 300, 17}, 2880, 256, 0},               // gpt-oss's hidden size, K off 128
       {{129, 128, 0, 127}, 128, 128, 3},
+      {{3, 0, 190, 1, 64}, 512, 136, 2},             // the weight gradient's 256-wide tiles (K % 256 == 0)
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
@@ -384,7 +385,7 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
   const Tensor offsets = gpu(offsets_of(counts));
   const Tensor x = gpu(random_tensor({rows, 192}, DType::bf16, 200)), w = gpu(random_tensor({4, 320, 192}, DType::bf16, 201));
   const GroupedGemmVariant variants[4] = {{true, true, 128}, {false, true, 128}, {true, true, 256}, {false, true, 256}};
-  Tensor y[4], gu[4], h[4], dx[4];
+  Tensor y[4], gu[4], h[4], dx[4], dw[4];
   const Tensor dy = gpu(random_tensor({rows, 320}, DType::bf16, 202));
   for (int variant = 0; variant < 4; ++variant) {
     set_grouped_gemm_variant(variants[variant]);
@@ -395,11 +396,14 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
     grouped_gemm_swiglu_forward(x, w, offsets, gu[variant], h[variant]);
     dx[variant] = Tensor::zeros({rows, 192}, DType::bf16, Device::cuda());
     grouped_gemm_backward_input(dy, w, offsets, dx[variant]);
+    // K = 192: the forced 256-wide weight-gradient tile is partly past K.
+    dw[variant] = Tensor::zeros({4, 320, 192}, DType::f32, Device::cuda());
+    grouped_gemm_backward_weight(dy, x, offsets, dw[variant], false);
   }
   set_grouped_gemm_variant({});
   for (int variant = 1; variant < 4; ++variant)
     for (const auto& [a, b] : {std::pair{y[0], y[variant]}, std::pair{gu[0], gu[variant]}, std::pair{h[0], h[variant]},
-                               std::pair{dx[0], dx[variant]}})
+                               std::pair{dx[0], dx[variant]}, std::pair{dw[0], dw[variant]}})
       EXPECT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles()) << "variant " << variant;
 }
 

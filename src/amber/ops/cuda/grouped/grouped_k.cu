@@ -1,6 +1,7 @@
 // The k-grouped product on Hopper (sm_90a): the weight gradient dw_e [N, K] (f32) =
 // dy_e^T x_e, reduced over each expert's rows. Every expert has the same tiles (N/128 x
-// K/128), so the items are a fixed grid walked in a round robin by persistent blocks;
+// K/kBK, kBK 256 where K is a multiple of 256: one m64n256 product per 16 rows instead of
+// two m64n128 that read dy's panel twice; else 128), so the items are a fixed grid walked in a round robin by persistent blocks;
 // an item's reduction length is its expert's row count, read from the device plan. One
 // loader thread streams 64-row chunks of dy and x (both read as MN-major wgmma operands,
 // no transpose pass) through a ring of stages; two consumer warpgroups own 64 gradient
@@ -20,10 +21,12 @@ namespace {
 
 using namespace hopper;
 
-constexpr int kBN = 128, kBK = 128, kChunk = 64;  // gradient rows x columns of a tile; rows reduced per stage
+constexpr int kBN = 128, kChunk = 64;  // gradient rows of a tile; rows reduced per stage
 constexpr int kThreads = 384;
 constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
 
+// kBK: gradient columns of a tile, 128 or 256.
+template <int kBK>
 struct Smem {
   static constexpr int kPanelBytes = kChunk * 128;  // 64 reduction rows x 64 columns
   static constexpr int kDyBytes = kBN * kChunk * 2, kXBytes = kBK * kChunk * 2, kStageBytes = kDyBytes + kXBytes;
@@ -64,13 +67,15 @@ __device__ __forceinline__ Tile tile_of(int w, int n_tiles, int k_tiles) {
   return Tile{w / per_expert, r / k_tiles, r % k_tiles};
 }
 
+template <int kBK>
 __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_constant__ Maps maps, Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Smem<kBK>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ grouped::Plan plan;
-  const Smem s(smem_raw);
+  const S s(smem_raw);
   if (threadIdx.x == 32) {
-    for (int i = 0; i < Smem::kStages; ++i) {
+    for (int i = 0; i < S::kStages; ++i) {
       barrier_init(s.full(i), 1);
       barrier_init(s.empty(i), 8);  // one arrival per consumer warp
     }
@@ -87,13 +92,13 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_con
       const Tile t = tile_of(w, n_tiles, k_tiles);
       const int begin = plan.begin[t.e], chunks = (plan.count[t.e] + kChunk - 1) / kChunk;
       for (int c = 0; c < chunks; ++c, ++stage) {
-        if (stage >= Smem::kStages) barrier_wait(s.empty(stage), Smem::parity(stage) ^ 1);
-        barrier_expect(s.full(stage), Smem::kStageBytes);
+        if (stage >= S::kStages) barrier_wait(s.empty(stage), S::parity(stage) ^ 1);
+        barrier_expect(s.full(stage), S::kStageBytes);
         const int row = begin + c * kChunk;
-        for (int p = 0; p < 2; ++p) {
-          tma_load(s.dy(stage) + p * Smem::kPanelBytes, maps.dy, t.n_tile * kBN + p * 64, row, s.full(stage));
-          tma_load(s.x(stage) + p * Smem::kPanelBytes, maps.x, t.k_tile * kBK + p * 64, row, s.full(stage));
-        }
+        for (int p = 0; p < kBN / 64; ++p)
+          tma_load(s.dy(stage) + p * S::kPanelBytes, maps.dy, t.n_tile * kBN + p * 64, row, s.full(stage));
+        for (int p = 0; p < kBK / 64; ++p)
+          tma_load(s.x(stage) + p * S::kPanelBytes, maps.x, t.k_tile * kBK + p * 64, row, s.full(stage));
       }
     }
     return;
@@ -107,8 +112,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_con
     if (chunks == 0 && a.accumulate) continue;  // adds nothing
     float acc[kBK / 8][4] = {};
     for (int c = 0; c < chunks; ++c, ++stage) {
-      barrier_wait(s.full(stage), Smem::parity(stage));
-      uint8_t* dy_panel = s.dy(stage) + group * Smem::kPanelBytes;
+      barrier_wait(s.full(stage), S::parity(stage));
+      uint8_t* dy_panel = s.dy(stage) + group * S::kPanelBytes;
       const int valid = count - c * kChunk;
       if (valid < kChunk) {
         // Rows past the expert: a row of a swizzled panel is 128 contiguous bytes.
@@ -118,11 +123,15 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_con
         fence_async_shared();
         named_sync(1 + group, 128);
       }
-      const uint64_t da = mn_major(dy_panel, Smem::kPanelBytes), db = mn_major(s.x(stage), Smem::kPanelBytes);
+      const uint64_t da = mn_major(dy_panel, S::kPanelBytes), db = mn_major(s.x(stage), S::kPanelBytes);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kChunk / 16; ++kk)
-        mma_ss<__nv_bfloat16, kBK, 1, 1>(acc, mn_step(da, kk), mn_step(db, kk), c > 0 || kk > 0);
+      for (int kk = 0; kk < kChunk / 16; ++kk) {
+        if constexpr (kBK == 256)
+          mma_ss_n256<__nv_bfloat16, 1, 1>(acc, mn_step(da, kk), mn_step(db, kk), c > 0 || kk > 0);
+        else
+          mma_ss<__nv_bfloat16, kBK, 1, 1>(acc, mn_step(da, kk), mn_step(db, kk), c > 0 || kk > 0);
+      }
       wgmma_commit();
       if (c > 0) {
         wgmma_wait<1>();
@@ -171,7 +180,11 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
   AMBER_CHECK(experts <= grouped::kMaxExperts, op, ": ", experts, " experts; the GPU kernels plan at most ",
               grouped::kMaxExperts);
   AMBER_CHECK(n % 8 == 0 && k % 8 == 0, op, ": gradient ", dw.shape(), " needs widths that are multiples of 8");
-  const int64_t items = experts * ((n + kBN - 1) / kBN) * ((k + kBK - 1) / kBK);
+  // 256-wide tiles where they divide K (a partial one would compute half its products
+  // on zeros); the benchmarks' variant can force either width.
+  const int chosen = grouped_variant().tile_n;
+  const int width = chosen != 0 ? chosen : k % 256 == 0 ? 256 : 128;
+  const int64_t items = experts * ((n + kBN - 1) / kBN) * ((k + width - 1) / width);
   AMBER_CHECK(rows < (int64_t{1} << 31) - kChunk && items < (int64_t{1} << 31), op, ": ", rows, " rows and ", items,
               " tiles exceed the kernel's 32-bit indices");
   if (rows == 0 && !accumulate) dw.zero();
@@ -180,8 +193,14 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
   const Args a{static_cast<const int*>(offsets.raw()), static_cast<int>(experts), static_cast<int>(rows),
                static_cast<int>(n), static_cast<int>(k), static_cast<float*>(dw.raw()), accumulate};
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
-  allow_smem(reinterpret_cast<const void*>(grouped_k_kernel), Smem::kBytes, op);
-  grouped_k_kernel<<<blocks, kThreads, Smem::kBytes, current_stream()>>>(maps, a);
+  const auto launch = [&]<int kBK>() {
+    allow_smem(reinterpret_cast<const void*>(grouped_k_kernel<kBK>), Smem<kBK>::kBytes, op);
+    grouped_k_kernel<kBK><<<blocks, kThreads, Smem<kBK>::kBytes, current_stream()>>>(maps, a);
+  };
+  if (width == 256)
+    launch.template operator()<256>();
+  else
+    launch.template operator()<128>();
   check_launch(op, dw.shape());
 }
 
