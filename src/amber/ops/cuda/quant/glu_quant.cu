@@ -119,13 +119,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class Act, class T>
-void launch(const Tensor& dh, const Tensor& gate_up, const RowsColumnsOut& out, int64_t rows, int64_t width) {
-  const auto kernel = glu_backward_rows_columns_kernel<Act, T>;
-  allow_smem(reinterpret_cast<const void*>(kernel), kTilesSmem, "glu_backward_fp8_rows_and_columns");
-  const int64_t tiles = (rows + kTile - 1) / kTile * (width / kTile);
-  kernel<<<grid_for(tiles, 1), kThreads, kTilesSmem, current_stream()>>>(
-      static_cast<const T*>(dh.raw()), static_cast<const T*>(gate_up.raw()), out, rows, width);
+// fn.template operator()<Act>() with the GLU's activation.
+template <class Fn>
+void with_activation(Glu glu, Fn&& fn) {
+  if (glu == Glu::swiglu)
+    fn.template operator()<Silu>();
+  else
+    fn.template operator()<GeluTanh>();
 }
 
 }  // namespace
@@ -142,10 +142,13 @@ bool glu_backward_fp8_rows_and_columns(Glu glu, const Tensor& dh, const Tensor& 
   with_element_type(dh.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (sizeof(T) == 2) {
-      if (glu == Glu::swiglu)
-        launch<Silu, T>(dh, gate_up, out, rows, width);
-      else
-        launch<GeluTanh, T>(dh, gate_up, out, rows, width);
+      with_activation(glu, [&]<class Act>() {
+        const auto kernel = glu_backward_rows_columns_kernel<Act, T>;
+        allow_smem(reinterpret_cast<const void*>(kernel), kTilesSmem, op);
+        const int64_t tiles = (rows + kTile - 1) / kTile * (width / kTile);
+        kernel<<<grid_for(tiles, 1), kThreads, kTilesSmem, current_stream()>>>(
+            static_cast<const T*>(dh.raw()), static_cast<const T*>(gate_up.raw()), out, rows, width);
+      });
     }
   });
   check_launch(op, dh.shape());
@@ -164,17 +167,13 @@ bool glu_backward_fp8_rows(Glu glu, const Tensor& dh, const Tensor& gate_up, Ten
   with_element_type(dh.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (sizeof(T) == 2) {
-      const auto run = [&]<class Act>() {
+      with_activation(glu, [&]<class Act>() {
         glu_backward_rows_kernel<Act, T><<<grid_for(rows * (width / kTile), kThreads / 16), kThreads, 0,
                                            current_stream()>>>(
             static_cast<const T*>(dh.raw()), static_cast<const T*>(gate_up.raw()), static_cast<T*>(dgate_up.raw()),
             static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()), fp8_scale_strides(scales), rows,
             width);
-      };
-      if (glu == Glu::swiglu)
-        run.template operator()<Silu>();
-      else
-        run.template operator()<GeluTanh>();
+      });
     }
   });
   check_launch(op, dh.shape());
