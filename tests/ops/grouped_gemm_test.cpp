@@ -235,7 +235,7 @@ TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
       {{0, 1, 130, 0, 257, 64, 1, 3}, 200, 144, 5},  // reduction and width tails
       {{5, 0, 300, 17}, 2880, 256, 0},               // gpt-oss's hidden size, K off 128
       {{129, 128, 0, 127}, 128, 128, 3},
-      {{3, 0, 190, 1, 64}, 512, 136, 2},             // the weight gradient's 256-wide tiles (K % 256 == 0)
+      {{3, 0, 190, 1, 64}, 512, 144, 2},             // the weight gradient's 256-wide tiles (K % 256 == 0)
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
