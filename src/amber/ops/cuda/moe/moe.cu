@@ -311,14 +311,25 @@ __global__ void place_chunks_kernel(const int* chosen, int64_t copies, int top_k
 
 // A warp per row, its lanes striding over the row's units (the widest of 16, 8, 4, 2 or 1
 // bytes that the row and both tensors' alignment allow): no division per unit, and a
-// row's token read once.
+// row's token read once. A lane loads up to kInFlight units before it stores any, so a
+// 768-wide bf16 row's three 16-byte loads a lane are in flight together.
+constexpr int kInFlight = 4;
+
 template <class Unit>
 __global__ void gather_kernel(const Unit* x, const int* row_tokens, int64_t rows, int64_t units, Unit* xs) {
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (r >= rows) return;
   const Unit* from = x + static_cast<int64_t>(row_tokens[r]) * units;
   Unit* to = xs + r * units;
-  for (int64_t u = threadIdx.x % 32; u < units; u += 32) to[u] = from[u];
+  for (int64_t u0 = threadIdx.x % 32; u0 < units; u0 += 32 * kInFlight) {
+    Unit v[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i)
+      if (u0 + 32 * i < units) v[i] = from[u0 + 32 * i];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i)
+      if (u0 + 32 * i < units) to[u0 + 32 * i] = v[i];
+  }
 }
 
 // Rows of fewer than 32 units (FP8 scales: six floats a 768-wide row) a thread per
