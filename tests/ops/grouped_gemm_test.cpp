@@ -335,6 +335,39 @@ TEST(GroupedGemmGpu, Mxfp4ProductsMatchTheDequantizedFloat64Oracle) {
   }
 }
 
+// The input gradient's FP8 operand: w^T's codes, which quantize_fp8_blocks writes beside
+// w's, read with w's scales through their transposed view (the MoE layer keeps both from
+// its forward). On the CPU it is exactly dy times the dequantized w; on the GPU it
+// matches that within the bf16 output's rounding.
+TEST(GroupedGemmGpu, Fp8TransposedWeightsReadTheForwardScalesTransposed) {
+  REQUIRE_HOPPER();
+  const std::vector<int> counts = {0, 130, 1, 257};
+  const int rows = total(counts), experts = static_cast<int>(counts.size()), n = 384, k = 320;
+  const Tensor offsets = offsets_of(counts);
+  const Tensor w = random_tensor({experts, n, k}, DType::bf16, 700, 0.05f);
+  Tensor values = Tensor::empty(w.shape(), DType::f8e4m3, Device::cuda());
+  Tensor scales = Tensor::empty(fp8_blocks_scales_shape(w.shape()), DType::f32, Device::cuda());
+  Tensor values_t = Tensor::empty({experts, k, n}, DType::f8e4m3, Device::cuda());
+  quantize_fp8_blocks(gpu(w), values, scales, &values_t);
+  const Tensor dy = random_tensor({rows, n}, DType::bf16, 701);
+  Tensor qdy = Tensor::empty(dy.shape(), DType::f8e4m3), qdys = Tensor::empty(fp8_rows_scales_shape(dy.shape()), DType::f32);
+  quantize_fp8_rows(dy, qdy, qdys);
+  const Tensor values_t_cpu = values_t.to(Device::cpu()), scales_cpu = scales.to(Device::cpu());
+
+  Tensor ref = Tensor::zeros({rows, k}, DType::f64);
+  grouped_gemm_forward_fp8(qdy, qdys, values_t_cpu, scales_cpu.transpose(1, 2), offsets, ref);
+  Tensor dyd = Tensor::empty(dy.shape(), DType::f64), wd = Tensor::empty(w.shape(), DType::f64);
+  dequantize_fp8_rows(qdy, qdys, dyd);
+  dequantize_fp8_blocks(values.to(Device::cpu()), scales_cpu, wd);
+  Tensor direct = Tensor::zeros({rows, k}, DType::f64);
+  grouped_gemm_backward_input(dyd, wd, offsets, direct);
+  EXPECT_LT(testing::relative_error(ref, direct), 1e-12);
+
+  Tensor dx = nan_gpu({rows, k}, DType::bf16);
+  grouped_gemm_forward_fp8(gpu(qdy), gpu(qdys), values_t, scales.transpose(1, 2), gpu(offsets), dx);
+  expect_matches("fp8 input gradient through w^T", dx, ref, rows, 5e-3);
+}
+
 // FP8 products against the float64 product of the dequantized operands: what is left is
 // the fp32 accumulation (promoted every 128 k) and the bf16 output's rounding.
 TEST(GroupedGemmGpu, Fp8ProductsMatchTheDequantizedFloat64Oracle) {

@@ -51,21 +51,24 @@ Fp8Operand fp8_gathered_rows(const Tensor& x, const Tensor& row_tokens, Arena& a
   return q;
 }
 
-// The experts' weights w [E, N, K] in 128x128 tiles; with `transposed` each w_e^T
-// [E, K, N] instead (an input gradient's operand), from the same pass.
-Fp8Operand fp8_tiles(const Tensor& w, bool transposed, Arena& arena) {
-  const Shape scales = fp8_blocks_scales_shape(w.shape());
-  Tensor codes = arena.alloc(w.shape(), DType::f8e4m3);
-  if (!transposed) {
-    Fp8Operand q{codes, arena.alloc(scales, DType::f32)};
-    quantize_fp8_blocks(w, q.values, q.scales);
-    return q;
-  }
-  Fp8Operand t{arena.alloc({w.size(0), w.size(2), w.size(1)}, DType::f8e4m3),
-               arena.alloc({scales[0], scales[2], scales[1]}, DType::f32)};
-  Tensor w_scales = t.scales.transpose(1, 2);
-  quantize_fp8_blocks(w, codes, w_scales, &t.values);
-  return t;
+// The experts' weights w [E, N, K] in 128x128 tiles for the forward, and each w_e^T
+// [E, K, N] for the input gradient from the same pass (a tile's codes and scale do not
+// depend on its orientation): the forward quantizes once into `transposed`, which the
+// layer keeps for its backward, and returns w's operand in `arena`.
+struct Fp8Transposed {
+  Tensor values, scales;  // values [E, K, N]; scales [E, ceil(N/128), ceil(K/128)], w's
+  Fp8Operand operand() const { return {values, scales.transpose(1, 2)}; }
+};
+
+Fp8Transposed fp8_transposed_for(const Tensor& w, Arena& arena) {
+  return {arena.alloc({w.size(0), w.size(2), w.size(1)}, DType::f8e4m3),
+          arena.alloc(fp8_blocks_scales_shape(w.shape()), DType::f32)};
+}
+
+Fp8Operand fp8_tiles(const Tensor& w, Fp8Transposed& transposed, Arena& arena) {
+  Fp8Operand q{arena.alloc(w.shape(), DType::f8e4m3), transposed.scales};
+  quantize_fp8_blocks(w, q.values, q.scales, &transposed.values);
+  return q;
 }
 
 class MoeMlp final : public Mlp {
@@ -106,8 +109,9 @@ class MoeMlp final : public Mlp {
 
   // What the backward needs is allocated first: the gathered rows (the gate/up weight
   // gradient's operand: gathering them again took 1.7 ms of Kohaku-MoE-1B's 78.6 ms
-  // step on an H100, and model.recompute = block frees them anyway) and the gate/up
-  // product. The activation and the down product's rows come after a mark and are
+  // step on an H100, and model.recompute = block frees them anyway), the gate/up
+  // product and, with FP8 experts, both weights' transposed codes (quantizing them again
+  // in the backward cost more than keeping them). The activation and the down product's rows come after a mark and are
   // rewound at the end: the backward recomputes the activation from gate_up.
   Tensor forward(const Tensor& h, Mlp::Saved& saved, Arena& arena, const ResidualAdd& into) const override {
     auto& s = static_cast<Saved&>(saved);
@@ -132,6 +136,10 @@ class MoeMlp final : public Mlp {
     // The routed experts' sum is added onto the shared experts' output where there is
     // one; with a residual add of scale 1 the shared experts' down product has already
     // added their output to the residual, so the sum lands in the stream directly.
+    if (fp8_) {
+      s.gate_up_t = fp8_transposed_for(gate_up_->work, arena);
+      s.down_t = fp8_transposed_for(down_->work, arena);
+    }
     const bool shared_adds_residual = shared_ && into.sum && into.scale == 1.0;
     Tensor out =
         shared_ ? shared_->forward(h, *s.shared, arena, shared_adds_residual ? into : ResidualAdd{}) : Tensor();
@@ -146,14 +154,14 @@ class MoeMlp final : public Mlp {
     moe_gather(h, s.row_tokens, s.xs);
     Tensor act = arena.alloc({copies, hidden_}, dt);
     if (fp8_) {
-      const Fp8Operand x = fp8_gathered_rows(h, s.row_tokens, arena), w = fp8_tiles(gate_up_->work, false, arena);
+      const Fp8Operand x = fp8_gathered_rows(h, s.row_tokens, arena), w = fp8_tiles(gate_up_->work, s.gate_up_t, arena);
       grouped_gemm_swiglu_forward_fp8(x.values, x.scales, w.values, w.scales, s.offsets, s.gate_up, act);
     } else {
       grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, act);
     }
     Tensor ys = arena.alloc({copies, dim_}, dt);
     if (fp8_) {
-      const Fp8Operand a = fp8_rows(act, arena), w = fp8_tiles(down_->work, false, arena);
+      const Fp8Operand a = fp8_rows(act, arena), w = fp8_tiles(down_->work, s.down_t, arena);
       grouped_gemm_forward_fp8(a.values, a.scales, w.values, w.scales, s.offsets, ys, s.row_weights);
     } else {
       grouped_gemm_forward(act, down_->work, s.offsets, ys, s.row_weights);
@@ -196,7 +204,7 @@ class MoeMlp final : public Mlp {
     Tensor da = arena.alloc({copies, hidden_}, dt);
     if (fp8_) {
       const Arena::Mark operands = arena.mark();
-      const Fp8Operand d = fp8_gathered_rows(dout, s.row_tokens, arena), w = fp8_tiles(down_->work, true, arena);
+      const Fp8Operand d = fp8_gathered_rows(dout, s.row_tokens, arena), w = s.down_t.operand();
       grouped_gemm_forward_fp8(d.values, d.scales, w.values, w.scales, s.offsets, da);
       arena.rewind(operands);
     } else {
@@ -211,7 +219,7 @@ class MoeMlp final : public Mlp {
     Tensor dxs = douts;
     if (fp8_) {
       const Arena::Mark operands = arena.mark();
-      const Fp8Operand g = fp8_rows(dgate_up, arena), w = fp8_tiles(gate_up_->work, true, arena);
+      const Fp8Operand g = fp8_rows(dgate_up, arena), w = s.gate_up_t.operand();
       grouped_gemm_forward_fp8(g.values, g.scales, w.values, w.scales, s.offsets, dxs);
       arena.rewind(operands);
     } else {
@@ -247,7 +255,8 @@ class MoeMlp final : public Mlp {
  private:
   struct Saved final : Mlp::Saved {
     Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, xs, gate_up;
-    Tensor logits, cu_seqlens;  // with auxiliary losses
+    Tensor logits, cu_seqlens;          // with auxiliary losses
+    Fp8Transposed gate_up_t, down_t;  // FP8 experts: the weights' input-gradient operands
     std::unique_ptr<Mlp::Saved> shared;
   };
   // The router's math runs in fp32 (f64 in gradient checks).

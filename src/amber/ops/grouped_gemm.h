@@ -38,7 +38,9 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
 
 // FP8 forms of the forward products (the DeepSeek-V3 recipe; ops/quant.h makes the
 // operands): x e4m3 [M, K] with f32 scales [M, ceil(K/128)] (quantize_fp8_rows), w e4m3
-// [E, N, K] with f32 scales [E, ceil(N/128), ceil(K/128)] (quantize_fp8_blocks); the
+// [E, N, K] with f32 scales [E, ceil(N/128), ceil(K/128)] (quantize_fp8_blocks; the
+// scales at any strides, so the transposed view of w's serves the w^T that
+// quantize_fp8_blocks writes beside w); the
 // outputs are the products of the dequantized operands, fp32-accumulated, in bf16 (on the
 // CPU also f32/f64: the float64 oracle). The GPU needs K a multiple of 16 and, for
 // SwiGLU, H a multiple of 64 (a tile's gate and up rows each in one weight block).

@@ -26,6 +26,9 @@ Args<__nv_bfloat16> fp8_args(const Tensor& x, const Tensor& x_scales, const Tens
   a.w_scales = static_cast<const float*>(w_scales.raw());
   a.k_blocks = static_cast<int>(x_scales.size(1));
   a.n_blocks = static_cast<int>(w_scales.size(1));
+  a.w_scale_expert = w_scales.stride(0);
+  a.w_scale_row = w_scales.stride(1);
+  a.w_scale_col = w_scales.stride(2);
   return a;
 }
 

@@ -109,9 +109,10 @@ struct Args {
   int y_cols;
   Out* gate_up;           // SwiGLU: [rows, n_out], or null
   const float* row_scale;
-  const float* x_scales;  // FP8: [rows, k_blocks] and [experts, n_blocks, k_blocks]
-  const float* w_scales;
+  const float* x_scales;  // FP8: [rows, k_blocks] and [experts, n_blocks, k_blocks], the
+  const float* w_scales;  // latter at any strides (a transposed view serves w^T)
   int k_blocks, n_blocks;
+  int64_t w_scale_expert, w_scale_row, w_scale_col;
 };
 
 struct Maps {
@@ -149,8 +150,9 @@ __device__ __forceinline__ void copy_scales(float* slot, const Args<Out>& a, con
     // whose scale then multiplies zeros).
     const int first_row = kE == Epilogue::swiglu ? (lane == 0 ? 0 : a.n_out / 2) + t.n_tile * (kBN / 2)
                                                  : t.n_tile * kBN + lane * (kBN / 2);
-    const int block = (t.e * a.n_blocks + min(first_row / 128, a.n_blocks - 1)) * a.k_blocks + kb;
-    cp_async_4(slot + kBM + lane, a.w_scales + block);
+    const int row_block = min(first_row / 128, a.n_blocks - 1);
+    cp_async_4(slot + kBM + lane,
+               a.w_scales + t.e * a.w_scale_expert + row_block * a.w_scale_row + kb * a.w_scale_col);
   }
 }
 
