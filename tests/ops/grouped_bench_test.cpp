@@ -171,8 +171,8 @@ TEST(GroupedBench, EveryVariantTimesTheMGroupedProducts) {
   for (const GroupedBenchRow& r : c.rows) names.push_back(r.product);
   EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward, tile256", "swiglu forward", "swiglu forward, tile256",
                                              "backward input", "backward input, tile256", "backward weight",
-                                             "backward weight, tile256", "forward fp8", "forward fp8, tile256", "forward fp8, loader-scales",
-                                             "forward mxfp4", "swiglu forward mxfp4"}));
+                                             "backward weight, tile256", "forward fp8", "forward fp8, tile256",
+                                             "forward fp8, loader-scales", "forward mxfp4", "swiglu forward mxfp4"}));
 }
 
 // The file bench/compare/grouped_torch.py runs PyTorch on: each case's routing and

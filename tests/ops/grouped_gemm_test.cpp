@@ -350,7 +350,8 @@ TEST(GroupedGemmGpu, Fp8TransposedWeightsReadTheForwardScalesTransposed) {
   Tensor values_t = Tensor::empty({experts, k, n}, DType::f8e4m3, Device::cuda());
   quantize_fp8_blocks(gpu(w), values, scales, &values_t);
   const Tensor dy = random_tensor({rows, n}, DType::bf16, 701);
-  Tensor qdy = Tensor::empty(dy.shape(), DType::f8e4m3), qdys = Tensor::empty(fp8_rows_scales_shape(dy.shape()), DType::f32);
+  Tensor qdy = Tensor::empty(dy.shape(), DType::f8e4m3);
+  Tensor qdys = Tensor::empty(fp8_rows_scales_shape(dy.shape()), DType::f32);
   quantize_fp8_rows(dy, qdy, qdys);
   const Tensor values_t_cpu = values_t.to(Device::cpu()), scales_cpu = scales.to(Device::cpu());
 

@@ -252,7 +252,8 @@ TEST(MoeGpu, SortGatherCombineAndWeightsMatchTheCpu) {
   };
   // Widths of 9, 16, 97 and 257 16-byte units: the narrow gather, then the warp per row
   // with part of a lane's units, and with more than one round of them.
-  for (const Case c : {Case{3000, 4, 16, 72}, Case{2500, 8, 100, 128}, Case{700, 2, 8, 776}, Case{300, 2, 8, 2056}}) {
+  for (const Case c :
+       {Case{3000, 4, 16, 72}, Case{2500, 8, 100, 128}, Case{700, 2, 8, 776}, Case{300, 2, 8, 2056}}) {
     SCOPED_TRACE(c.width);
     const int64_t tokens = c.tokens, k = c.k, experts = c.experts, width = c.width;
     const Routed r = route({RouterScore::softmax, static_cast<int>(k), true, 1.0},

@@ -111,8 +111,9 @@ class MoeMlp final : public Mlp {
   // gradient's operand: gathering them again took 1.7 ms of Kohaku-MoE-1B's 78.6 ms
   // step on an H100, and model.recompute = block frees them anyway), the gate/up
   // product and, with FP8 experts, both weights' transposed codes (quantizing them again
-  // in the backward cost more than keeping them). The activation and the down product's rows come after a mark and are
-  // rewound at the end: the backward recomputes the activation from gate_up.
+  // in the backward cost more than keeping them). The activation and the down product's
+  // rows come after a mark and are rewound at the end: the backward recomputes the
+  // activation from gate_up.
   Tensor forward(const Tensor& h, Mlp::Saved& saved, Arena& arena, const ResidualAdd& into) const override {
     auto& s = static_cast<Saved&>(saved);
     const int64_t tokens = h.size(0), k = spec_.top_k, copies = tokens * k;
@@ -133,13 +134,13 @@ class MoeMlp final : public Mlp {
       s.logits = arena.alloc({tokens, experts_}, rt);
       s.cu_seqlens = objective_.cu_seqlens;
     }
-    // The routed experts' sum is added onto the shared experts' output where there is
-    // one; with a residual add of scale 1 the shared experts' down product has already
-    // added their output to the residual, so the sum lands in the stream directly.
     if (fp8_) {
       s.gate_up_t = fp8_transposed_for(gate_up_->work, arena);
       s.down_t = fp8_transposed_for(down_->work, arena);
     }
+    // The routed experts' sum is added onto the shared experts' output where there is
+    // one; with a residual add of scale 1 the shared experts' down product has already
+    // added their output to the residual, so the sum lands in the stream directly.
     const bool shared_adds_residual = shared_ && into.sum && into.scale == 1.0;
     Tensor out =
         shared_ ? shared_->forward(h, *s.shared, arena, shared_adds_residual ? into : ResidualAdd{}) : Tensor();
@@ -154,7 +155,8 @@ class MoeMlp final : public Mlp {
     moe_gather(h, s.row_tokens, s.xs);
     Tensor act = arena.alloc({copies, hidden_}, dt);
     if (fp8_) {
-      const Fp8Operand x = fp8_gathered_rows(h, s.row_tokens, arena), w = fp8_tiles(gate_up_->work, s.gate_up_t, arena);
+      const Fp8Operand x = fp8_gathered_rows(h, s.row_tokens, arena);
+      const Fp8Operand w = fp8_tiles(gate_up_->work, s.gate_up_t, arena);
       grouped_gemm_swiglu_forward_fp8(x.values, x.scales, w.values, w.scales, s.offsets, s.gate_up, act);
     } else {
       grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, act);
@@ -255,7 +257,7 @@ class MoeMlp final : public Mlp {
  private:
   struct Saved final : Mlp::Saved {
     Tensor h, scores, experts, weights, offsets, slot_rows, row_tokens, row_weights, xs, gate_up;
-    Tensor logits, cu_seqlens;          // with auxiliary losses
+    Tensor logits, cu_seqlens;        // with auxiliary losses
     Fp8Transposed gate_up_t, down_t;  // FP8 experts: the weights' input-gradient operands
     std::unique_ptr<Mlp::Saved> shared;
   };

@@ -31,7 +31,8 @@ template <int kBK>
 struct Smem {
   static constexpr int kPanelBytes = kChunk * 128;  // 64 reduction rows x 64 columns
   static constexpr int kDyBytes = kBN * kChunk * 2, kXBytes = kBK * kChunk * 2, kStageBytes = kDyBytes + kXBytes;
-  static constexpr int kRoom = 227 * 1024 - 1024 - static_cast<int>(sizeof(grouped::Plan) + sizeof(int) * grouped::kMaxExperts) - 256;
+  static constexpr int kStatic = static_cast<int>(sizeof(grouped::Plan) + sizeof(int) * grouped::kMaxExperts);
+  static constexpr int kRoom = 227 * 1024 - 1024 - kStatic - 256;
   static constexpr int kStages = kRoom / kStageBytes < 8 ? kRoom / kStageBytes : 8;
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   static constexpr int kBytes = kBarrierOffset + 8 * 2 * kStages + 1024;
