@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "amber/ops/moe.h"
+#include "amber/ops/quant.h"
 #include "testing.h"
 
 namespace amber {
@@ -307,16 +308,85 @@ TEST(MoeGpu, SortGatherCombineAndWeightsMatchTheCpu) {
   }
 }
 
+// Every byte of t, wherever it lives.
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu());
+  const auto* p = static_cast<const uint8_t*>(c.raw());
+  return std::vector<uint8_t>(p, p + c.numel() * dtype_size(c.dtype()));
+}
+
+// The SwiGLU backward that also writes dgate_up's FP8 row codes gives the plain pass's
+// bits, and codes equal to quantizing its dgate_up (on the GPU and by the CPU oracle):
+// expert widths of three and two 128-wide blocks run the one pass, 72 the two passes.
+TEST(MoeGpu, SwigluBackwardWithFp8RowsEncodesItsGradient) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t tokens = 1000, k = 4, experts = 16, copies = tokens * k;
+  const Routed r = route({RouterScore::softmax, static_cast<int>(k), true, 1.0},
+                         random_tensor({tokens, experts}, DType::f32, 70));
+  Tensor off = Tensor::empty({experts + 1}, DType::i32, Device::cuda());
+  Tensor rows = Tensor::empty({tokens, k}, DType::i32, Device::cuda());
+  Tensor toks = Tensor::empty({copies}, DType::i32, Device::cuda());
+  moe_permute(gpu(r.experts), experts, off, rows, toks);
+  Tensor rw = Tensor::empty({copies}, DType::f32, Device::cuda());
+  moe_weights_to_rows(gpu(r.weights), rows, rw);
+  for (const int64_t hidden : {384, 256, 72}) {
+    SCOPED_TRACE(hidden);
+    const Tensor gate_up = gpu(random_tensor({copies, 2 * hidden}, DType::bf16, 71));
+    const Tensor da = gpu(random_tensor({copies, hidden}, DType::bf16, 72));
+    const auto empty = [](Shape shape, DType dtype) { return Tensor::empty(shape, dtype, Device::cuda()); };
+    Tensor dgu = empty(gate_up.shape(), DType::bf16), act_w = empty(da.shape(), DType::bf16);
+    Tensor dw = empty({tokens, k}, DType::f32);
+    moe_swiglu_backward(da, gate_up, rw, rows, dgu, act_w, dw);
+    Tensor dgu8 = empty(gate_up.shape(), DType::bf16), act_w8 = empty(da.shape(), DType::bf16);
+    Tensor dw8 = empty({tokens, k}, DType::f32), values = empty(gate_up.shape(), DType::f8e4m3);
+    Tensor scales = empty(fp8_rows_scales_shape(gate_up.shape()), DType::f32);
+    moe_swiglu_backward_fp8_rows(da, gate_up, rw, rows, dgu8, act_w8, dw8, values, scales);
+    EXPECT_EQ(bytes_of(dgu8), bytes_of(dgu));
+    EXPECT_EQ(bytes_of(act_w8), bytes_of(act_w));
+    EXPECT_EQ(bytes_of(dw8), bytes_of(dw));
+    Tensor gv = empty(values.shape(), DType::f8e4m3), gs = empty(scales.shape(), DType::f32);
+    quantize_fp8_rows(dgu, gv, gs);
+    EXPECT_EQ(bytes_of(values), bytes_of(gv));
+    EXPECT_EQ(bytes_of(scales), bytes_of(gs));
+    const Tensor cpu_dgu = dgu.to(Device::cpu());
+    Tensor cv = Tensor::empty(values.shape(), DType::f8e4m3), cs = Tensor::empty(scales.shape(), DType::f32);
+    quantize_fp8_rows(cpu_dgu, cv, cs);
+    EXPECT_EQ(bytes_of(values), bytes_of(cv));
+    EXPECT_EQ(bytes_of(scales), bytes_of(cs));
+  }
+}
+
+// The gather that also writes the rows' FP8 codes copies moe_gather's bytes, and its
+// codes are the CPU's quantize_fp8_rows of the gathered rows: widths of 3 and 10
+// 128-wide blocks (one and two rounds of loads in flight) run the one pass, 72 the two.
+TEST(MoeGpu, GatherWithFp8RowsEncodesTheGatheredRows) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t tokens = 900, copies = 2700;
+  Tensor toks = Tensor::empty({copies}, DType::i32);
+  for (int64_t i = 0; i < copies; ++i) static_cast<int32_t*>(toks.raw())[i] = static_cast<int32_t>((i * 53) % tokens);
+  for (const int64_t width : {768, 1280, 72}) {
+    SCOPED_TRACE(width);
+    const Tensor x = random_tensor({tokens, width}, DType::bf16, 73);
+    Tensor xs = Tensor::empty({copies, width}, DType::bf16);
+    moe_gather(x, toks, xs);
+    Tensor values = Tensor::empty(xs.shape(), DType::f8e4m3);
+    Tensor scales = Tensor::empty(fp8_rows_scales_shape(xs.shape()), DType::f32);
+    quantize_fp8_rows(xs, values, scales);
+    Tensor gxs = Tensor::empty(xs.shape(), DType::bf16, Device::cuda());
+    Tensor gvalues = Tensor::empty(values.shape(), DType::f8e4m3, Device::cuda());
+    Tensor gscales = Tensor::empty(scales.shape(), DType::f32, Device::cuda());
+    moe_gather_fp8_rows(gpu(x), gpu(toks), gxs, gvalues, gscales);
+    EXPECT_EQ(bytes_of(gxs), bytes_of(xs));
+    EXPECT_EQ(bytes_of(gvalues), bytes_of(values));
+    EXPECT_EQ(bytes_of(gscales), bytes_of(scales));
+  }
+}
+
 // Rows narrower than a warp's units take a thread per unit, with the widest unit the
 // row allows: FP8 scales (six floats: 8-byte units), three floats (4-byte), three bf16
 // (2-byte) and five e4m3 codes (1-byte); every byte as the CPU's gather.
 TEST(MoeGpu, GatherOfNarrowRowsMatchesTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const auto bytes_of = [](const Tensor& t) {
-    const Tensor c = t.to(Device::cpu());
-    const auto* p = static_cast<const uint8_t*>(c.raw());
-    return std::vector<uint8_t>(p, p + c.numel() * dtype_size(c.dtype()));
-  };
   const int64_t tokens = 700, copies = 2100;
   Tensor toks = Tensor::empty({copies}, DType::i32);
   for (int64_t i = 0; i < copies; ++i) static_cast<int32_t*>(toks.raw())[i] = static_cast<int32_t>((i * 37) % tokens);

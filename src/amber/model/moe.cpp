@@ -31,23 +31,27 @@ struct Fp8Operand {
   Tensor values, scales;
 };
 
+// Room in `arena` for the codes of a [R, C] tensor in 1x128 blocks of its rows.
+Fp8Operand fp8_rows_for(const Shape& shape, Arena& arena) {
+  return {arena.alloc(shape, DType::f8e4m3), arena.alloc(fp8_rows_scales_shape(shape), DType::f32)};
+}
+
 // x [R, C] in 1x128 blocks of its rows.
 Fp8Operand fp8_rows(const Tensor& x, Arena& arena) {
-  Fp8Operand q{arena.alloc(x.shape(), DType::f8e4m3), arena.alloc(fp8_rows_scales_shape(x.shape()), DType::f32)};
+  Fp8Operand q = fp8_rows_for(x.shape(), arena);
   quantize_fp8_rows(x, q.values, q.scales);
   return q;
 }
 
-// A token's row quantized once and gathered to each of its copies (as DeepSeek-V3
-// quantizes before the permutation): the bits of fp8_rows of the gathered rows, for
-// top_k times fewer rows.
-Fp8Operand fp8_gathered_rows(const Tensor& x, const Tensor& row_tokens, Arena& arena) {
-  const Fp8Operand per_token = fp8_rows(x, arena);
-  const int64_t copies = row_tokens.size(0);
-  Fp8Operand q{arena.alloc({copies, x.size(1)}, DType::f8e4m3),
-               arena.alloc({copies, per_token.scales.size(1)}, DType::f32)};
-  moe_gather(per_token.values, row_tokens, q.values);
-  moe_gather(per_token.scales, row_tokens, q.scales);
+// x's rows gathered to its copies' rows xs and, for FP8 experts, their row codes from the
+// same pass (the bits of quantizing x before the permutation, as DeepSeek-V3 does).
+Fp8Operand gather_rows(const Tensor& x, const Tensor& row_tokens, Tensor& xs, bool fp8, Arena& arena) {
+  if (!fp8) {
+    moe_gather(x, row_tokens, xs);
+    return {};
+  }
+  Fp8Operand q = fp8_rows_for(xs.shape(), arena);
+  moe_gather_fp8_rows(x, row_tokens, xs, q.values, q.scales);
   return q;
 }
 
@@ -152,10 +156,9 @@ class MoeMlp final : public Mlp {
     moe_route_forward(spec_, logits, bias_, s.scores, s.experts, s.weights);
     moe_permute(s.experts, experts_, s.offsets, s.slot_rows, s.row_tokens);
     moe_weights_to_rows(s.weights, s.slot_rows, s.row_weights);
-    moe_gather(h, s.row_tokens, s.xs);
+    const Fp8Operand x = gather_rows(h, s.row_tokens, s.xs, fp8_, arena);
     Tensor act = arena.alloc({copies, hidden_}, dt);
     if (fp8_) {
-      const Fp8Operand x = fp8_gathered_rows(h, s.row_tokens, arena);
       const Fp8Operand w = fp8_tiles(gate_up_->work, s.gate_up_t, arena);
       grouped_gemm_swiglu_forward_fp8(x.values, x.scales, w.values, w.scales, s.offsets, s.gate_up, act);
     } else {
@@ -201,29 +204,36 @@ class MoeMlp final : public Mlp {
     // Down projection: da = dout W_down (unweighted); the SwiGLU's backward takes the
     // gate weights in and gives their gradients and the weighted activation, the down
     // weight's gradient comes from that.
-    Tensor douts = arena.alloc({copies, dim_}, dt);
-    moe_gather(dout, s.row_tokens, douts);
-    Tensor da = arena.alloc({copies, hidden_}, dt);
+    Tensor douts = arena.alloc({copies, dim_}, dt), da = arena.alloc({copies, hidden_}, dt);
+    const Arena::Mark dout_codes = arena.mark();
+    const Fp8Operand d = gather_rows(dout, s.row_tokens, douts, fp8_, arena);
     if (fp8_) {
-      const Arena::Mark operands = arena.mark();
-      const Fp8Operand d = fp8_gathered_rows(dout, s.row_tokens, arena), w = s.down_t.operand();
+      const Fp8Operand w = s.down_t.operand();
       grouped_gemm_forward_fp8(d.values, d.scales, w.values, w.scales, s.offsets, da);
-      arena.rewind(operands);
+      arena.rewind(dout_codes);
     } else {
       grouped_gemm_backward_input(douts, down_->work, s.offsets, da);
     }
     Tensor dgate_up = arena.alloc(s.gate_up.shape(), dt), act_w = arena.alloc({copies, hidden_}, dt);
     Tensor dweights = arena.alloc({tokens, k}, rt);
-    moe_swiglu_backward(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights);
+    // FP8 experts: dgate_up's row codes (the input gradient's operand) from the same pass.
+    const Arena::Mark dgate_up_codes = arena.mark();
+    Fp8Operand g;
+    if (fp8_) {
+      g = fp8_rows_for(dgate_up.shape(), arena);
+      moe_swiglu_backward_fp8_rows(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights, g.values,
+                                   g.scales);
+    } else {
+      moe_swiglu_backward(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights);
+    }
     grouped_gemm_backward_weight(douts, act_w, s.offsets, down_->grad, down_->grad_accumulates());
     // Gate/up projection; the input's gradient reuses the output gradient's rows.
     grouped_gemm_backward_weight(dgate_up, s.xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
     Tensor dxs = douts;
     if (fp8_) {
-      const Arena::Mark operands = arena.mark();
-      const Fp8Operand g = fp8_rows(dgate_up, arena), w = s.gate_up_t.operand();
+      const Fp8Operand w = s.gate_up_t.operand();
       grouped_gemm_forward_fp8(g.values, g.scales, w.values, w.scales, s.offsets, dxs);
-      arena.rewind(operands);
+      arena.rewind(dgate_up_codes);
     } else {
       grouped_gemm_backward_input(dgate_up, gate_up_->work, s.offsets, dxs);
     }

@@ -5,6 +5,7 @@
 #include "amber/ops/cpu/moe.h"
 #include "amber/ops/cuda/moe/moe.h"
 #include "amber/ops/device_switch.h"
+#include "amber/ops/quant.h"
 
 namespace amber {
 namespace {
@@ -20,6 +21,28 @@ Device device_of(const char* op, std::initializer_list<const Tensor*> tensors) {
 void require_router_dtype(const char* op, const Tensor& t, const char* what) {
   AMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, ": ", what, " must be f32 (router math runs in fp32; f64 for gradient checks), got ",
               dtype_name(t.dtype()));
+}
+
+void check_gather(const Tensor& x, const Tensor& row_tokens, const Tensor& xs, const char* op) {
+  AMBER_CHECK(x.ndim() == 2 && xs.ndim() == 2 && xs.size(1) == x.size(1) && xs.dtype() == x.dtype(), op, ": rows ",
+              xs.shape(), " must be [copies, ", x.size(1), "] of the input's dtype (input ", x.shape(), ")");
+  AMBER_CHECK(row_tokens.shape() == Shape({xs.size(0)}) && row_tokens.dtype() == DType::i32, op, ": row_tokens ",
+              row_tokens.shape(), " must be i32 [", xs.size(0), "]");
+}
+
+void check_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,
+                           const Tensor& slot_rows, const Tensor& dgate_up, const Tensor& act_w,
+                           const Tensor& dweights, const char* op) {
+  AMBER_CHECK(da.ndim() == 2 && da.size(0) == slot_rows.numel() && gate_up.dtype() == da.dtype() &&
+                  gate_up.shape() == Shape({da.size(0), 2 * da.size(1)}) && dgate_up.shape() == gate_up.shape() &&
+                  dgate_up.dtype() == da.dtype() && act_w.shape() == da.shape() && act_w.dtype() == da.dtype(),
+              op, ": da ", da.shape(), ", gate_up ", gate_up.shape(), ", dgate_up ", dgate_up.shape(), " and act_w ",
+              act_w.shape(), " must be [R, H], [R, 2H], [R, 2H] and [R, H] of one dtype for R = ",
+              slot_rows.numel(), " copies");
+  AMBER_CHECK(row_weights.shape() == Shape({da.size(0)}) && dweights.shape() == slot_rows.shape() &&
+                  dweights.dtype() == row_weights.dtype() && slot_rows.dtype() == DType::i32,
+              op, ": row_weights ", row_weights.shape(), " must be [R] and dweights ", dweights.shape(),
+              " the i32 slot_rows' shape ", slot_rows.shape(), ", both in the router's dtype");
 }
 
 }  // namespace
@@ -107,13 +130,23 @@ void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Te
 
 void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
   const char* op = "moe_gather";
-  AMBER_CHECK(x.ndim() == 2 && xs.ndim() == 2 && xs.size(1) == x.size(1) && xs.dtype() == x.dtype(), op, ": rows ",
-              xs.shape(), " must be [copies, ", x.size(1), "] of the input's dtype (input ", x.shape(), ")");
-  AMBER_CHECK(row_tokens.shape() == Shape({xs.size(0)}) && row_tokens.dtype() == DType::i32, op, ": row_tokens ",
-              row_tokens.shape(), " must be i32 [", xs.size(0), "]");
+  check_gather(x, row_tokens, xs, op);
   const Device device = device_of(op, {&x, &row_tokens, &xs});
   AMBER_ON_DEVICE(device, op, cuda::moe_gather(x, row_tokens, xs),
                   cpu::moe_gather(x, row_tokens, xs));
+}
+
+void moe_gather_fp8_rows(const Tensor& x, const Tensor& row_tokens, Tensor& xs, Tensor& values, Tensor& scales) {
+  const char* op = "moe_gather_fp8_rows";
+  check_gather(x, row_tokens, xs, op);
+  check_fp8_rows(xs, values, scales, op);
+  const Device device = device_of(op, {&x, &row_tokens, &xs, &values, &scales});
+  bool one_pass = false;
+  AMBER_ON_DEVICE(device, op, one_pass = cuda::moe_gather_fp8_rows(x, row_tokens, xs, values, scales),
+                  one_pass = false);
+  if (one_pass) return;
+  moe_gather(x, row_tokens, xs);
+  quantize_fp8_rows(xs, values, scales);
 }
 
 void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate) {
@@ -166,19 +199,29 @@ void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, 
 void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
                          Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
   const char* op = "moe_swiglu_backward";
-  AMBER_CHECK(da.ndim() == 2 && da.size(0) == slot_rows.numel() && gate_up.dtype() == da.dtype() &&
-                  gate_up.shape() == Shape({da.size(0), 2 * da.size(1)}) && dgate_up.shape() == gate_up.shape() &&
-                  dgate_up.dtype() == da.dtype() && act_w.shape() == da.shape() && act_w.dtype() == da.dtype(),
-              op, ": da ", da.shape(), ", gate_up ", gate_up.shape(), ", dgate_up ", dgate_up.shape(), " and act_w ",
-              act_w.shape(), " must be [R, H], [R, 2H], [R, 2H] and [R, H] of one dtype for R = ",
-              slot_rows.numel(), " copies");
-  AMBER_CHECK(row_weights.shape() == Shape({da.size(0)}) && dweights.shape() == slot_rows.shape() &&
-                  dweights.dtype() == row_weights.dtype() && slot_rows.dtype() == DType::i32,
-              op, ": row_weights ", row_weights.shape(), " must be [R] and dweights ", dweights.shape(),
-              " the i32 slot_rows' shape ", slot_rows.shape(), ", both in the router's dtype");
+  check_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights, op);
   const Device device = device_of(op, {&da, &gate_up, &row_weights, &slot_rows, &dgate_up, &act_w, &dweights});
-  AMBER_ON_DEVICE(device, op, cuda::moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights),
+  AMBER_ON_DEVICE(device, op,
+                  cuda::moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights),
                   cpu::moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights));
+}
+
+void moe_swiglu_backward_fp8_rows(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,
+                                  const Tensor& slot_rows, Tensor& dgate_up, Tensor& act_w, Tensor& dweights,
+                                  Tensor& values, Tensor& scales) {
+  const char* op = "moe_swiglu_backward_fp8_rows";
+  check_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights, op);
+  check_fp8_rows(dgate_up, values, scales, op);
+  const Device device =
+      device_of(op, {&da, &gate_up, &row_weights, &slot_rows, &dgate_up, &act_w, &dweights, &values, &scales});
+  bool one_pass = false;
+  AMBER_ON_DEVICE(device, op,
+                  one_pass = cuda::moe_swiglu_backward_fp8_rows(da, gate_up, row_weights, slot_rows, dgate_up, act_w,
+                                                                dweights, values, scales),
+                  one_pass = false);
+  if (one_pass) return;
+  moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights);
+  quantize_fp8_rows(dgate_up, values, scales);
 }
 
 }  // namespace amber

@@ -64,6 +64,11 @@ void moe_permute(const Tensor& experts, int64_t num_experts, Tensor& offsets, Te
 // xs [R, D] = x [T, D] at row_tokens (the copies in expert order); also the combine's
 // backward (the output gradient copied to each row of its token).
 void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs);
+// The same with xs also quantized to FP8 rows (values, scales) as quantize_fp8_rows(xs,
+// ...) writes them, the bits of quantizing x's rows before the permutation (FP8 experts'
+// operand, as DeepSeek-V3 quantizes once per token). On a GPU, for 16-bit rows whose
+// width is a multiple of 128, in the one pass; elsewhere the two ops.
+void moe_gather_fp8_rows(const Tensor& x, const Tensor& row_tokens, Tensor& xs, Tensor& values, Tensor& scales);
 
 // out [T, D] = sum over a token's slots, in slot order, of ys [R, D] at slot_rows (ys
 // already scaled by the gate weights); also the gather's backward. With accumulate
@@ -93,5 +98,12 @@ void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, 
 //   dgate_up [R, 2H] at r = the SwiGLU backward of w da[r].
 void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
                          Tensor& dgate_up, Tensor& act_w, Tensor& dweights);
+// The same, with dgate_up also quantized to FP8 rows (values, scales) as
+// quantize_fp8_rows(dgate_up, ...) writes them: the FP8 experts' input-gradient operand
+// beside the weight gradient's 16-bit one. On a GPU, for 16-bit tensors with H a
+// multiple of 128, in the one pass (dgate_up is not read back); elsewhere the two ops.
+void moe_swiglu_backward_fp8_rows(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,
+                                  const Tensor& slot_rows, Tensor& dgate_up, Tensor& act_w, Tensor& dweights,
+                                  Tensor& values, Tensor& scales);
 
 }  // namespace amber

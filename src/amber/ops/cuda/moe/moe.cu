@@ -11,6 +11,7 @@
 
 #include "amber/ops/cuda/activation/glu_math.cuh"
 #include "amber/ops/cuda/common/common.cuh"
+#include "amber/ops/cuda/quant/quant_kernels.cuh"
 
 namespace amber::cuda {
 namespace {
@@ -342,6 +343,62 @@ __global__ void gather_narrow_kernel(const Unit* x, const int* row_tokens, int64
   xs[i] = x[static_cast<int64_t>(row_tokens[r]) * units + (i - r * units)];
 }
 
+// Where the FP8 row codes of an op's output go (quantize_fp8_rows' layout).
+struct Fp8RowsOut {
+  uint8_t* values;
+  float* scales;
+  Fp8ScaleStrides strides;
+};
+
+// Half a warp's block of 128 elements of row r from column c on, eight a lane (v, zeros
+// past the row): their codes and the block's scale where `inside`, the bits of
+// quantize_fp8_rows.
+template <class T>
+__device__ __forceinline__ void store_block_codes(const float (&v)[8], Fp8RowsOut out, int64_t r, int64_t pitch,
+                                                  int64_t c, bool inside) {
+  using namespace quant_kernels;
+  uint8_t q[8];
+  const float scale = block_codes<T, 16>(v, q);
+  if (!inside) return;
+  store_row<true, 8>(out.values + r * pitch + c, 8, q);
+  if (threadIdx.x % 16 == 0) out.scales[r * out.strides.row + c / kTile * out.strides.col] = scale;
+}
+
+// gather_kernel's rows of a 16-bit x with their FP8 row codes from the same pass: 16
+// bytes a lane, a half warp per 1x128 block, up to kInFlight rounds of 256 elements
+// loaded before any is stored (lanes past the row's end encode zeros, store nothing).
+template <class T>
+__global__ void gather_fp8_rows_kernel(const T* x, const int* row_tokens, int64_t rows, int64_t width, T* xs,
+                                       Fp8RowsOut codes) {
+  constexpr int kRound = 32 * Pack<T>::n;
+  static_assert(Pack<T>::n == 8, "16-bit rows: a half warp's packs are one 128-wide block");
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const T* from = x + static_cast<int64_t>(row_tokens[r]) * width;
+  for (int64_t c0 = 0; c0 < width; c0 += kRound * kInFlight) {
+    Pack<T> p[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int64_t c = c0 + i * kRound + lane * 8;
+      if (c < width) p[i] = *reinterpret_cast<const Pack<T>*>(from + c);
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      if (c0 + i * kRound >= width) break;
+      const int64_t c = c0 + i * kRound + lane * 8;
+      const bool inside = c < width;
+      float v[8] = {};
+      if (inside) {
+        *reinterpret_cast<Pack<T>*>(xs + r * width + c) = p[i];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = to_f32(p[i].v[e]);
+      }
+      store_block_codes<T>(v, codes, r, width, c, inside);
+    }
+  }
+}
+
 // V elements of one token's row a thread; the slots summed in order in fp32.
 template <class T, int V>
 __global__ void combine_kernel(const T* ys, const int* slot_rows, int64_t tokens, int64_t width, int top_k,
@@ -428,10 +485,15 @@ __global__ void end_step_kernel(float* bias, double* load, int experts, float ra
   }
 }
 
-// A warp per copy i (row r = slot_rows[i]), V elements a lane at a time.
-template <class T, int V>
+// A warp per copy i (row r = slot_rows[i]), V elements a lane at a time; every lane runs
+// every round (lanes past the row compute zeros and store nothing), so with kCodes each
+// half warp holds one 1x128 block of the gate's or the up half's gradient and encodes it
+// from the values as rounded to T (the bits of quantize_fp8_rows(dgate_up)).
+template <class T, int V, bool kCodes>
 __global__ void swiglu_backward_kernel(const T* da, const T* gate_up, const float* row_weights, const int* slot_rows,
-                                       int64_t copies, int64_t width, T* dgate_up, T* act_w, float* dweights) {
+                                       int64_t copies, int64_t width, T* dgate_up, T* act_w, float* dweights,
+                                       Fp8RowsOut codes) {
+  static_assert(!kCodes || V == 8, "a half warp holds one 128-wide block");
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (i >= copies) return;
@@ -440,22 +502,36 @@ __global__ void swiglu_backward_kernel(const T* da, const T* gate_up, const floa
   const T* gate = gate_up + r * 2 * width;
   T* dgate = dgate_up + r * 2 * width;
   float dot = 0;
-  for (int64_t c = lane * V; c < width; c += 32 * V) {
-    float g[V], u[V], d[V], a[V], dg[V], du[V];
-    load_f32<T, V>(gate + c, g);
-    load_f32<T, V>(gate + width + c, u);
-    load_f32<T, V>(da + r * width + c, d);
+  for (int64_t c0 = 0; c0 < width; c0 += 32 * V) {
+    const int64_t c = c0 + lane * V;
+    const bool inside = c < width;
+    float dg[V] = {}, du[V] = {};
+    if (inside) {
+      float g[V], u[V], d[V], a[V];
+      load_f32<T, V>(gate + c, g);
+      load_f32<T, V>(gate + width + c, u);
+      load_f32<T, V>(da + r * width + c, d);
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float silu = Silu::value(g[e]), act = silu * u[e], dw = w * d[e];
-      dot += d[e] * act;
-      a[e] = w * act;
-      dg[e] = dw * u[e] * Silu::derivative(g[e]);
-      du[e] = dw * silu;
+      for (int e = 0; e < V; ++e) {
+        const float silu = Silu::value(g[e]), act = silu * u[e], dw = w * d[e];
+        dot += d[e] * act;
+        a[e] = w * act;
+        dg[e] = dw * u[e] * Silu::derivative(g[e]);
+        du[e] = dw * silu;
+      }
+      store_f32<T, V>(act_w + r * width + c, a);
+      store_f32<T, V>(dgate + c, dg);
+      store_f32<T, V>(dgate + width + c, du);
     }
-    store_f32<T, V>(act_w + r * width + c, a);
-    store_f32<T, V>(dgate + c, dg);
-    store_f32<T, V>(dgate + width + c, du);
+    if constexpr (kCodes) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        dg[e] = to_f32(from_f32<T>(dg[e]));
+        du[e] = to_f32(from_f32<T>(du[e]));
+      }
+      store_block_codes<T>(dg, codes, r, 2 * width, c, inside);
+      store_block_codes<T>(du, codes, r, 2 * width, width + c, inside);
+    }
   }
   dot = warp_sum(dot);
   if (lane == 0) dweights[i] = dot;
@@ -581,6 +657,25 @@ void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs) {
   check_launch(op, xs.shape());
 }
 
+bool moe_gather_fp8_rows(const Tensor& x, const Tensor& row_tokens, Tensor& xs, Tensor& values, Tensor& scales) {
+  const char* op = "moe_gather_fp8_rows";
+  const int64_t rows = xs.size(0), width = x.size(1);
+  const bool fits = (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && width % quant_kernels::kTile == 0 &&
+                    aligned16(x.raw()) && aligned16(xs.raw()) && reinterpret_cast<uintptr_t>(values.raw()) % 8 == 0;
+  if (!fits) return false;
+  if (rows == 0) return true;
+  with_element_type(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (sizeof(T) == 2)
+      gather_fp8_rows_kernel<T><<<blocks_for(rows * 32, 256), 256, 0, current_stream()>>>(
+          static_cast<const T*>(x.raw()), static_cast<const int*>(row_tokens.raw()), rows, width,
+          static_cast<T*>(xs.raw()),
+          {static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()), fp8_scale_strides(scales)});
+  });
+  check_launch(op, xs.shape());
+  return true;
+}
+
 void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate) {
   const char* op = "moe_combine";
   const int64_t tokens = out.size(0), width = out.size(1);
@@ -628,9 +723,12 @@ void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, 
   check_launch("moe_end_step", load.shape());
 }
 
-void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
-                         Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
-  const char* op = "moe_swiglu_backward";
+namespace {
+
+// The SwiGLU backward's launch, with the FP8 row codes of dgate_up where `codes` has values.
+void launch_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,
+                            const Tensor& slot_rows, Tensor& dgate_up, Tensor& act_w, Tensor& dweights,
+                            Fp8RowsOut codes, const char* op) {
   AMBER_CHECK(dweights.dtype() == DType::f32, op, ": the GPU takes f32 router weights and gradients, got ",
               dtype_name(dweights.dtype()));
   const int64_t copies = slot_rows.numel(), width = da.size(1);
@@ -638,19 +736,49 @@ void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& 
   with_element_type(da.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kPack = 16 / sizeof(T);
-    const auto launch = [&]<int V>() {
-      swiglu_backward_kernel<T, V><<<blocks_for(copies * 32, 256), 256, 0, current_stream()>>>(
+    const auto launch = [&]<int V, bool kCodes>() {
+      swiglu_backward_kernel<T, V, kCodes><<<blocks_for(copies * 32, 256), 256, 0, current_stream()>>>(
           static_cast<const T*>(da.raw()), static_cast<const T*>(gate_up.raw()),
           static_cast<const float*>(row_weights.raw()), static_cast<const int*>(slot_rows.raw()), copies, width,
-          static_cast<T*>(dgate_up.raw()), static_cast<T*>(act_w.raw()), static_cast<float*>(dweights.raw()));
+          static_cast<T*>(dgate_up.raw()), static_cast<T*>(act_w.raw()), static_cast<float*>(dweights.raw()), codes);
     };
-    if (width % kPack == 0 && aligned16(da.raw()) && aligned16(gate_up.raw()) && aligned16(dgate_up.raw()) &&
-        aligned16(act_w.raw()))
-      launch.template operator()<kPack>();
+    const bool packed = width % kPack == 0 && aligned16(da.raw()) && aligned16(gate_up.raw()) &&
+                        aligned16(dgate_up.raw()) && aligned16(act_w.raw());
+    if constexpr (kPack == 8) {
+      if (codes.values != nullptr) {
+        launch.template operator()<kPack, true>();
+        return;
+      }
+    }
+    if (packed)
+      launch.template operator()<kPack, false>();
     else
-      launch.template operator()<1>();
+      launch.template operator()<1, false>();
   });
   check_launch(op, da.shape());
+}
+
+}  // namespace
+
+void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                         Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
+  launch_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights, {},
+                         "moe_swiglu_backward");
+}
+
+bool moe_swiglu_backward_fp8_rows(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,
+                                  const Tensor& slot_rows, Tensor& dgate_up, Tensor& act_w, Tensor& dweights,
+                                  Tensor& values, Tensor& scales) {
+  const int64_t width = da.size(1);
+  const bool fits = (da.dtype() == DType::bf16 || da.dtype() == DType::f16) && width % quant_kernels::kTile == 0 &&
+                    aligned16(da.raw()) && aligned16(gate_up.raw()) && aligned16(dgate_up.raw()) &&
+                    aligned16(act_w.raw()) && reinterpret_cast<uintptr_t>(values.raw()) % 8 == 0;
+  if (!fits) return false;
+  launch_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights,
+                         {static_cast<uint8_t*>(values.raw()), static_cast<float*>(scales.raw()),
+                          fp8_scale_strides(scales)},
+                         "moe_swiglu_backward_fp8_rows");
+  return true;
 }
 
 }  // namespace amber::cuda
