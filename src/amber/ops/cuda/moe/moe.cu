@@ -368,7 +368,7 @@ __device__ __forceinline__ void store_block_codes(const float (&v)[8], Fp8RowsOu
 // bytes a lane, a half warp per 1x128 block, up to kInFlight rounds of 256 elements
 // loaded before any is stored (lanes past the row's end encode zeros, store nothing).
 template <class T>
-__global__ void gather_fp8_rows_kernel(const T* x, const int* row_tokens, int64_t rows, int64_t width, T* xs,
+__global__ void __launch_bounds__(256, 4) gather_fp8_rows_kernel(const T* x, const int* row_tokens, int64_t rows, int64_t width, T* xs,
                                        Fp8RowsOut codes) {
   constexpr int kRound = 32 * Pack<T>::n;
   static_assert(Pack<T>::n == 8, "16-bit rows: a half warp's packs are one 128-wide block");
@@ -490,7 +490,7 @@ __global__ void end_step_kernel(float* bias, double* load, int experts, float ra
 // half warp holds one 1x128 block of the gate's or the up half's gradient and encodes it
 // from the values as rounded to T (the bits of quantize_fp8_rows(dgate_up)).
 template <class T, int V, bool kCodes>
-__global__ void swiglu_backward_kernel(const T* da, const T* gate_up, const float* row_weights, const int* slot_rows,
+__global__ void __launch_bounds__(256, 4) swiglu_backward_kernel(const T* da, const T* gate_up, const float* row_weights, const int* slot_rows,
                                        int64_t copies, int64_t width, T* dgate_up, T* act_w, float* dweights,
                                        Fp8RowsOut codes) {
   static_assert(!kCodes || V == 8, "a half warp holds one 128-wide block");
