@@ -258,6 +258,15 @@ __device__ __forceinline__ void tma_store(const CUtensorMap& map, const void* sr
                : "memory");
 }
 
+// Four 8x8 16-bit matrices from registers to shared memory (sm_90): lanes 8m .. 8m+7
+// give the row addresses of matrix m, and register m holds this lane's pair of it (row
+// lane / 4, cols 2 (lane % 4), +1: an accumulator fragment's layout).
+__device__ __forceinline__ void stmatrix_x4(void* row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address(row)), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Shared-memory writes by this thread become visible to the async proxy (wgmma
 // operands, bulk copies) once the readers synchronise after this fence.
 __device__ __forceinline__ void fence_async_shared() {

@@ -281,46 +281,69 @@ __device__ __forceinline__ void issue_stage(const S& s, int stage, int group, fl
   wgmma_commit();
 }
 
-// Writes the tile's results: into the staging buffer for the store partition, or
-// straight to global memory.
+// Writes the tile's results: into the staging buffer for the store partition (by
+// stmatrix, two 8-column groups of both row halves an instruction), or straight to
+// global memory.
 template <class Out, Epilogue kE, int kBN, bool kStores, class S>
 __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const Tile& t, int group,
                                          float (&acc)[kBN / 8][4]) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int local0 = group * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile
   const int col0 = t.n_tile * kOutCols<kE, kBN>;
+  const bool gate_up = kE == Epilogue::swiglu && a.gate_up != nullptr;
+  float scale[2] = {1.0f, 1.0f};
+  if constexpr (kE == Epilogue::row_scale)
+    for (int half = 0; half < 2; ++half)
+      if (local0 + 8 * half < t.rows) scale[half] = a.row_scale[t.row0 + local0 + 8 * half];
+  // Output pair q of n8 (rows local0 + 8 half, cols n8 * 8 + 2 (lane % 4), +1), and the
+  // gate/up pairs it comes from.
+  const auto pair = [&](int n8, int half, uint32_t& gate, uint32_t& up) {
+    float v0 = acc[n8][2 * half], v1 = acc[n8][2 * half + 1];
+    if constexpr (kE == Epilogue::swiglu) {
+      const float u0 = acc[n8 + kBN / 16][2 * half], u1 = acc[n8 + kBN / 16][2 * half + 1];
+      gate = pack2<Out>(v0, v1);
+      up = pack2<Out>(u0, u1);
+      v0 = Silu::value(v0) * u0;
+      v1 = Silu::value(v1) * u1;
+    }
+    if constexpr (kE == Epilogue::row_scale) {
+      v0 *= scale[half];
+      v1 *= scale[half];
+    }
+    return pack2<Out>(v0, v1);
+  };
+  if constexpr (kStores) {
+    // Lanes 8m .. 8m+7 address matrix m: rows + 8 (m % 2), columns + 8 (m / 2).
+    const int m = lane / 8, row = group * 64 + warp * 16 + (m % 2) * 8 + lane % 8;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int local = local0 + 8 * half, row = t.row0 + local;
-    const bool valid = local < t.rows;
-    const float scale = kE == Epilogue::row_scale && valid ? a.row_scale[row] : 1.0f;
+    for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; n8 += 2) {
+      uint32_t out[4], gates[4], ups[4];
 #pragma unroll
-    for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; ++n8) {
-      const int col = n8 * 8 + 2 * (lane % 4);
-      float v0 = acc[n8][2 * half], v1 = acc[n8][2 * half + 1];
-      if constexpr (kE == Epilogue::swiglu) {
-        const float u0 = acc[n8 + kBN / 16][2 * half], u1 = acc[n8 + kBN / 16][2 * half + 1];
-        if (a.gate_up != nullptr) {
-          if constexpr (kStores) {
-            *reinterpret_cast<uint32_t*>(staged_at(s.gate_up_staging(), local, col)) = pack2<Out>(v0, v1);
-            *reinterpret_cast<uint32_t*>(staged_at(s.gate_up_staging(), local, 64 + col)) = pack2<Out>(u0, u1);
-          } else if (valid && col0 + col < a.y_cols) {
-            Out* out = a.gate_up + static_cast<int64_t>(row) * a.n_out + col0 + col;
-            *reinterpret_cast<uint32_t*>(out) = pack2<Out>(v0, v1);
-            *reinterpret_cast<uint32_t*>(out + a.n_out / 2) = pack2<Out>(u0, u1);
-          }
+      for (int q = 0; q < 4; ++q) out[q] = pair(n8 + q / 2, q % 2, gates[q], ups[q]);
+      const int col = (n8 + m / 2) * 8;
+      stmatrix_x4(staged_at(s.staging(), row, col), out[0], out[1], out[2], out[3]);
+      if (gate_up) {
+        stmatrix_x4(staged_at(s.gate_up_staging(), row, col), gates[0], gates[1], gates[2], gates[3]);
+        stmatrix_x4(staged_at(s.gate_up_staging(), row, 64 + col), ups[0], ups[1], ups[2], ups[3]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int local = local0 + 8 * half, row = t.row0 + local;
+      if (local >= t.rows) continue;
+#pragma unroll
+      for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; ++n8) {
+        const int col = n8 * 8 + 2 * (lane % 4);
+        if (col0 + col >= a.y_cols) continue;
+        uint32_t gate = 0, up = 0;
+        const uint32_t out = pair(n8, half, gate, up);
+        *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(row) * a.y_cols + col0 + col) = out;
+        if (gate_up) {
+          Out* g = a.gate_up + static_cast<int64_t>(row) * a.n_out + col0 + col;
+          *reinterpret_cast<uint32_t*>(g) = gate;
+          *reinterpret_cast<uint32_t*>(g + a.n_out / 2) = up;
         }
-        v0 = Silu::value(v0) * u0;
-        v1 = Silu::value(v1) * u1;
-      }
-      if constexpr (kE == Epilogue::row_scale) {
-        v0 *= scale;
-        v1 *= scale;
-      }
-      if constexpr (kStores) {
-        *reinterpret_cast<uint32_t*>(staged_at(s.staging(), local, col)) = pack2<Out>(v0, v1);
-      } else if (valid && col0 + col < a.y_cols) {
-        *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(row) * a.y_cols + col0 + col) = pack2<Out>(v0, v1);
       }
     }
   }
