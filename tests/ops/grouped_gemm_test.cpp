@@ -418,16 +418,21 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
   const int rows = total(counts);
   const Tensor offsets = gpu(offsets_of(counts));
   const Tensor x = gpu(random_tensor({rows, 192}, DType::bf16, 200)), w = gpu(random_tensor({4, 320, 192}, DType::bf16, 201));
+  // SwiGLU halves of 256 columns: the 256-wide tiles take 128 of each.
+  const Tensor w_glu = gpu(random_tensor({4, 512, 192}, DType::bf16, 203));
   const GroupedGemmVariant variants[4] = {{true, true, 128}, {false, true, 128}, {true, true, 256}, {false, true, 256}};
-  Tensor y[4], gu[4], h[4], dx[4], dw[4];
+  Tensor y[4], gu[4], h[4], h_only[4], dx[4], dw[4];
   const Tensor dy = gpu(random_tensor({rows, 320}, DType::bf16, 202));
   for (int variant = 0; variant < 4; ++variant) {
     set_grouped_gemm_variant(variants[variant]);
     y[variant] = Tensor::zeros({rows, 320}, DType::bf16, Device::cuda());
-    gu[variant] = Tensor::zeros({rows, 320}, DType::bf16, Device::cuda());
-    h[variant] = Tensor::zeros({rows, 160}, DType::bf16, Device::cuda());
+    gu[variant] = Tensor::zeros({rows, 512}, DType::bf16, Device::cuda());
+    h[variant] = Tensor::zeros({rows, 256}, DType::bf16, Device::cuda());
+    h_only[variant] = Tensor::zeros({rows, 256}, DType::bf16, Device::cuda());
     grouped_gemm_forward(x, w, offsets, y[variant]);
-    grouped_gemm_swiglu_forward(x, w, offsets, gu[variant], h[variant]);
+    grouped_gemm_swiglu_forward(x, w_glu, offsets, gu[variant], h[variant]);
+    Tensor no_gate_up;
+    grouped_gemm_swiglu_forward(x, w_glu, offsets, no_gate_up, h_only[variant]);
     dx[variant] = Tensor::zeros({rows, 192}, DType::bf16, Device::cuda());
     grouped_gemm_backward_input(dy, w, offsets, dx[variant]);
     // K = 192: the forced 256-wide weight-gradient tile is partly past K.
@@ -437,7 +442,8 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
   set_grouped_gemm_variant({});
   for (int variant = 1; variant < 4; ++variant)
     for (const auto& [a, b] : {std::pair{y[0], y[variant]}, std::pair{gu[0], gu[variant]}, std::pair{h[0], h[variant]},
-                               std::pair{dx[0], dx[variant]}, std::pair{dw[0], dw[variant]}})
+                               std::pair{h[0], h_only[variant]}, std::pair{dx[0], dx[variant]},
+                               std::pair{dw[0], dw[variant]}})
       EXPECT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles()) << "variant " << variant;
 }
 

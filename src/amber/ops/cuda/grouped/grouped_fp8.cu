@@ -32,13 +32,14 @@ Args<__nv_bfloat16> fp8_args(const Tensor& x, const Tensor& x_scales, const Tens
   return a;
 }
 
-// The plain products at the width wide_tiles chooses.
+// The products at the width wide_tiles chooses.
 template <Epilogue kE>
-void launch(const Tensor& x, const Tensor& w, const Tensor& y, const Args<__nv_bfloat16>& a, const char* op) {
-  if (grouped::wide_tiles(a))
-    grouped::launch_tiles<Fp8, kE, 256, false>(x, w, y, nullptr, a, op);
+void launch(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* gate_up, const Args<__nv_bfloat16>& a,
+            const char* op) {
+  if (grouped::wide_tiles<kE>(a))
+    grouped::launch_tiles<Fp8, kE, 256, false>(x, w, y, gate_up, a, op);
   else
-    grouped::launch_tiles<Fp8, kE, 128, false>(x, w, y, nullptr, a, op);
+    grouped::launch_tiles<Fp8, kE, 128, false>(x, w, y, gate_up, a, op);
 }
 
 }  // namespace
@@ -52,9 +53,9 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
   a.y_cols = a.n_out;
   if (row_scale.defined()) {
     a.row_scale = static_cast<const float*>(row_scale.raw());
-    launch<Epilogue::row_scale>(x, w, y, a, op);
+    launch<Epilogue::row_scale>(x, w, y, nullptr, a, op);
   } else {
-    launch<Epilogue::plain>(x, w, y, a, op);
+    launch<Epilogue::plain>(x, w, y, nullptr, a, op);
   }
 }
 
@@ -69,7 +70,7 @@ void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, co
   a.y = static_cast<__nv_bfloat16*>(h.raw());
   a.y_cols = a.n_out / 2;
   a.gate_up = gate_up.defined() ? static_cast<__nv_bfloat16*>(gate_up.raw()) : nullptr;
-  grouped::launch_tiles<Fp8, Epilogue::swiglu, 128, false>(x, w, h, gate_up.defined() ? &gate_up : nullptr, a, op);
+  launch<Epilogue::swiglu>(x, w, h, gate_up.defined() ? &gate_up : nullptr, a, op);
 }
 
 }  // namespace amber::cuda

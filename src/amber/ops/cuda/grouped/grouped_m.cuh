@@ -58,15 +58,15 @@ template <Epilogue kE, int kBN>
 constexpr int kOutCols = kE == Epilogue::swiglu ? kBN / 2 : kBN;
 
 // Shared memory: the ring's stages (activation tile, then weight tile, 128-byte rows),
-// the staging buffer in 64-column panels of the 128-byte swizzle (the layout TMA stores
-// read; the consumers' fragment writes fall in distinct banks) and for SwiGLU two more
-// panels for gate_up's halves, FP8 scale slots (a tile's row scales, then its two
-// column halves' weight scales), then the barriers.
+// the staging buffer of a tile's kBN product columns in 64-column panels of the 128-byte
+// swizzle (the layout TMA stores read; the consumers' fragment writes fall in distinct
+// banks; SwiGLU: gate_up's gate half, then its up half), FP8 scale slots (a tile's row
+// scales, then its two column halves' weight scales), then the barriers.
 template <class F, Epilogue kE, int kBN, bool kSplit>
 struct Smem {
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128, kStageBytes = kABytes + kBBytes;
-  static constexpr int kPanelBytes = kBM * 128, kOutPanels = kOutCols<kE, kBN> / 64;
-  static constexpr int kStagingBytes = (kOutPanels + (kE == Epilogue::swiglu ? 2 : 0)) * kPanelBytes;
+  static constexpr int kPanelBytes = kBM * 128, kPanels = kBN / 64;
+  static constexpr int kStagingBytes = kPanels * kPanelBytes;
   static constexpr int kScaleSlotBytes = F::kScaled ? kBM * 4 + 16 : 0;
   static constexpr int kRoom = 227 * 1024 - 1024 - static_cast<int>(sizeof(Plan)) - 512;
   static constexpr int kStages = (kRoom - kStagingBytes) / (kStageBytes + 2 * kScaleSlotBytes);
@@ -83,7 +83,6 @@ struct Smem {
   __device__ uint8_t* a(int stage) const { return base + (stage % kStages) * kStageBytes; }
   __device__ uint8_t* b(int stage) const { return a(stage) + kABytes; }
   __device__ uint8_t* staging() const { return base + kStages * kStageBytes; }
-  __device__ uint8_t* gate_up_staging() const { return staging() + kOutPanels * kPanelBytes; }
   __device__ float* scales(int slot) const {
     return reinterpret_cast<float*>(base + kScalesOffset + (slot % kScaleStages) * kScaleSlotBytes);
   }
@@ -213,10 +212,10 @@ __device__ void load_scales(const Smem<F, kE, kBN, true>& s, const Args<typename
   }
 }
 
-// The store partition (one warp): each finished tile by TMA stores of its panels, or,
-// for a tile holding fewer rows than it could (the expert's last), its valid rows copied
-// 16 bytes a lane, so rows of the next expert are never written; then the staging buffer
-// is handed back.
+// The store partition (one warp): each finished tile (SwiGLU: its gate_up, when kept) by
+// TMA stores of its panels, or, for a tile holding fewer rows than it could (the
+// expert's last), its valid rows copied 16 bytes a lane, so rows of the next expert are
+// never written; then the staging buffer is handed back.
 template <class F, Epilogue kE, int kBN, bool kSplit>
 __device__ void drain(const Smem<F, kE, kBN, kSplit>& s, const Maps& maps, const Args<typename F::Out>& a,
                       const Plan& p, int items) {
@@ -238,23 +237,25 @@ __device__ void drain(const Smem<F, kE, kBN, kSplit>& s, const Maps& maps, const
     const Tile t = tile_of(p, a.experts, w);
     barrier_wait(s.staged(), done & 1);
     const int col0 = t.n_tile * kOutCols<kE, kBN>, half = a.n_out / 2;
+    constexpr int kHalfPanels = S::kPanels / 2;  // SwiGLU: gate_up's panels of one half
+    uint8_t* const up_staging = s.staging() + kHalfPanels * S::kPanelBytes;
     if (t.rows == kBM) {
-      if (lane == 0) {
-        for (int panel = 0; panel < S::kOutPanels; ++panel)
-          tma_store(maps.y, s.staging() + panel * S::kPanelBytes, col0 + panel * 64, t.row0);
-        if (gate_up) {
-          tma_store(maps.gate_up, s.gate_up_staging(), col0, 0, t.row0);
-          tma_store(maps.gate_up, s.gate_up_staging() + S::kPanelBytes, col0, 1, t.row0);
+      if (lane == 0 && (kE != Epilogue::swiglu || gate_up)) {
+        for (int panel = 0; panel < S::kPanels; ++panel) {
+          uint8_t* const at = s.staging() + panel * S::kPanelBytes;
+          if constexpr (kE == Epilogue::swiglu)
+            tma_store(maps.gate_up, at, col0 + panel % kHalfPanels * 64, panel / kHalfPanels, t.row0);
+          else
+            tma_store(maps.y, at, col0 + panel * 64, t.row0);
         }
         bulk_commit();
         bulk_wait_read();
       }
-    } else {
-      copy_rows(s.staging(), S::kOutPanels, a.y, a.y_cols, col0, a.y_cols, t);
-      if (gate_up) {
-        copy_rows(s.gate_up_staging(), 1, a.gate_up, a.n_out, col0, half, t);
-        copy_rows(s.gate_up_staging() + S::kPanelBytes, 1, a.gate_up + half, a.n_out, col0, half, t);
-      }
+    } else if (kE != Epilogue::swiglu) {
+      copy_rows(s.staging(), S::kPanels, a.y, a.y_cols, col0, a.y_cols, t);
+    } else if (gate_up) {
+      copy_rows(s.staging(), kHalfPanels, a.gate_up, a.n_out, col0, half, t);
+      copy_rows(up_staging, kHalfPanels, a.gate_up + half, a.n_out, col0, half, t);
     }
     __syncwarp();
     if (lane == 0) barrier_arrive(s.drained());
@@ -283,7 +284,8 @@ __device__ __forceinline__ void issue_stage(const S& s, int stage, int group, fl
 
 // Writes the tile's results: into the staging buffer for the store partition (by
 // stmatrix, two 8-column groups of both row halves an instruction), or straight to
-// global memory.
+// global memory. SwiGLU stages gate_up only and stores its output h from the registers:
+// h staged beside gate_up would leave a 256-wide tile's ring two stages.
 template <class Out, Epilogue kE, int kBN, bool kStores, class S>
 __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const Tile& t, int group,
                                          float (&acc)[kBN / 8][4]) {
@@ -321,10 +323,19 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
 #pragma unroll
       for (int q = 0; q < 4; ++q) out[q] = pair(n8 + q / 2, q % 2, gates[q], ups[q]);
       const int col = (n8 + m / 2) * 8;
-      stmatrix_x4(staged_at(s.staging(), row, col), out[0], out[1], out[2], out[3]);
-      if (gate_up) {
-        stmatrix_x4(staged_at(s.gate_up_staging(), row, col), gates[0], gates[1], gates[2], gates[3]);
-        stmatrix_x4(staged_at(s.gate_up_staging(), row, 64 + col), ups[0], ups[1], ups[2], ups[3]);
+      if constexpr (kE == Epilogue::swiglu) {
+        if (gate_up) {
+          stmatrix_x4(staged_at(s.staging(), row, col), gates[0], gates[1], gates[2], gates[3]);
+          stmatrix_x4(staged_at(s.staging(), row, kBN / 2 + col), ups[0], ups[1], ups[2], ups[3]);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int local = local0 + 8 * (q % 2), c = (n8 + q / 2) * 8 + 2 * (lane % 4);
+          if (local < t.rows && col0 + c < a.y_cols)
+            *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(t.row0 + local) * a.y_cols + col0 + c) = out[q];
+        }
+      } else {
+        stmatrix_x4(staged_at(s.staging(), row, col), out[0], out[1], out[2], out[3]);
       }
     }
   } else {
@@ -491,14 +502,15 @@ inline void check_supported(const Tensor& x, int experts, const char* op) {
 // the last 256-wide tile would leave more than an eighth of the output's width computed
 // for nothing (384 = 1.5 tiles: the Kohaku-MoE-1B down projection's input gradient ran
 // 0.184 ms at 256 against 0.152 at 128 on an H100; 5760 = 22.5 tiles stays 256); else
-// 128. The benchmarks' variant can force either. SwiGLU stays 128 wide: its two staging
-// buffers at 256 would leave the ring two stages.
-template <class Out>
+// 128. The benchmarks' variant can force either. A 256-wide SwiGLU tile takes 128
+// columns of each half, so it needs halves a multiple of 128 wide.
+template <Epilogue kE, class Out>
 bool wide_tiles(const Args<Out>& a) {
   const int chosen = grouped_variant().tile_n;
-  if (chosen != 0) return chosen == 256;
+  const bool fits = kE != Epilogue::swiglu || a.y_cols % 128 == 0;
+  if (chosen != 0) return chosen == 256 && fits;
   const int wasted = (256 - a.n_out % 256) % 256;
-  return a.n_out >= 256 && int64_t{a.rows} >= int64_t{256} * a.experts && 8 * wasted <= a.n_out;
+  return fits && a.n_out >= 256 && int64_t{a.rows} >= int64_t{256} * a.experts && 8 * wasted <= a.n_out;
 }
 
 template <class F, Epilogue kE, int kBN, bool kTransB>
