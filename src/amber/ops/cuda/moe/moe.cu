@@ -368,8 +368,8 @@ __device__ __forceinline__ void store_block_codes(const float (&v)[8], Fp8RowsOu
 // bytes a lane, a half warp per 1x128 block, up to kInFlight rounds of 256 elements
 // loaded before any is stored (lanes past the row's end encode zeros, store nothing).
 template <class T>
-__global__ void __launch_bounds__(256, 4) gather_fp8_rows_kernel(const T* x, const int* row_tokens, int64_t rows, int64_t width, T* xs,
-                                       Fp8RowsOut codes) {
+__global__ void __launch_bounds__(256, 4)
+    gather_fp8_rows_kernel(const T* x, const int* row_tokens, int64_t rows, int64_t width, T* xs, Fp8RowsOut codes) {
   constexpr int kRound = 32 * Pack<T>::n;
   static_assert(Pack<T>::n == 8, "16-bit rows: a half warp's packs are one 128-wide block");
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -490,9 +490,9 @@ __global__ void end_step_kernel(float* bias, double* load, int experts, float ra
 // half warp holds one 1x128 block of the gate's or the up half's gradient and encodes it
 // from the values as rounded to T (the bits of quantize_fp8_rows(dgate_up)).
 template <class T, int V, bool kCodes>
-__global__ void __launch_bounds__(256, 4) swiglu_backward_kernel(const T* da, const T* gate_up, const float* row_weights, const int* slot_rows,
-                                       int64_t copies, int64_t width, T* dgate_up, T* act_w, float* dweights,
-                                       Fp8RowsOut codes) {
+__global__ void __launch_bounds__(256, 4)
+    swiglu_backward_kernel(const T* da, const T* gate_up, const float* row_weights, const int* slot_rows,
+                           int64_t copies, int64_t width, T* dgate_up, T* act_w, float* dweights, Fp8RowsOut codes) {
   static_assert(!kCodes || V == 8, "a half warp holds one 128-wide block");
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -544,6 +544,39 @@ void check_router(const Tensor& logits, int top_k, const char* op) {
   AMBER_CHECK(logits.dtype() == DType::f32, op, ": the GPU router takes f32 logits, got ", dtype_name(logits.dtype()));
   AMBER_CHECK(logits.size(1) <= kMaxExperts && top_k <= 32, op, ": ", logits.size(1), " experts and top-", top_k,
               "; the GPU router takes at most ", kMaxExperts, " experts and top-32");
+}
+
+// The SwiGLU backward's launch, with the FP8 row codes of dgate_up where `codes` has values.
+void launch_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,
+                            const Tensor& slot_rows, Tensor& dgate_up, Tensor& act_w, Tensor& dweights,
+                            Fp8RowsOut codes, const char* op) {
+  AMBER_CHECK(dweights.dtype() == DType::f32, op, ": the GPU takes f32 router weights and gradients, got ",
+              dtype_name(dweights.dtype()));
+  const int64_t copies = slot_rows.numel(), width = da.size(1);
+  if (copies == 0) return;
+  with_element_type(da.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kPack = 16 / sizeof(T);
+    const auto launch = [&]<int V, bool kCodes>() {
+      swiglu_backward_kernel<T, V, kCodes><<<blocks_for(copies * 32, 256), 256, 0, current_stream()>>>(
+          static_cast<const T*>(da.raw()), static_cast<const T*>(gate_up.raw()),
+          static_cast<const float*>(row_weights.raw()), static_cast<const int*>(slot_rows.raw()), copies, width,
+          static_cast<T*>(dgate_up.raw()), static_cast<T*>(act_w.raw()), static_cast<float*>(dweights.raw()), codes);
+    };
+    const bool packed = width % kPack == 0 && aligned16(da.raw()) && aligned16(gate_up.raw()) &&
+                        aligned16(dgate_up.raw()) && aligned16(act_w.raw());
+    if constexpr (kPack == 8) {
+      if (codes.values != nullptr) {
+        launch.template operator()<kPack, true>();
+        return;
+      }
+    }
+    if (packed)
+      launch.template operator()<kPack, false>();
+    else
+      launch.template operator()<1, false>();
+  });
+  check_launch(op, da.shape());
 }
 
 }  // namespace
@@ -722,43 +755,6 @@ void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, 
                                                     static_cast<double*>(stats.raw()));
   check_launch("moe_end_step", load.shape());
 }
-
-namespace {
-
-// The SwiGLU backward's launch, with the FP8 row codes of dgate_up where `codes` has values.
-void launch_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,
-                            const Tensor& slot_rows, Tensor& dgate_up, Tensor& act_w, Tensor& dweights,
-                            Fp8RowsOut codes, const char* op) {
-  AMBER_CHECK(dweights.dtype() == DType::f32, op, ": the GPU takes f32 router weights and gradients, got ",
-              dtype_name(dweights.dtype()));
-  const int64_t copies = slot_rows.numel(), width = da.size(1);
-  if (copies == 0) return;
-  with_element_type(da.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int kPack = 16 / sizeof(T);
-    const auto launch = [&]<int V, bool kCodes>() {
-      swiglu_backward_kernel<T, V, kCodes><<<blocks_for(copies * 32, 256), 256, 0, current_stream()>>>(
-          static_cast<const T*>(da.raw()), static_cast<const T*>(gate_up.raw()),
-          static_cast<const float*>(row_weights.raw()), static_cast<const int*>(slot_rows.raw()), copies, width,
-          static_cast<T*>(dgate_up.raw()), static_cast<T*>(act_w.raw()), static_cast<float*>(dweights.raw()), codes);
-    };
-    const bool packed = width % kPack == 0 && aligned16(da.raw()) && aligned16(gate_up.raw()) &&
-                        aligned16(dgate_up.raw()) && aligned16(act_w.raw());
-    if constexpr (kPack == 8) {
-      if (codes.values != nullptr) {
-        launch.template operator()<kPack, true>();
-        return;
-      }
-    }
-    if (packed)
-      launch.template operator()<kPack, false>();
-    else
-      launch.template operator()<1, false>();
-  });
-  check_launch(op, da.shape());
-}
-
-}  // namespace
 
 void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
                          Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
