@@ -308,6 +308,15 @@ TEST(MoeGpu, SortGatherCombineAndWeightsMatchTheCpu) {
   }
 }
 
+// Row tokens (i * stride) % tokens of `copies` rows: every token several times, out of
+// order, as a gather's rows are.
+Tensor scattered_tokens(int64_t copies, int64_t tokens, int64_t stride) {
+  Tensor toks = Tensor::empty({copies}, DType::i32);
+  auto* at = static_cast<int32_t*>(toks.raw());
+  for (int64_t i = 0; i < copies; ++i) at[i] = static_cast<int32_t>((i * stride) % tokens);
+  return toks;
+}
+
 // Every byte of t, wherever it lives.
 std::vector<uint8_t> bytes_of(const Tensor& t) {
   const Tensor c = t.to(Device::cpu());
@@ -362,8 +371,7 @@ TEST(MoeGpu, SwigluBackwardWithFp8RowsEncodesItsGradient) {
 TEST(MoeGpu, GatherWithFp8RowsEncodesTheGatheredRows) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t tokens = 900, copies = 2700;
-  Tensor toks = Tensor::empty({copies}, DType::i32);
-  for (int64_t i = 0; i < copies; ++i) static_cast<int32_t*>(toks.raw())[i] = static_cast<int32_t>((i * 53) % tokens);
+  const Tensor toks = scattered_tokens(copies, tokens, 53);
   for (const int64_t width : {768, 1280, 72}) {
     SCOPED_TRACE(width);
     const Tensor x = random_tensor({tokens, width}, DType::bf16, 73);
@@ -388,8 +396,7 @@ TEST(MoeGpu, GatherWithFp8RowsEncodesTheGatheredRows) {
 TEST(MoeGpu, GatherOfNarrowRowsMatchesTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t tokens = 700, copies = 2100;
-  Tensor toks = Tensor::empty({copies}, DType::i32);
-  for (int64_t i = 0; i < copies; ++i) static_cast<int32_t*>(toks.raw())[i] = static_cast<int32_t>((i * 37) % tokens);
+  const Tensor toks = scattered_tokens(copies, tokens, 37);
   for (const auto& [dtype, width] : {std::pair{DType::f32, 6}, {DType::f32, 3}, {DType::bf16, 3}, {DType::f8e4m3, 5}}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)) + " x " + std::to_string(width));
     const Tensor x = random_tensor({tokens, width}, DType::f32, 64).to(dtype);
@@ -397,6 +404,34 @@ TEST(MoeGpu, GatherOfNarrowRowsMatchesTheCpu) {
     moe_gather(x, toks, xs);
     moe_gather(gpu(x), gpu(toks), gxs);
     EXPECT_EQ(bytes_of(gxs), bytes_of(xs));
+  }
+}
+
+// The ops that write FP8 row codes beside their rows name codes of the wrong shape, on
+// the CPU (the two-op path) as on a GPU.
+TEST(MoeRoute, Fp8RowCodesOfTheWrongShapeAreNamed) {
+  const Tensor x = random_tensor({4, 256}, DType::bf16, 43), toks = scattered_tokens(8, 4, 3);
+  Tensor xs = Tensor::empty({8, 256}, DType::bf16), values = Tensor::empty({8, 128}, DType::f8e4m3);
+  Tensor scales = Tensor::empty({8, 2}, DType::f32);
+  try {
+    moe_gather_fp8_rows(x, toks, xs, values, scales);
+    ADD_FAILURE() << "codes [8, 128] of rows [8, 256] were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_gather_fp8_rows"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[8, 128]"), std::string::npos) << e.what();
+  }
+  const Tensor da = random_tensor({8, 128}, DType::bf16, 44), gate_up = random_tensor({8, 256}, DType::bf16, 45);
+  const Tensor row_weights = random_tensor({8}, DType::f32, 46);
+  const Tensor slot_rows = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  Tensor dgate_up = Tensor::empty({8, 256}, DType::bf16), act_w = Tensor::empty({8, 128}, DType::bf16);
+  Tensor dweights = Tensor::empty({4, 2}, DType::f32), codes = Tensor::empty({8, 256}, DType::f8e4m3);
+  Tensor one_scale = Tensor::empty({8, 1}, DType::f32);
+  try {
+    moe_swiglu_backward_fp8_rows(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights, codes, one_scale);
+    ADD_FAILURE() << "scales [8, 1] of dgate_up [8, 256] were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_swiglu_backward_fp8_rows"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[8, 1]"), std::string::npos) << e.what();
   }
 }
 
