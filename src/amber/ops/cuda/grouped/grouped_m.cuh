@@ -53,6 +53,7 @@ struct Fp8 {
 constexpr int kBM = 128;       // rows of a tile (two consumers of 64); its columns: kBN, 128 or 256
 constexpr int kThreads = 384;  // loader/store warpgroup + two consumers
 constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
+constexpr int kScratchBlockBytes = 16 * 32 * 2;  // SwiGLU's h: a consumer warp's 16 rows x 32 columns
 
 // Output columns of a tile: SwiGLU halves the product's.
 template <Epilogue kE, int kBN>
@@ -61,19 +62,21 @@ constexpr int kOutCols = kE == Epilogue::swiglu ? kBN / 2 : kBN;
 // Shared memory: the ring's stages (activation tile, then weight tile, 128-byte rows),
 // the staging buffer of a tile's kBN product columns in 64-column panels of the 128-byte
 // swizzle (the layout TMA stores read; the consumers' fragment writes fall in distinct
-// banks; SwiGLU: gate_up's gate half, then its up half), FP8 scale slots (a tile's row
-// scales, then its two column halves' weight scales), then the barriers.
+// banks; SwiGLU: gate_up's gate half, then its up half), SwiGLU's h scratch (a 16 x 32
+// block per consumer warp), FP8 scale slots (a tile's row scales, then its two column
+// halves' weight scales), then the barriers.
 template <class F, Epilogue kE, int kBN, bool kSplit>
 struct Smem {
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128, kStageBytes = kABytes + kBBytes;
   static constexpr int kPanelBytes = kBM * 128, kPanels = kBN / 64;
   static constexpr int kStagingBytes = kPanels * kPanelBytes;
+  static constexpr int kScratchBytes = kE == Epilogue::swiglu ? 8 * kScratchBlockBytes : 0;
   static constexpr int kScaleSlotBytes = F::kScaled ? kBM * 4 + 16 : 0;
   static constexpr int kRoom = 227 * 1024 - 1024 - static_cast<int>(sizeof(Plan)) - 512;
-  static constexpr int kStages = (kRoom - kStagingBytes) / (kStageBytes + 2 * kScaleSlotBytes);
+  static constexpr int kStages = (kRoom - kStagingBytes - kScratchBytes) / (kStageBytes + 2 * kScaleSlotBytes);
   // The scale loader runs ahead by twice the tiles' depth (its slots are small).
   static constexpr int kScaleStages = F::kScaled ? (kSplit ? 2 * kStages : kStages) : 0;
-  static constexpr int kScalesOffset = kStages * kStageBytes + kStagingBytes;
+  static constexpr int kScalesOffset = kStages * kStageBytes + kStagingBytes + kScratchBytes;
   static constexpr int kBarrierOffset = kScalesOffset + kScaleStages * kScaleSlotBytes;
   static constexpr int kBytes = kBarrierOffset + 8 * (2 * kStages + 2 + 2 * kScaleStages) + 1024;  // +1024: alignment
   static_assert(kStages >= 3, "the ring needs at least three stages");
@@ -84,6 +87,9 @@ struct Smem {
   __device__ uint8_t* a(int stage) const { return base + (stage % kStages) * kStageBytes; }
   __device__ uint8_t* b(int stage) const { return a(stage) + kABytes; }
   __device__ uint8_t* staging() const { return base + kStages * kStageBytes; }
+  __device__ uint8_t* scratch(int consumer_warp) const {
+    return staging() + kStagingBytes + consumer_warp * kScratchBlockBytes;
+  }
   __device__ float* scales(int slot) const {
     return reinterpret_cast<float*>(base + kScalesOffset + (slot % kScaleStages) * kScaleSlotBytes);
   }
@@ -123,6 +129,13 @@ struct Maps {
 // 16-byte chunks are permuted by the row (TMA's 128-byte swizzle).
 __device__ __forceinline__ uint8_t* staged_at(uint8_t* panels, int row, int col) {
   return panels + (col / 64) * (kBM * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
+}
+
+// Where (row, col) of a 16 x 32 scratch block lives: 64-byte rows whose 16-byte chunks
+// are permuted by the row pair, so the eight rows of an stmatrix write fall in distinct
+// banks.
+__device__ __forceinline__ uint8_t* scratch_at(uint8_t* block, int row, int col) {
+  return block + row * 64 + (((col / 8) ^ ((row / 2) % 4)) * 16) + (col % 8) * 2;
 }
 
 // A work item: expert e, the tile's first row (absolute) and its rows of the expert,
@@ -285,8 +298,9 @@ __device__ __forceinline__ void issue_stage(const S& s, int stage, int group, fl
 
 // Writes the tile's results: into the staging buffer for the store partition (by
 // stmatrix, two 8-column groups of both row halves an instruction), or straight to
-// global memory. SwiGLU stages gate_up only and stores its output h from the registers:
-// h staged beside gate_up would leave a 256-wide tile's ring two stages.
+// global memory. SwiGLU stages gate_up only (h staged beside it would leave a 256-wide
+// tile's ring two stages); each consumer warp writes h 32 columns at a time through its
+// own scratch block, 64-byte row segments a lane pair, not 4-byte pairs a lane.
 template <class Out, Epilogue kE, int kBN, bool kStores, class S>
 __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const Tile& t, int group,
                                          float (&acc)[kBN / 8][4]) {
@@ -329,11 +343,20 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
           stmatrix_x4(staged_at(s.staging(), row, col), gates[0], gates[1], gates[2], gates[3]);
           stmatrix_x4(staged_at(s.staging(), row, kBN / 2 + col), ups[0], ups[1], ups[2], ups[3]);
         }
+        uint8_t* const block = s.scratch(group * 4 + warp);
+        stmatrix_x4(scratch_at(block, row % 16, col % 32), out[0], out[1], out[2], out[3]);
+        if (n8 % 4 == 2) {
+          // The block is full: 16 rows x 32 columns, four 16-byte chunks a row.
+          __syncwarp();
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int local = local0 + 8 * (q % 2), c = (n8 + q / 2) * 8 + 2 * (lane % 4);
-          if (local < t.rows && col0 + c < a.y_cols)
-            *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(t.row0 + local) * a.y_cols + col0 + c) = out[q];
+          for (int i = 0; i < 2; ++i) {
+            const int id = i * 32 + lane, r = id / 4, chunk = id % 4;
+            const int local = group * 64 + warp * 16 + r, c = col0 + (n8 - 2) * 8 + chunk * 8;
+            const uint4 v = *reinterpret_cast<const uint4*>(scratch_at(block, r, chunk * 8));
+            if (local < t.rows && c < a.y_cols)
+              *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(t.row0 + local) * a.y_cols + c) = v;
+          }
+          __syncwarp();
         }
       } else {
         stmatrix_x4(staged_at(s.staging(), row, col), out[0], out[1], out[2], out[3]);
