@@ -9,8 +9,8 @@
 // Roles: warp 0 is the loader (TMA copies of the activation and weight tiles into a ring
 // of stages, each completing on an mbarrier); warp 1 the store partition, draining
 // finished tiles from a shared staging buffer by TMA stores (an expert's last rows by
-// 16-byte copies, so rows of the next expert are never written; SwiGLU's h leaves from
-// the consumers' registers); warp 2 the scale loader of FP8 operands, filling a
+// 16-byte copies, so rows of the next expert are never written; SwiGLU's h is stored by
+// the consumer warps through their own scratch blocks); warp 2 the scale loader of FP8 operands, filling a
 // ring of its own, deeper than the tiles' (with kSplit false the loader warp copies the
 // scales beside its tiles instead); two consumer warpgroups of 64 rows run the wgmma
 // products and the epilogue. FP8 products of one 128-wide k-block land in a fresh
