@@ -18,6 +18,7 @@
 namespace amber {
 namespace {
 
+using testing::bytes_of;
 using testing::random_tensor;
 
 struct Routed {
@@ -315,13 +316,6 @@ Tensor scattered_tokens(int64_t copies, int64_t tokens, int64_t stride) {
   auto* at = static_cast<int32_t*>(toks.raw());
   for (int64_t i = 0; i < copies; ++i) at[i] = static_cast<int32_t>((i * stride) % tokens);
   return toks;
-}
-
-// Every byte of t, wherever it lives.
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor c = t.to(Device::cpu());
-  const auto* p = static_cast<const uint8_t*>(c.raw());
-  return std::vector<uint8_t>(p, p + c.numel() * dtype_size(c.dtype()));
 }
 
 // The SwiGLU backward that also writes dgate_up's FP8 row codes gives the plain pass's

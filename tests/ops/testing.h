@@ -1,10 +1,11 @@
 // Helpers shared by the op tests: random inputs from the Philox stream, relative
-// error against a float64 reference, and central finite differences.
+// error against a float64 reference, central finite differences, a tensor's bytes.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -18,6 +19,13 @@ inline Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, float std =
   Tensor t = Tensor::empty(shape, DType::f64);
   fill_normal(t, seed, 0, mean, std);
   return t.to(dtype);
+}
+
+// Every byte of t, wherever it lives.
+inline std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu());
+  const auto* p = static_cast<const uint8_t*>(c.raw());
+  return std::vector<uint8_t>(p, p + c.numel() * dtype_size(c.dtype()));
 }
 
 // ||got - ref||_2 / ||ref||_2, computed in double; NaN anywhere gives +inf.

@@ -61,6 +61,19 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// The two values of T in an operand register, widened to fp32 (pack2's inverse).
+template <class T>
+__device__ __forceinline__ void unpack2(uint32_t packed, float (&out)[2]) {
+  if constexpr (__is_same(T, __nv_bfloat16)) {
+    out[0] = __uint_as_float(packed << 16);
+    out[1] = __uint_as_float(packed & 0xFFFF0000u);
+  } else {
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&packed));
+    out[0] = v.x;
+    out[1] = v.y;
+  }
+}
+
 // The A operand (16 rows x 16 k) made from two accumulator tiles (cols k 0-7 and 8-15)
 // of the same rows: an accumulator's (row, col pair) is exactly an A register's.
 template <class T>

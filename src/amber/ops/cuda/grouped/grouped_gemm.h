@@ -16,6 +16,12 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
                               const Tensor& offsets, Tensor& y, const Tensor& row_scale);
 void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
                                      const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h);
+// The same writing h's FP8 row codes (values, scales) instead of h, where its tiles hold
+// whole 1x128 blocks of h (256-wide tiles: H a multiple of 128 and the experts averaging
+// 256 rows; the store partition on); returns whether it ran.
+bool grouped_gemm_swiglu_forward_fp8_rows(const Tensor& x, const Tensor& x_scales, const Tensor& w,
+                                          const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h,
+                                          Tensor& values, Tensor& scales);
 
 void grouped_gemm_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales, const Tensor& offsets,
                                 Tensor& y, const Tensor& row_scale);

@@ -29,6 +29,7 @@
 #include "amber/ops/cuda/common/wgmma.cuh"
 #include "amber/ops/cuda/grouped/grouped_gemm.h"
 #include "amber/ops/cuda/grouped/grouped_tiles.cuh"
+#include "amber/ops/cuda/quant/quant_kernels.cuh"
 
 namespace amber::cuda::grouped {
 
@@ -114,6 +115,9 @@ struct Args {
   Out* y;                 // [rows, y_cols]
   int y_cols;
   Out* gate_up;           // SwiGLU: [rows, n_out], or null
+  uint8_t* h_codes;       // FP8 SwiGLU, 256-wide tiles: y's FP8 row codes [rows, y_cols] in its stead, or null
+  float* h_scales;        // and their scales, a 1x128 block (one tile's columns) each
+  int64_t h_scale_row, h_scale_col;
   const float* row_scale;
   const float* x_scales;  // FP8: [rows, k_blocks] and [experts, n_blocks, k_blocks], the
   const float* w_scales;  // latter at any strides (a transposed view serves w^T)
@@ -300,8 +304,10 @@ __device__ __forceinline__ void issue_stage(const S& s, int stage, int group, fl
 // stmatrix, two 8-column groups of both row halves an instruction), or straight to
 // global memory. SwiGLU stages gate_up only (h staged beside it would leave a 256-wide
 // tile's ring two stages); each consumer warp writes h 32 columns at a time through its
-// own scratch block, 64-byte row segments a lane pair, not 4-byte pairs a lane.
-template <class Out, Epilogue kE, int kBN, bool kStores, class S>
+// own scratch block, 64-byte row segments a lane pair, not 4-byte pairs a lane. With
+// h_codes, a 256-wide FP8 SwiGLU tile writes h's FP8 row codes instead: a row's 128 h
+// columns are one 1x128 block, held by one quad of lanes.
+template <class Out, Epilogue kE, int kBN, bool kStores, bool kScaled, class S>
 __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const Tile& t, int group,
                                          float (&acc)[kBN / 8][4]) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -332,6 +338,34 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
   if constexpr (kStores) {
     // Lanes 8m .. 8m+7 address matrix m: rows + 8 (m % 2), columns + 8 (m / 2).
     const int m = lane / 8, row = group * 64 + warp * 16 + (m % 2) * 8 + lane % 8;
+    constexpr bool kCodes = kScaled && kE == Epilogue::swiglu && kBN == 256;  // only FP8 experts ask for codes
+    const bool codes = kCodes && a.h_codes != nullptr;
+    // Codes: each row's block scale first, from h as rounded to Out (the bits of
+    // quantize_fp8_rows of the stored h), with h computed again below rather than kept:
+    // keeping it spilled the FP8 kernel's registers.
+    quant_kernels::ScaleDivisor divide[2] = {};
+    bool finite[2] = {true, true};
+    float block_scale[2] = {1.0f, 1.0f};
+    if (codes) {
+      uint32_t amax[2] = {0u, 0u};
+#pragma unroll
+      for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; ++n8)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          uint32_t gate, up;
+          float v[2];
+          unpack2<Out>(pair(n8, half, gate, up), v);
+          amax[half] = quant_kernels::abs_bits_max(v, amax[half]);
+        }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // Every lane takes part: the block's amax is a shuffle across the quad.
+        const uint32_t block_max = quant_kernels::lanes_max<4>(amax[half]);
+        finite[half] = block_max < quant_kernels::kInfinityBits;
+        block_scale[half] = quant_kernels::fp8_scale(bits_float(block_max), finite[half]);
+        divide[half] = quant_kernels::scale_divisor<Out>(block_scale[half]);
+      }
+    }
 #pragma unroll
     for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; n8 += 2) {
       uint32_t out[4], gates[4], ups[4];
@@ -342,6 +376,21 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
         if (gate_up) {
           stmatrix_x4(staged_at(s.staging(), row, col), gates[0], gates[1], gates[2], gates[3]);
           stmatrix_x4(staged_at(s.staging(), row, kBN / 2 + col), ups[0], ups[1], ups[2], ups[3]);
+        }
+        if (codes) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int half = q % 2, local = local0 + 8 * half;
+            float v[2];
+            unpack2<Out>(out[q], v);
+            uint8_t code[2];
+            quant_kernels::encode(v, divide[half], finite[half], code);
+            if (local < t.rows)
+              *reinterpret_cast<uint16_t*>(a.h_codes + (t.row0 + local) * int64_t{a.y_cols} + col0 +
+                                           (n8 + q / 2) * 8 + 2 * (lane % 4)) =
+                  static_cast<uint16_t>(code[0] | (code[1] << 8));
+          }
+          continue;
         }
         uint8_t* const block = s.scratch(group * 4 + warp);
         stmatrix_x4(scratch_at(block, row % 16, col % 32), out[0], out[1], out[2], out[3]);
@@ -360,6 +409,14 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
         }
       } else {
         stmatrix_x4(staged_at(s.staging(), row, col), out[0], out[1], out[2], out[3]);
+      }
+    }
+    if (codes && lane % 4 == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int local = local0 + 8 * half;
+        if (local < t.rows)
+          a.h_scales[(t.row0 + local) * a.h_scale_row + (col0 / 128) * a.h_scale_col] = block_scale[half];
       }
     }
   } else {
@@ -502,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kStores) {
       if (done > 0) barrier_wait(s.drained(), (done - 1) & 1);
     }
-    epilogue<typename F::Out, kE, kBN, kStores>(s, a, t, group, acc);
+    epilogue<typename F::Out, kE, kBN, kStores, F::kScaled>(s, a, t, group, acc);
     if constexpr (kStores) {
       fence_async_shared();  // the bulk copies read the staging buffer through the async proxy
       __syncwarp();
