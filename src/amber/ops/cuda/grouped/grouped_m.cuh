@@ -64,8 +64,9 @@ constexpr int kOutCols = kE == Epilogue::swiglu ? kBN / 2 : kBN;
 // the staging buffer of a tile's kBN product columns in 64-column panels of the 128-byte
 // swizzle (the layout TMA stores read; the consumers' fragment writes fall in distinct
 // banks; SwiGLU: gate_up's gate half, then its up half), SwiGLU's h scratch (a 16 x 32
-// block per consumer warp), FP8 scale slots (a tile's row scales, then its two column
-// halves' weight scales), then the barriers.
+// block of 16-bit elements per consumer warp: h, or pairs of h's FP8 codes), FP8 scale
+// slots (a tile's row scales, then its two column halves' weight scales), then the
+// barriers.
 template <class F, Epilogue kE, int kBN, bool kSplit>
 struct Smem {
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128, kStageBytes = kABytes + kBBytes;
@@ -377,22 +378,34 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
           stmatrix_x4(staged_at(s.staging(), row, col), gates[0], gates[1], gates[2], gates[3]);
           stmatrix_x4(staged_at(s.staging(), row, kBN / 2 + col), ups[0], ups[1], ups[2], ups[3]);
         }
+        uint8_t* const block = s.scratch(group * 4 + warp);
         if (codes) {
+          // A code pair is one 16-bit scratch element: the block holds 16 rows x 64 codes.
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            const int half = q % 2, local = local0 + 8 * half;
+            const int half = q % 2;
             float v[2];
             unpack2<Out>(out[q], v);
             uint8_t code[2];
             quant_kernels::encode(v, divide[half], finite[half], code);
-            if (local < t.rows)
-              *reinterpret_cast<uint16_t*>(a.h_codes + (t.row0 + local) * int64_t{a.y_cols} + col0 +
-                                           (n8 + q / 2) * 8 + 2 * (lane % 4)) =
-                  static_cast<uint16_t>(code[0] | (code[1] << 8));
+            *reinterpret_cast<uint16_t*>(scratch_at(block, 8 * half + lane / 4, ((n8 + q / 2) % 8) * 4 + lane % 4)) =
+                static_cast<uint16_t>(code[0] | (code[1] << 8));
+          }
+          if (n8 % 8 == 6) {
+            __syncwarp();
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int id = i * 32 + lane, r = id / 4, chunk = id % 4;
+              const int local = group * 64 + warp * 16 + r;
+              const uint4 v = *reinterpret_cast<const uint4*>(scratch_at(block, r, chunk * 8));
+              if (local < t.rows)
+                *reinterpret_cast<uint4*>(a.h_codes + (t.row0 + local) * int64_t{a.y_cols} + col0 + (n8 - 6) * 8 +
+                                          chunk * 16) = v;
+            }
+            __syncwarp();
           }
           continue;
         }
-        uint8_t* const block = s.scratch(group * 4 + warp);
         stmatrix_x4(scratch_at(block, row % 16, col % 32), out[0], out[1], out[2], out[3]);
         if (n8 % 4 == 2) {
           // The block is full: 16 rows x 32 columns, four 16-byte chunks a row.
