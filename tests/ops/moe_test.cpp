@@ -7,10 +7,14 @@
 
 #include <cmath>
 #include <numeric>
+#include <iostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "amber/core/cuda_runtime.h"
+#include "amber/ops/grouped_gemm.h"
 #include "amber/ops/moe.h"
 #include "amber/ops/quant.h"
 #include "testing.h"
@@ -357,6 +361,117 @@ TEST(MoeGpu, SwigluBackwardWithFp8RowsEncodesItsGradient) {
     EXPECT_EQ(bytes_of(values), bytes_of(cv));
     EXPECT_EQ(bytes_of(scales), bytes_of(cs));
   }
+}
+
+// Routing of `tokens` tokens, four distinct experts of 16 each: token t's slot j to
+// (t stride + 5 j) % m, token 0's last slot to expert 15 (one row); experts m .. 14
+// get none.
+Tensor four_of_sixteen(int64_t tokens, int stride, int m) {
+  std::vector<int32_t> e(static_cast<size_t>(tokens * 4));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < 4; ++j) e[t * 4 + j] = static_cast<int32_t>((t * stride + 5 * j) % m);
+  e[3] = 15;
+  return Tensor::from_vector(e, {tokens, 4});
+}
+
+struct DownBackward {
+  Tensor dgate_up, act_w, dweights;
+};
+
+// The down projection's input gradient through the SwiGLU's backward in one call
+// (the product's epilogue on a Hopper card where H is a multiple of 128: H = 384, 256;
+// H = 72 runs the product, then the pass), against the float64 product and pass on the
+// same rounded inputs, no less accurate than the GPU's two ops (which round da to
+// bf16 between them), and the same bits on a second run.
+TEST(MoeGpu, DownBackwardWithTheSwigluInItsEpilogueMatchesFloat64) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t tokens = 1001, k = 4, experts = 16, copies = tokens * k, dim = 192;
+  Tensor off = Tensor::empty({experts + 1}, DType::i32), rows = Tensor::empty({tokens, k}, DType::i32);
+  Tensor toks = Tensor::empty({copies}, DType::i32);
+  moe_permute(four_of_sixteen(tokens, 1, 13), experts, off, rows, toks);
+  Tensor rw = Tensor::empty({copies}, DType::f32);
+  moe_weights_to_rows(random_tensor({tokens, k}, DType::f32, 80), rows, rw);
+  const Tensor goff = gpu(off), grows = gpu(rows), grw = gpu(rw);
+  const auto empty = [](Shape shape, DType dtype) { return Tensor::empty(shape, dtype, Device::cuda()); };
+  for (const int64_t hidden : {384, 256, 72}) {
+    SCOPED_TRACE(hidden);
+    const Tensor douts = random_tensor({copies, dim}, DType::bf16, 81);
+    const Tensor w = random_tensor({experts, dim, hidden}, DType::bf16, 82, 0.1f);
+    const Tensor gate_up = random_tensor({copies, 2 * hidden}, DType::bf16, 83);
+    Tensor da64 = Tensor::zeros({copies, hidden}, DType::f64);
+    grouped_gemm_backward_input(douts.to(DType::f64), w.to(DType::f64), off, da64);
+    DownBackward want{Tensor::empty(gate_up.shape(), DType::f64), Tensor::empty(da64.shape(), DType::f64),
+                      Tensor::empty({tokens, k}, DType::f64)};
+    moe_swiglu_backward(da64, gate_up.to(DType::f64), rw.to(DType::f64), rows, want.dgate_up, want.act_w,
+                        want.dweights);
+    const auto fused = [&] {
+      DownBackward got{empty(gate_up.shape(), DType::bf16), empty({copies, hidden}, DType::bf16),
+                       empty({tokens, k}, DType::f32)};
+      Tensor scratch = empty({copies, hidden}, DType::bf16);
+      moe_down_backward_swiglu(gpu(douts), gpu(w), goff, gpu(gate_up), grw, grows, scratch, got.dgate_up, got.act_w,
+                               got.dweights);
+      return got;
+    };
+    const DownBackward got = fused(), again = fused();
+    Tensor da = empty({copies, hidden}, DType::bf16);
+    grouped_gemm_backward_input(gpu(douts), gpu(w), goff, da);
+    DownBackward two{empty(gate_up.shape(), DType::bf16), empty({copies, hidden}, DType::bf16),
+                     empty({tokens, k}, DType::f32)};
+    moe_swiglu_backward(da, gpu(gate_up), grw, grows, two.dgate_up, two.act_w, two.dweights);
+    for (const auto& [name, g, a, t, ref] :
+         {std::tuple{"dgate_up", got.dgate_up, again.dgate_up, two.dgate_up, want.dgate_up},
+          std::tuple{"act_w", got.act_w, again.act_w, two.act_w, want.act_w},
+          std::tuple{"dweights", got.dweights, again.dweights, two.dweights, want.dweights}}) {
+      const double err = testing::relative_error(g.to(Device::cpu()), ref);
+      const double two_err = testing::relative_error(t.to(Device::cpu()), ref);
+      std::cout << name << " H " << hidden << ": rel err " << err << " (two ops " << two_err << ")\n";
+      EXPECT_LT(err, 1e-2) << name;
+      EXPECT_LE(err, 1.1 * two_err + 1e-6) << name;
+      EXPECT_EQ(bytes_of(g), bytes_of(a)) << name << ": a second run gave other bits";
+    }
+  }
+}
+
+// One capture of the call, replayed with three routings written into its offsets, rows
+// and weights, matches eager calls on each routing bit for bit.
+TEST(MoeGpu, DownBackwardCapturedOnceReplaysAnyRouting) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t tokens = 600, k = 4, experts = 16, copies = tokens * k, dim = 128, hidden = 256;
+  const Tensor douts = gpu(random_tensor({copies, dim}, DType::bf16, 90));
+  const Tensor w = gpu(random_tensor({experts, dim, hidden}, DType::bf16, 91, 0.1f));
+  const Tensor gate_up = gpu(random_tensor({copies, 2 * hidden}, DType::bf16, 92));
+  const auto empty = [](Shape shape, DType dtype) { return Tensor::empty(shape, dtype, Device::cuda()); };
+  Tensor off = empty({experts + 1}, DType::i32), rows = empty({tokens, k}, DType::i32);
+  Tensor rw = empty({copies}, DType::f32);
+  const auto make = [&] {
+    return DownBackward{Tensor::zeros(gate_up.shape(), DType::bf16, Device::cuda()),
+                        Tensor::zeros({copies, hidden}, DType::bf16, Device::cuda()),
+                        Tensor::zeros({tokens, k}, DType::f32, Device::cuda())};
+  };
+  Tensor scratch = empty({copies, hidden}, DType::bf16);
+  const auto run = [&](DownBackward& o) {
+    moe_down_backward_swiglu(douts, w, off, gate_up, rw, rows, scratch, o.dgate_up, o.act_w, o.dweights);
+  };
+  DownBackward captured = make();
+  cuda::begin_capture();
+  run(captured);
+  void* graph = cuda::end_capture();
+  uint64_t seed = 93;
+  for (const auto& [stride, m] : {std::pair{1, 13}, std::pair{3, 11}, std::pair{0, 16}}) {
+    Tensor o = Tensor::empty({experts + 1}, DType::i32), r = Tensor::empty({tokens, k}, DType::i32);
+    Tensor t = Tensor::empty({copies}, DType::i32), weights = Tensor::empty({copies}, DType::f32);
+    moe_permute(four_of_sixteen(tokens, stride, m), experts, o, r, t);
+    moe_weights_to_rows(random_tensor({tokens, k}, DType::f32, seed++), r, weights);
+    off.copy_from(o), rows.copy_from(r), rw.copy_from(weights);
+    cuda::launch_graph(graph);
+    DownBackward eager = make();
+    run(eager);
+    cuda::synchronize();
+    EXPECT_EQ(bytes_of(captured.dgate_up), bytes_of(eager.dgate_up)) << "routing " << stride;
+    EXPECT_EQ(bytes_of(captured.act_w), bytes_of(eager.act_w)) << "routing " << stride;
+    EXPECT_EQ(bytes_of(captured.dweights), bytes_of(eager.dweights)) << "routing " << stride;
+  }
+  cuda::destroy_graph(graph);
 }
 
 // The gather that also writes the rows' FP8 codes copies moe_gather's bytes, and its

@@ -201,26 +201,22 @@ class MoeMlp final : public Mlp {
     // gate weights in and gives their gradients and the weighted activation, the down
     // weight's gradient comes from that.
     Tensor douts = arena.alloc({copies, dim_}, dt), da = arena.alloc({copies, hidden_}, dt);
+    Tensor dgate_up = arena.alloc(s.gate_up.shape(), dt), act_w = arena.alloc({copies, hidden_}, dt);
+    Tensor dweights = arena.alloc({tokens, k}, rt);
     const Arena::Mark dout_codes = arena.mark();
     const Fp8Operand d = gather_rows(dout, s.row_tokens, douts, fp8_, arena);
+    Fp8Operand g;
     if (fp8_) {
       const Fp8Operand w = s.down_t.operand();
       grouped_gemm_forward_fp8(d.values, d.scales, w.values, w.scales, s.offsets, da);
       arena.rewind(dout_codes);
-    } else {
-      grouped_gemm_backward_input(douts, down_->work, s.offsets, da);
-    }
-    Tensor dgate_up = arena.alloc(s.gate_up.shape(), dt), act_w = arena.alloc({copies, hidden_}, dt);
-    Tensor dweights = arena.alloc({tokens, k}, rt);
-    // FP8 experts: dgate_up's row codes (the input gradient's operand) from the same pass.
-    const Arena::Mark dgate_up_codes = arena.mark();
-    Fp8Operand g;
-    if (fp8_) {
+      // dgate_up's row codes (the input gradient's operand) from the SwiGLU's pass.
       g = fp8_rows_for(dgate_up.shape(), arena);
       moe_swiglu_backward_fp8_rows(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights, g.values,
                                    g.scales);
     } else {
-      moe_swiglu_backward(da, s.gate_up, s.row_weights, s.slot_rows, dgate_up, act_w, dweights);
+      moe_down_backward_swiglu(douts, down_->work, s.offsets, s.gate_up, s.row_weights, s.slot_rows, da, dgate_up,
+                               act_w, dweights);
     }
     grouped_gemm_backward_weight(douts, act_w, s.offsets, down_->grad, down_->grad_accumulates());
     // Gate/up projection; the input's gradient reuses the output gradient's rows.
@@ -229,7 +225,7 @@ class MoeMlp final : public Mlp {
     if (fp8_) {
       const Fp8Operand w = s.gate_up_t.operand();
       grouped_gemm_forward_fp8(g.values, g.scales, w.values, w.scales, s.offsets, dxs);
-      arena.rewind(dgate_up_codes);
+      arena.rewind(dout_codes);
     } else {
       grouped_gemm_backward_input(dgate_up, gate_up_->work, s.offsets, dxs);
     }

@@ -3,8 +3,10 @@
 #include "amber/ops/moe.h"
 
 #include "amber/ops/cpu/moe.h"
+#include "amber/ops/cuda/grouped/grouped_gemm.h"
 #include "amber/ops/cuda/moe/moe.h"
 #include "amber/ops/device_switch.h"
+#include "amber/ops/grouped_gemm.h"
 #include "amber/ops/quant.h"
 
 namespace amber {
@@ -204,6 +206,27 @@ void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& 
   AMBER_ON_DEVICE(device, op,
                   cuda::moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights),
                   cpu::moe_swiglu_backward(da, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights));
+}
+
+void moe_down_backward_swiglu(const Tensor& douts, const Tensor& w_down, const Tensor& offsets,
+                              const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                              Tensor& scratch, Tensor& dgate_up, Tensor& act_w, Tensor& dweights) {
+  const char* op = "moe_down_backward_swiglu";
+  check_swiglu_backward(scratch, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights, op);
+  AMBER_CHECK(douts.ndim() == 2 && douts.size(0) == scratch.size(0) && w_down.ndim() == 3 &&
+                  w_down.size(1) == douts.size(1) && w_down.size(2) == scratch.size(1),
+              op, ": output gradient rows ", douts.shape(), " and down weights ", w_down.shape(),
+              " must be [R, D] and [E, D, H] for scratch ", scratch.shape(), " [R, H]");
+  const Device device = device_of(op, {&douts, &w_down, &offsets, &gate_up, &row_weights, &slot_rows, &scratch,
+                                       &dgate_up, &act_w, &dweights});
+  bool fused = false;
+  AMBER_ON_DEVICE(device, op,
+                  fused = cuda::grouped_gemm_backward_input_swiglu(douts, w_down, offsets, gate_up, row_weights,
+                                                                    slot_rows, scratch, dgate_up, act_w, dweights),
+                  fused = false);
+  if (fused) return;
+  grouped_gemm_backward_input(douts, w_down, offsets, scratch);
+  moe_swiglu_backward(scratch, gate_up, row_weights, slot_rows, dgate_up, act_w, dweights);
 }
 
 void moe_swiglu_backward_fp8_rows(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights,

@@ -98,6 +98,16 @@ void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, 
 //   dgate_up [R, 2H] at r = the SwiGLU backward of w da[r].
 void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
                          Tensor& dgate_up, Tensor& act_w, Tensor& dweights);
+// moe_swiglu_backward of da = douts w_down (grouped_gemm_backward_input's product, for
+// the rows `offsets` gives each expert), the SwiGLU's backward in the product's
+// epilogue where the GPU kernel takes it (Hopper, 16-bit, H a multiple of 128): da is
+// then never written and `scratch` holds the gate weights' partial gradients instead,
+// one f32 per 128 columns of a row. Elsewhere the two ops, da in scratch ([R, H] in
+// douts' dtype). The two forms agree to rounding: the epilogue starts from the fp32
+// product where the pass reads its 16-bit copy.
+void moe_down_backward_swiglu(const Tensor& douts, const Tensor& w_down, const Tensor& offsets,
+                              const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                              Tensor& scratch, Tensor& dgate_up, Tensor& act_w, Tensor& dweights);
 // The same, with dgate_up also quantized to FP8 rows (values, scales) as
 // quantize_fp8_rows(dgate_up, ...) writes them: the FP8 experts' input-gradient operand
 // beside the weight gradient's 16-bit one. On a GPU, for 16-bit tensors with H a

@@ -22,6 +22,12 @@ void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, co
 bool grouped_gemm_swiglu_forward_fp8_rows(const Tensor& x, const Tensor& x_scales, const Tensor& w,
                                           const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h,
                                           Tensor& values, Tensor& scales);
+// ops/moe.h's moe_down_backward_swiglu with the SwiGLU's backward in the product's
+// epilogue (16-bit operands, H a multiple of 128; scratch holds the partial dots);
+// returns whether it ran.
+bool grouped_gemm_backward_input_swiglu(const Tensor& douts, const Tensor& w_down, const Tensor& offsets,
+                                        const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
+                                        Tensor& scratch, Tensor& dgate_up, Tensor& act_w, Tensor& dweights);
 
 void grouped_gemm_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales, const Tensor& offsets,
                                 Tensor& y, const Tensor& row_scale);

@@ -35,7 +35,10 @@ namespace amber::cuda::grouped {
 
 using namespace hopper;
 
-enum class Epilogue { plain, row_scale, swiglu };
+// swiglu_backward: the input gradient of the down projection (da, never stored) goes
+// through the MoE SwiGLU's backward with the gate weights folded in (ops/moe.h,
+// moe_swiglu_backward): gate and up come into shared memory by TMA beside the tile.
+enum class Epilogue { plain, row_scale, swiglu, swiglu_backward };
 
 // Operand formats: 16-bit values of T (64 per 128-byte row), or e4m3 values (128 per
 // row) with f32 block scales, writing bf16.
@@ -71,16 +74,22 @@ template <class F, Epilogue kE, int kBN, bool kSplit>
 struct Smem {
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128, kStageBytes = kABytes + kBBytes;
   static constexpr int kPanelBytes = kBM * 128, kPanels = kBN / 64;
-  static constexpr int kStagingBytes = kPanels * kPanelBytes;
-  static constexpr int kScratchBytes = kE == Epilogue::swiglu ? 8 * kScratchBlockBytes : 0;
+  static constexpr bool kBackward = kE == Epilogue::swiglu_backward;
+  // SwiGLU's backward stages nothing; its tile of gate and of up takes the room instead.
+  static constexpr int kStagingBytes = kBackward ? 0 : kPanels * kPanelBytes;
+  static constexpr int kOperandBytes = kBackward ? 2 * kPanels * kPanelBytes : 0;
+  static constexpr int kScratchBytes = kE == Epilogue::swiglu ? 8 * kScratchBlockBytes
+                                       : kBackward            ? 3 * 8 * kScratchBlockBytes
+                                                              : 0;
   static constexpr int kScaleSlotBytes = F::kScaled ? kBM * 4 + 16 : 0;
   static constexpr int kRoom = 227 * 1024 - 1024 - static_cast<int>(sizeof(Plan)) - 512;
-  static constexpr int kStages = (kRoom - kStagingBytes - kScratchBytes) / (kStageBytes + 2 * kScaleSlotBytes);
+  static constexpr int kStages =
+      (kRoom - kStagingBytes - kOperandBytes - kScratchBytes) / (kStageBytes + 2 * kScaleSlotBytes);
   // The scale loader runs ahead by twice the tiles' depth (its slots are small).
   static constexpr int kScaleStages = F::kScaled ? (kSplit ? 2 * kStages : kStages) : 0;
-  static constexpr int kScalesOffset = kStages * kStageBytes + kStagingBytes + kScratchBytes;
+  static constexpr int kScalesOffset = kStages * kStageBytes + kStagingBytes + kOperandBytes + kScratchBytes;
   static constexpr int kBarrierOffset = kScalesOffset + kScaleStages * kScaleSlotBytes;
-  static constexpr int kBytes = kBarrierOffset + 8 * (2 * kStages + 2 + 2 * kScaleStages) + 1024;  // +1024: alignment
+  static constexpr int kBytes = kBarrierOffset + 8 * (2 * kStages + 4 + 2 * kScaleStages) + 1024;  // +1024: alignment
   static_assert(kStages >= 3, "the ring needs at least three stages");
   static_assert(kBytes + static_cast<int>(sizeof(Plan)) <= 227 * 1024, "shared memory");
 
@@ -89,8 +98,11 @@ struct Smem {
   __device__ uint8_t* a(int stage) const { return base + (stage % kStages) * kStageBytes; }
   __device__ uint8_t* b(int stage) const { return a(stage) + kABytes; }
   __device__ uint8_t* staging() const { return base + kStages * kStageBytes; }
-  __device__ uint8_t* scratch(int consumer_warp) const {
-    return staging() + kStagingBytes + consumer_warp * kScratchBlockBytes;
+  // SwiGLU's backward: the tile's gate columns, then its up columns, as staged.
+  __device__ uint8_t* gate_in() const { return staging() + kStagingBytes; }
+  __device__ uint8_t* up_in() const { return gate_in() + kPanels * kPanelBytes; }
+  __device__ uint8_t* scratch(int block) const {
+    return staging() + kStagingBytes + kOperandBytes + block * kScratchBlockBytes;
   }
   __device__ float* scales(int slot) const {
     return reinterpret_cast<float*>(base + kScalesOffset + (slot % kScaleStages) * kScaleSlotBytes);
@@ -101,8 +113,11 @@ struct Smem {
   __device__ uint64_t* empty(int stage) const { return full(0) + kStages + stage % kStages; }
   __device__ uint64_t* staged() const { return full(0) + 2 * kStages; }
   __device__ uint64_t* drained() const { return staged() + 1; }
-  __device__ uint64_t* scale_full(int slot) const { return drained() + 1 + slot % kScaleStages; }
-  __device__ uint64_t* scale_empty(int slot) const { return drained() + 1 + kScaleStages + slot % kScaleStages; }
+  // SwiGLU's backward: the gate/up tile arrived, and every consumer warp is done with it.
+  __device__ uint64_t* operands_full() const { return drained() + 1; }
+  __device__ uint64_t* operands_free() const { return drained() + 2; }
+  __device__ uint64_t* scale_full(int slot) const { return drained() + 3 + slot % kScaleStages; }
+  __device__ uint64_t* scale_empty(int slot) const { return drained() + 3 + kScaleStages + slot % kScaleStages; }
   __device__ static int parity(int stage) { return (stage / kStages) & 1; }
   __device__ static int scale_parity(int slot) { return (slot / kScaleStages) & 1; }
 };
@@ -116,6 +131,8 @@ struct Args {
   Out* y;                 // [rows, y_cols]
   int y_cols;
   Out* gate_up;           // SwiGLU: [rows, n_out], or null
+  Out* dgate_up;          // SwiGLU's backward: [rows, 2 y_cols] (y is act_w, row_scale the gate weights)
+  float* row_dots;        // and the gate weights' gradient, a partial sum per row and n-tile: [rows, n_tiles]
   uint8_t* h_codes;       // FP8 SwiGLU, 256-wide tiles: y's FP8 row codes [rows, y_cols] in its stead, or null
   float* h_scales;        // and their scales, a 1x128 block (one tile's columns) each
   int64_t h_scale_row, h_scale_col;
@@ -127,7 +144,9 @@ struct Args {
 };
 
 struct Maps {
-  CUtensorMap x, w, y, gate_up;  // y and gate_up ([rows, 2, n_out / 2]) for the store partition
+  // y and gate_up ([rows, 2, n_out / 2]) for the store partition; SwiGLU's backward
+  // reads gate_up through a [rows, 2 y_cols] map instead.
+  CUtensorMap x, w, y, gate_up;
 };
 
 // Where (row, col) of a staged tile lives: 64-column panels of 128-byte rows, whose
@@ -280,6 +299,27 @@ __device__ void drain(const Smem<F, kE, kBN, kSplit>& s, const Maps& maps, const
     if (lane == 0) barrier_arrive(s.drained());
   }
   if (lane == 0) bulk_wait();
+}
+
+// SwiGLU's backward, warp 1: each tile's gate and up columns into shared memory by TMA
+// (rows past the buffer arrive as zeros), once every consumer warp is done with the
+// last tile's.
+template <class F, Epilogue kE, int kBN, bool kSplit>
+__device__ void load_operands(const Smem<F, kE, kBN, kSplit>& s, const Maps& maps, const Args<typename F::Out>& a,
+                              const Plan& p, int items) {
+  using S = Smem<F, kE, kBN, kSplit>;
+  if (threadIdx.x % 32 != 0) return;
+  int done = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x, ++done) {
+    const Tile t = tile_of(p, a.experts, w);
+    if (done > 0) barrier_wait(s.operands_free(), (done - 1) & 1);
+    barrier_expect(s.operands_full(), S::kOperandBytes);
+    for (int panel = 0; panel < S::kPanels; ++panel) {
+      const int col = t.n_tile * kBN + panel * 64;
+      tma_load(s.gate_in() + panel * S::kPanelBytes, maps.gate_up, col, t.row0, s.operands_full());
+      tma_load(s.up_in() + panel * S::kPanelBytes, maps.gate_up, a.y_cols + col, t.row0, s.operands_full());
+    }
+  }
 }
 
 // Issues one stage's 16-bit products: the warpgroup's 64 rows x kBN += A (its rows of the
@@ -454,6 +494,84 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
   }
 }
 
+// SwiGLU's backward from the tile of da in the accumulators, for each element with g, u
+// its gate and up (read from the staged tile by ldmatrix, which hands a lane the
+// accumulators' (row, column pair)), w the row's gate weight, act = silu(g) u:
+// act_w = w act, dgate = w da u silu'(g), dup = w da silu(g), and the row's partial dot
+// da . act over the tile's columns (a quad's lanes hold a row: two shuffles). The three
+// outputs leave through three scratch blocks a consumer warp, as SwiGLU's h does.
+template <class Out, int kBN, class S>
+__device__ __forceinline__ void swiglu_backward_epilogue(const S& s, const Args<Out>& a, const Tile& t, int group,
+                                                         float (&acc)[kBN / 8][4]) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int local0 = group * 64 + warp * 16 + lane / 4;
+  const int col0 = t.n_tile * kBN, width = a.y_cols;
+  float weight[2], dot[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    weight[half] = local0 + 8 * half < t.rows ? a.row_scale[t.row0 + local0 + 8 * half] : 0.0f;
+  // Lanes 8m .. 8m+7 address matrix m: rows + 8 (m % 2), columns + 8 (m / 2).
+  const int m = lane / 8, row = group * 64 + warp * 16 + (m % 2) * 8 + lane % 8;
+  uint8_t* const blocks = s.scratch(3 * (group * 4 + warp));  // act_w, dgate, dup
+#pragma unroll
+  for (int n8 = 0; n8 < kBN / 8; n8 += 2) {
+    const int col = (n8 + m / 2) * 8;
+    uint32_t gates[4], ups[4], outs[3][4];
+    ldmatrix_x4(gates, staged_at(s.gate_in(), row, col));
+    ldmatrix_x4(ups, staged_at(s.up_in(), row, col));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int half = q % 2;
+      const float* d = acc[n8 + q / 2] + 2 * half;
+      float g[2], u[2], act_w[2], dgate[2], dup[2];
+      unpack2<Out>(gates[q], g);
+      unpack2<Out>(ups[q], u);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float silu = Silu::value(g[e]), act = silu * u[e], dw = weight[half] * d[e];
+        dot[half] += d[e] * act;
+        act_w[e] = weight[half] * act;
+        dgate[e] = dw * u[e] * Silu::derivative(g[e]);
+        dup[e] = dw * silu;
+      }
+      outs[0][q] = pack2<Out>(act_w[0], act_w[1]);
+      outs[1][q] = pack2<Out>(dgate[0], dgate[1]);
+      outs[2][q] = pack2<Out>(dup[0], dup[1]);
+    }
+#pragma unroll
+    for (int o = 0; o < 3; ++o)
+      stmatrix_x4(scratch_at(blocks + o * kScratchBlockBytes, row % 16, col % 32), outs[o][0], outs[o][1],
+                  outs[o][2], outs[o][3]);
+    if (n8 % 4 == 2) {
+      // The blocks are full: 16 rows x 32 columns each, four 16-byte chunks a row.
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int id = i * 32 + lane, r = id / 4, chunk = id % 4;
+        const int local = group * 64 + warp * 16 + r, c = col0 + (n8 - 2) * 8 + chunk * 8;
+        if (local >= t.rows) continue;
+        const int64_t at = t.row0 + local;
+        Out* const dgate_up = a.dgate_up + at * 2 * width;
+        *reinterpret_cast<uint4*>(a.y + at * width + c) = *reinterpret_cast<const uint4*>(scratch_at(blocks, r, chunk * 8));
+        *reinterpret_cast<uint4*>(dgate_up + c) =
+            *reinterpret_cast<const uint4*>(scratch_at(blocks + kScratchBlockBytes, r, chunk * 8));
+        *reinterpret_cast<uint4*>(dgate_up + width + c) =
+            *reinterpret_cast<const uint4*>(scratch_at(blocks + 2 * kScratchBlockBytes, r, chunk * 8));
+      }
+      __syncwarp();
+    }
+  }
+  const int n_tiles = width / kBN;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float v = dot[half];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    const int local = local0 + 8 * half;
+    if (lane % 4 == 0 && local < t.rows) a.row_dots[(t.row0 + local) * int64_t{n_tiles} + t.n_tile] = v;
+  }
+}
+
 // One tile's products, 16-bit: one stage's products stay in flight while the next
 // stage's are issued; each stage is handed back once the products after it are issued.
 template <class F, int kBN, bool kTransB, class S>
@@ -543,6 +661,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     barrier_init(s.staged(), 8);
     barrier_init(s.drained(), 1);
+    barrier_init(s.operands_full(), 1);
+    barrier_init(s.operands_free(), 8);
     barrier_init_fence();
   }
   const int n_tiles = (a.y_cols + kOutCols<kE, kBN> - 1) / kOutCols<kE, kBN>;
@@ -553,7 +673,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp = threadIdx.x / 32;
     if (warp == 0)
       load<F, kE, kBN, kTransB, kSplit>(s, maps, a, plan, items);
-    else if (kStores && warp == 1)
+    else if constexpr (kE == Epilogue::swiglu_backward) {
+      if (warp == 1) load_operands<F, kE, kBN, kSplit>(s, maps, a, plan, items);
+    } else if (kStores && warp == 1)
       drain<F, kE, kBN, kSplit>(s, maps, a, plan, items);
     else if constexpr (F::kScaled && kSplit)
       if (warp == 2) load_scales<F, kE, kBN>(s, a, plan, items);
@@ -569,14 +691,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       scaled_products<F, kBN, kTransB, kSplit>(s, k_blocks, group, stage, slot, acc);
     else
       products<F, kBN, kTransB>(s, k_blocks, group, stage, slot, acc);
-    if constexpr (kStores) {
-      if (done > 0) barrier_wait(s.drained(), (done - 1) & 1);
-    }
-    epilogue<typename F::Out, kE, kBN, kStores, F::kScaled>(s, a, t, group, acc);
-    if constexpr (kStores) {
-      fence_async_shared();  // the bulk copies read the staging buffer through the async proxy
+    if constexpr (kE == Epilogue::swiglu_backward) {
+      barrier_wait(s.operands_full(), done & 1);
+      swiglu_backward_epilogue<typename F::Out, kBN>(s, a, t, group, acc);
       __syncwarp();
-      if (threadIdx.x % 32 == 0) barrier_arrive(s.staged());
+      if (threadIdx.x % 32 == 0) barrier_arrive(s.operands_free());
+    } else {
+      if constexpr (kStores) {
+        if (done > 0) barrier_wait(s.drained(), (done - 1) & 1);
+      }
+      epilogue<typename F::Out, kE, kBN, kStores, F::kScaled>(s, a, t, group, acc);
+      if constexpr (kStores) {
+        fence_async_shared();  // the bulk copies read the staging buffer through the async proxy
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) barrier_arrive(s.staged());
+      }
     }
   }
 #endif
@@ -622,7 +751,10 @@ void launch_tiles(const Tensor& x, const Tensor& w, const Tensor& y, const Tenso
   const CUtensorMap y_map = swizzled_matrix_map(y, a.rows, a.y_cols, kBM, op);
   Maps maps{swizzled_matrix_map(x, a.rows, a.k, kBM, op),
             swizzled_matrix_map(w, int64_t{a.experts} * a.w_rows_per_expert, weight_cols, w_box, op), y_map, {}};
-  if (a.gate_up != nullptr) maps.gate_up = swizzled_parts_map(*gate_up, a.rows, 2, a.n_out / 2, kBM, op);
+  if constexpr (kE == Epilogue::swiglu_backward)
+    maps.gate_up = swizzled_matrix_map(*gate_up, a.rows, 2 * a.y_cols, kBM, op);
+  else if (a.gate_up != nullptr)
+    maps.gate_up = swizzled_parts_map(*gate_up, a.rows, 2, a.n_out / 2, kBM, op);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(bound, sm_count()));
   const GroupedVariant v = grouped_variant();
   const auto run = [&](auto kernel, int smem) {
