@@ -10,9 +10,11 @@
 // of stages, each completing on an mbarrier); warp 1 the store partition, draining
 // finished tiles from a shared staging buffer by TMA stores (an expert's last rows by
 // 16-byte copies, so rows of the next expert are never written; SwiGLU's h is stored by
-// the consumer warps through their own scratch blocks); warp 2 the scale loader of FP8 operands, filling a
-// ring of its own, deeper than the tiles' (with kSplit false the loader warp copies the
-// scales beside its tiles instead); two consumer warpgroups of 64 rows run the wgmma
+// the consumer warps through their own scratch blocks, as are all three outputs of
+// SwiGLU's backward, whose warp 1 loads each tile's gate and up columns instead); warp 2
+// the scale loader of FP8 operands, filling a ring of its own, deeper than the tiles'
+// (with kSplit false the loader warp copies the scales beside its tiles instead); two
+// consumer warpgroups of 64 rows run the wgmma
 // products and the epilogue. FP8 products of one 128-wide k-block land in a fresh
 // accumulator that is scaled into the fp32 total (the promotion that keeps Hopper's
 // reduced-precision FP8 accumulation short). With kStores false the consumers store
