@@ -164,6 +164,21 @@ __device__ __forceinline__ uint8_t* scratch_at(uint8_t* block, int row, int col)
   return block + row * 64 + (((col / 8) ^ ((row / 2) % 4)) * 16) + (col % 8) * 2;
 }
 
+// Hands a consumer warp's full scratch block to store(row, chunk, value), its 16 rows
+// of four 16-byte chunks two a lane, between the warp's syncs (the block's writes before,
+// its next writes after).
+template <class Store>
+__device__ __forceinline__ void flush_scratch(uint8_t* block, Store&& store) {
+  const int lane = threadIdx.x % 32;
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int id = i * 32 + lane, r = id / 4, chunk = id % 4;
+    store(r, chunk, *reinterpret_cast<const uint4*>(scratch_at(block, r, chunk * 8)));
+  }
+  __syncwarp();
+}
+
 // A work item: expert e, the tile's first row (absolute) and its rows of the expert,
 // and its n-tile.
 struct Tile {
@@ -433,35 +448,22 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
             *reinterpret_cast<uint16_t*>(scratch_at(block, 8 * half + lane / 4, ((n8 + q / 2) % 8) * 4 + lane % 4)) =
                 static_cast<uint16_t>(code[0] | (code[1] << 8));
           }
-          if (n8 % 8 == 6) {
-            __syncwarp();
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int id = i * 32 + lane, r = id / 4, chunk = id % 4;
+          if (n8 % 8 == 6)
+            flush_scratch(block, [&](int r, int chunk, uint4 v) {
               const int local = group * 64 + warp * 16 + r;
-              const uint4 v = *reinterpret_cast<const uint4*>(scratch_at(block, r, chunk * 8));
               if (local < t.rows)
                 *reinterpret_cast<uint4*>(a.h_codes + (t.row0 + local) * int64_t{a.y_cols} + col0 + (n8 - 6) * 8 +
                                           chunk * 16) = v;
-            }
-            __syncwarp();
-          }
+            });
           continue;
         }
         stmatrix_x4(scratch_at(block, row % 16, col % 32), out[0], out[1], out[2], out[3]);
-        if (n8 % 4 == 2) {
-          // The block is full: 16 rows x 32 columns, four 16-byte chunks a row.
-          __syncwarp();
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int id = i * 32 + lane, r = id / 4, chunk = id % 4;
+        if (n8 % 4 == 2)  // the block is full: 16 rows x 32 columns
+          flush_scratch(block, [&](int r, int chunk, uint4 v) {
             const int local = group * 64 + warp * 16 + r, c = col0 + (n8 - 2) * 8 + chunk * 8;
-            const uint4 v = *reinterpret_cast<const uint4*>(scratch_at(block, r, chunk * 8));
             if (local < t.rows && c < a.y_cols)
               *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(t.row0 + local) * a.y_cols + c) = v;
-          }
-          __syncwarp();
-        }
+          });
       } else {
         stmatrix_x4(staged_at(s.staging(), row, col), out[0], out[1], out[2], out[3]);
       }
@@ -545,22 +547,17 @@ __device__ __forceinline__ void swiglu_backward_epilogue(const S& s, const Args<
       stmatrix_x4(scratch_at(blocks + o * kScratchBlockBytes, row % 16, col % 32), outs[o][0], outs[o][1],
                   outs[o][2], outs[o][3]);
     if (n8 % 4 == 2) {
-      // The blocks are full: 16 rows x 32 columns each, four 16-byte chunks a row.
-      __syncwarp();
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int id = i * 32 + lane, r = id / 4, chunk = id % 4;
-        const int local = group * 64 + warp * 16 + r, c = col0 + (n8 - 2) * 8 + chunk * 8;
-        if (local >= t.rows) continue;
-        const int64_t at = t.row0 + local;
-        Out* const dgate_up = a.dgate_up + at * 2 * width;
-        *reinterpret_cast<uint4*>(a.y + at * width + c) = *reinterpret_cast<const uint4*>(scratch_at(blocks, r, chunk * 8));
-        *reinterpret_cast<uint4*>(dgate_up + c) =
-            *reinterpret_cast<const uint4*>(scratch_at(blocks + kScratchBlockBytes, r, chunk * 8));
-        *reinterpret_cast<uint4*>(dgate_up + width + c) =
-            *reinterpret_cast<const uint4*>(scratch_at(blocks + 2 * kScratchBlockBytes, r, chunk * 8));
-      }
-      __syncwarp();
+      // The blocks are full: 16 rows x 32 columns each.
+      const auto to = [&](Out* out, int64_t pitch) {
+        return [&, out, pitch](int r, int chunk, uint4 v) {
+          const int local = group * 64 + warp * 16 + r;
+          if (local < t.rows)
+            *reinterpret_cast<uint4*>(out + (t.row0 + local) * pitch + col0 + (n8 - 2) * 8 + chunk * 8) = v;
+        };
+      };
+      flush_scratch(blocks, to(a.y, width));
+      flush_scratch(blocks + kScratchBlockBytes, to(a.dgate_up, 2 * width));
+      flush_scratch(blocks + 2 * kScratchBlockBytes, to(a.dgate_up + width, 2 * width));
     }
   }
   const int n_tiles = width / kBN;
