@@ -5,7 +5,6 @@
 // one result, and a graph captured once replaying any routing bit for bit.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <numeric>
@@ -19,7 +18,6 @@
 namespace amber {
 namespace {
 
-using testing::bytes_of;
 using testing::random_tensor;
 
 Tensor offsets_of(const std::vector<int>& counts) {
@@ -160,34 +158,6 @@ TEST(GroupedGemm, Fp8OracleIsTheProductOfDequantizedOperands) {
   for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-12 * (1 + std::fabs(ref[i]))) << i;
   // The quantization itself stays within e4m3's rounding of the bf16/f32 product.
   EXPECT_LT(testing::relative_error(y, Tensor::from_vector(reference_forward(x.to(DType::f64), w.to(DType::f64), counts), {8, 130})), 0.05);
-}
-
-// On the CPU the SwiGLU product with h's FP8 row codes is the product, then
-// quantize_fp8_rows of its h; codes of the wrong shape are named.
-TEST(GroupedGemm, SwigluFp8RowsOnTheCpuAreTheCodesOfTheProduct) {
-  const std::vector<int> counts = {3, 0, 5};
-  const Fp8Operands q = quantized(random_tensor({8, 256}, DType::f32, 22), random_tensor({3, 512, 256}, DType::f32, 23));
-  const Tensor offsets = offsets_of(counts);
-  Tensor gate_up = Tensor::empty({8, 512}, DType::bf16), h = Tensor::empty({8, 256}, DType::bf16);
-  grouped_gemm_swiglu_forward_fp8(q.x, q.x_scales, q.w, q.w_scales, offsets, gate_up, h);
-  Tensor want_values = Tensor::empty(h.shape(), DType::f8e4m3);
-  Tensor want_scales = Tensor::empty(fp8_rows_scales_shape(h.shape()), DType::f32);
-  quantize_fp8_rows(h, want_values, want_scales);
-  Tensor gate_up8 = Tensor::empty(gate_up.shape(), DType::bf16), h8 = Tensor::empty(h.shape(), DType::bf16);
-  Tensor values = Tensor::empty(h.shape(), DType::f8e4m3);
-  Tensor scales = Tensor::empty(fp8_rows_scales_shape(h.shape()), DType::f32);
-  grouped_gemm_swiglu_forward_fp8_rows(q.x, q.x_scales, q.w, q.w_scales, offsets, gate_up8, h8, values, scales);
-  EXPECT_EQ(bytes_of(gate_up8), bytes_of(gate_up));
-  EXPECT_EQ(bytes_of(values), bytes_of(want_values));
-  EXPECT_EQ(bytes_of(scales), bytes_of(want_scales));
-  Tensor narrow = Tensor::empty({8, 128}, DType::f8e4m3);
-  try {
-    grouped_gemm_swiglu_forward_fp8_rows(q.x, q.x_scales, q.w, q.w_scales, offsets, gate_up8, h8, narrow, scales);
-    ADD_FAILURE() << "codes narrower than h were accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("grouped_gemm_swiglu_forward_fp8_rows"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("[8, 128]"), std::string::npos) << e.what();
-  }
 }
 
 // The MXFP4 forms on the CPU are the products of the dequantized weights; malformed
@@ -442,43 +412,6 @@ TEST(GroupedGemmGpu, Fp8ProductsMatchTheDequantizedFloat64Oracle) {
 
 // The store partition only moves where results are written from, and a tile's width
 // only which block computes an output: every variant gives one result.
-// The SwiGLU product that also gives h's FP8 row codes: its gate_up is the plain FP8
-// product's, its codes are quantize_fp8_rows of that product's h. Where the tiles hold
-// whole 1x128 blocks (halves of 256 and 384 columns, 256-wide tiles) the epilogue writes
-// the codes and leaves h as it was, which shows the one pass ran; halves of 192 take
-// 128-wide tiles and run the two passes.
-TEST(GroupedGemmGpu, SwigluFp8RowsAreTheCodesOfItsH) {
-  REQUIRE_HOPPER();
-  const std::vector<int> counts = {300, 0, 517, 129};  // a partial last tile per expert
-  const int rows = total(counts), k = 384;
-  const Tensor offsets = gpu(offsets_of(counts));
-  uint64_t seed = 600;
-  for (const int half : {256, 384, 192}) {
-    SCOPED_TRACE(half);
-    const Tensor x = random_tensor({rows, k}, DType::bf16, seed++);
-    const Fp8Operands q = quantized(x, random_tensor({4, 2 * half, k}, DType::bf16, seed++, 0.05f));
-    const Tensor qx = gpu(q.x), qxs = gpu(q.x_scales), qw = gpu(q.w), qws = gpu(q.w_scales);
-    const auto empty = [](Shape shape, DType dtype) { return Tensor::empty(shape, dtype, Device::cuda()); };
-    Tensor gate_up = empty({rows, 2 * half}, DType::bf16), h = empty({rows, half}, DType::bf16);
-    grouped_gemm_swiglu_forward_fp8(qx, qxs, qw, qws, offsets, gate_up, h);
-    Tensor want_values = empty({rows, half}, DType::f8e4m3);
-    Tensor want_scales = empty(fp8_rows_scales_shape(h.shape()), DType::f32);
-    quantize_fp8_rows(h, want_values, want_scales);
-
-    Tensor gate_up8 = empty(gate_up.shape(), DType::bf16), h8 = nan_gpu(h.shape(), DType::bf16);
-    Tensor values = empty(want_values.shape(), DType::f8e4m3), scales = empty(want_scales.shape(), DType::f32);
-    set_grouped_gemm_variant({.tile_n = 256});  // 946 rows over 4 experts: too few for wide tiles unasked
-    grouped_gemm_swiglu_forward_fp8_rows(qx, qxs, qw, qws, offsets, gate_up8, h8, values, scales);
-    set_grouped_gemm_variant({});
-    EXPECT_EQ(bytes_of(gate_up8), bytes_of(gate_up));
-    EXPECT_EQ(bytes_of(values), bytes_of(want_values));
-    EXPECT_EQ(bytes_of(scales), bytes_of(want_scales));
-    const std::vector<double> h_after = h8.to(Device::cpu()).to_doubles();
-    const bool untouched = std::all_of(h_after.begin(), h_after.end(), [](double v) { return std::isnan(v); });
-    EXPECT_EQ(untouched, half % 128 == 0) << "the one pass runs exactly where its tiles hold whole blocks";
-  }
-}
-
 TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
   REQUIRE_HOPPER();
   const std::vector<int> counts = {70, 0, 1, 200};

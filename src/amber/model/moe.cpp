@@ -36,6 +36,13 @@ Fp8Operand fp8_rows_for(const Shape& shape, Arena& arena) {
   return {arena.alloc(shape, DType::f8e4m3), arena.alloc(fp8_rows_scales_shape(shape), DType::f32)};
 }
 
+// x [R, C] in 1x128 blocks of its rows.
+Fp8Operand fp8_rows(const Tensor& x, Arena& arena) {
+  Fp8Operand q = fp8_rows_for(x.shape(), arena);
+  quantize_fp8_rows(x, q.values, q.scales);
+  return q;
+}
+
 // x's rows gathered to its copies' rows xs and, for FP8 experts, their row codes from the
 // same pass (the bits of quantizing x before the permutation, as DeepSeek-V3 does).
 Fp8Operand gather_rows(const Tensor& x, const Tensor& row_tokens, Tensor& xs, bool fp8, Arena& arena) {
@@ -151,18 +158,15 @@ class MoeMlp final : public Mlp {
     moe_weights_to_rows(s.weights, s.slot_rows, s.row_weights);
     const Fp8Operand x = gather_rows(h, s.row_tokens, s.xs, fp8_, arena);
     Tensor act = arena.alloc({copies, hidden_}, dt);
-    Fp8Operand a;  // FP8 experts: the activation's row codes, the down product's operand
     if (fp8_) {
       const Fp8Operand w = fp8_tiles(gate_up_->work, s.gate_up_t, arena);
-      a = fp8_rows_for(act.shape(), arena);
-      grouped_gemm_swiglu_forward_fp8_rows(x.values, x.scales, w.values, w.scales, s.offsets, s.gate_up, act, a.values,
-                                           a.scales);
+      grouped_gemm_swiglu_forward_fp8(x.values, x.scales, w.values, w.scales, s.offsets, s.gate_up, act);
     } else {
       grouped_gemm_swiglu_forward(s.xs, gate_up_->work, s.offsets, s.gate_up, act);
     }
     Tensor ys = arena.alloc({copies, dim_}, dt);
     if (fp8_) {
-      const Fp8Operand w = fp8_tiles(down_->work, s.down_t, arena);
+      const Fp8Operand a = fp8_rows(act, arena), w = fp8_tiles(down_->work, s.down_t, arena);
       grouped_gemm_forward_fp8(a.values, a.scales, w.values, w.scales, s.offsets, ys, s.row_weights);
     } else {
       grouped_gemm_forward(act, down_->work, s.offsets, ys, s.row_weights);

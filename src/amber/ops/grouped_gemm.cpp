@@ -86,17 +86,6 @@ Tensor dequantized_mxfp4(const Tensor& codes, const Tensor& scales, int64_t k, D
   return w;
 }
 
-// The quantized SwiGLU products' outputs for x [R, K] and N product columns: h [R, N / 2]
-// floating, gate_up [R, N] of its dtype or none.
-void check_swiglu_outputs(const char* op, const Tensor& x, int64_t n, const Tensor& gate_up, const Tensor& h) {
-  AMBER_CHECK(n % 2 == 0 && h.shape() == Shape({x.size(0), n / 2}) && is_floating(h.dtype()), op, ": h ", h.shape(),
-              " must be floating [", x.size(0), ", ", n / 2, "]");
-  AMBER_CHECK(!gate_up.defined() || (gate_up.shape() == Shape({x.size(0), n}) && gate_up.dtype() == h.dtype()), op,
-              ": gate_up ", gate_up.shape(), " must be [", x.size(0), ", ", n, "] of h's dtype");
-  require_contiguous(h, op);
-  if (gate_up.defined()) require_contiguous(gate_up, op);
-}
-
 }  // namespace
 
 void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor& y,
@@ -197,7 +186,12 @@ void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, co
                                      const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h) {
   const char* op = "grouped_gemm_swiglu_forward_fp8";
   check_fp8_operands(op, x, x_scales, w, w_scales, offsets);
-  check_swiglu_outputs(op, x, w.size(1), gate_up, h);
+  AMBER_CHECK(w.size(1) % 2 == 0 && h.shape() == Shape({x.size(0), w.size(1) / 2}) && is_floating(h.dtype()), op,
+              ": h ", h.shape(), " must be floating [", x.size(0), ", ", w.size(1) / 2, "]");
+  AMBER_CHECK(!gate_up.defined() || (gate_up.shape() == Shape({x.size(0), w.size(1)}) && gate_up.dtype() == h.dtype()),
+              op, ": gate_up ", gate_up.shape(), " must be [", x.size(0), ", ", w.size(1), "] of h's dtype");
+  require_contiguous(h, op);
+  if (gate_up.defined()) require_contiguous(gate_up, op);
   const auto on_cpu = [&] {
     const Dequantized d = dequantized(x, x_scales, w, w_scales, h.dtype());
     cpu::grouped_gemm_swiglu_forward(d.x, d.w, offsets, gate_up, h);
@@ -206,24 +200,6 @@ void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, co
     AMBER_ON_DEVICE(ops::common_device(op, {&x, &x_scales, &w, &w_scales, &offsets, &h, &gate_up}), op,
                     cuda::grouped_gemm_swiglu_forward_fp8(x, x_scales, w, w_scales, offsets, gate_up, h), on_cpu());
   });
-}
-
-void grouped_gemm_swiglu_forward_fp8_rows(const Tensor& x, const Tensor& x_scales, const Tensor& w,
-                                          const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h,
-                                          Tensor& h_values, Tensor& h_scales) {
-  const char* op = "grouped_gemm_swiglu_forward_fp8_rows";
-  check_fp8_operands(op, x, x_scales, w, w_scales, offsets);
-  check_swiglu_outputs(op, x, w.size(1), gate_up, h);
-  check_fp8_rows(h, h_values, h_scales, op);
-  bool one_pass = false;
-  AMBER_ON_DEVICE(
-      ops::common_device(op, {&x, &x_scales, &w, &w_scales, &offsets, &h, &gate_up, &h_values, &h_scales}), op,
-      one_pass = cuda::grouped_gemm_swiglu_forward_fp8_rows(x, x_scales, w, w_scales, offsets, gate_up, h, h_values,
-                                                            h_scales),
-      one_pass = false);
-  if (one_pass) return;
-  grouped_gemm_swiglu_forward_fp8(x, x_scales, w, w_scales, offsets, gate_up, h);
-  quantize_fp8_rows(h, h_values, h_scales);
 }
 
 void grouped_gemm_forward_mxfp4(const Tensor& x, const Tensor& codes, const Tensor& scales, const Tensor& offsets,
@@ -250,7 +226,13 @@ void grouped_gemm_swiglu_forward_mxfp4(const Tensor& x, const Tensor& codes, con
                                        const Tensor& offsets, Tensor& gate_up, Tensor& h) {
   const char* op = "grouped_gemm_swiglu_forward_mxfp4";
   check_mxfp4_operands(op, x, codes, scales, offsets);
-  check_swiglu_outputs(op, x, codes.size(1), gate_up, h);
+  const int64_t n = codes.size(1);
+  AMBER_CHECK(n % 2 == 0 && h.shape() == Shape({x.size(0), n / 2}) && is_floating(h.dtype()), op, ": h ", h.shape(),
+              " must be floating [", x.size(0), ", ", n / 2, "]");
+  AMBER_CHECK(!gate_up.defined() || (gate_up.shape() == Shape({x.size(0), n}) && gate_up.dtype() == h.dtype()), op,
+              ": gate_up ", gate_up.shape(), " must be [", x.size(0), ", ", n, "] of h's dtype");
+  require_contiguous(h, op);
+  if (gate_up.defined()) require_contiguous(gate_up, op);
   const auto on_cpu = [&] {
     const Tensor w = dequantized_mxfp4(codes, scales, x.size(1), h.dtype());
     cpu::grouped_gemm_swiglu_forward(x.to(w.dtype()), w, offsets, gate_up, h);

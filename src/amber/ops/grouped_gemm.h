@@ -48,14 +48,6 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
                               const Tensor& offsets, Tensor& y, const Tensor& row_scale = Tensor());
 void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
                                      const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h);
-// The SwiGLU product with h's FP8 row codes (h_values, h_scales: the bits of
-// quantize_fp8_rows(h)) for the next product's operand. On a GPU whose tiles hold whole
-// 1x128 blocks of h (H a multiple of 128, the experts averaging 256 rows or more) the
-// epilogue writes the codes and h is left unwritten; elsewhere the product into h, then
-// quantize_fp8_rows. Either way h's contents afterwards are not to be read.
-void grouped_gemm_swiglu_forward_fp8_rows(const Tensor& x, const Tensor& x_scales, const Tensor& w,
-                                          const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h,
-                                          Tensor& h_values, Tensor& h_scales);
 
 // MXFP4 weights (the gpt-oss storage; ops/quant.h's quantize_mxfp4: codes u8 [E, N,
 // K/2], scales e8m0 [E, N, K/32]) beside activations x [M, K]: the products of x and

@@ -1,9 +1,7 @@
 // The FP8 m-grouped forward products (e4m3 operands with 1x128 activation and 128x128
-// weight block scales) on the Hopper kernel of grouped_m.cuh, writing bf16 (the SwiGLU
-// forward's h, or h's FP8 row codes); the plain products take 256-wide tiles where
-// the 16-bit ones would.
+// weight block scales) on the Hopper kernel of grouped_m.cuh, writing bf16; the plain
+// products take 256-wide tiles where the 16-bit ones would.
 #include "amber/ops/cuda/grouped/grouped_m.cuh"
-#include "amber/ops/quant.h"
 
 namespace amber::cuda {
 namespace {
@@ -31,20 +29,6 @@ Args<__nv_bfloat16> fp8_args(const Tensor& x, const Tensor& x_scales, const Tens
   a.w_scale_expert = w_scales.stride(0);
   a.w_scale_row = w_scales.stride(1);
   a.w_scale_col = w_scales.stride(2);
-  return a;
-}
-
-// The SwiGLU product's arguments: h [rows, n_out / 2] and gate_up, when given, in bf16.
-Args<__nv_bfloat16> swiglu_args(const Tensor& x, const Tensor& x_scales, const Tensor& w, const Tensor& w_scales,
-                                const Tensor& offsets, const Tensor& gate_up, const Tensor& h, const char* op) {
-  Args<__nv_bfloat16> a = fp8_args(x, x_scales, w, w_scales, offsets, op);
-  AMBER_CHECK(h.dtype() == DType::bf16 && (!gate_up.defined() || gate_up.dtype() == DType::bf16), op,
-              ": the GPU writes bf16, got ", dtype_name(h.dtype()));
-  AMBER_CHECK(a.n_out % 128 == 0, op, ": ", a.n_out / 2,
-              " columns per half; the GPU's SwiGLU tiles need each half a multiple of 64");
-  a.y = static_cast<__nv_bfloat16*>(h.raw());
-  a.y_cols = a.n_out / 2;
-  a.gate_up = gate_up.defined() ? static_cast<__nv_bfloat16*>(gate_up.raw()) : nullptr;
   return a;
 }
 
@@ -78,24 +62,15 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
 void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
                                      const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h) {
   const char* op = "grouped_gemm_swiglu_forward_fp8";
-  const Args<__nv_bfloat16> a = swiglu_args(x, x_scales, w, w_scales, offsets, gate_up, h, op);
+  Args<__nv_bfloat16> a = fp8_args(x, x_scales, w, w_scales, offsets, op);
+  AMBER_CHECK(h.dtype() == DType::bf16 && (!gate_up.defined() || gate_up.dtype() == DType::bf16), op,
+              ": the GPU writes bf16, got ", dtype_name(h.dtype()));
+  AMBER_CHECK(a.n_out % 128 == 0, op, ": ", a.n_out / 2,
+              " columns per half; the GPU's SwiGLU tiles need each half a multiple of 64");
+  a.y = static_cast<__nv_bfloat16*>(h.raw());
+  a.y_cols = a.n_out / 2;
+  a.gate_up = gate_up.defined() ? static_cast<__nv_bfloat16*>(gate_up.raw()) : nullptr;
   launch<Epilogue::swiglu>(x, w, h, gate_up.defined() ? &gate_up : nullptr, a, op);
-}
-
-bool grouped_gemm_swiglu_forward_fp8_rows(const Tensor& x, const Tensor& x_scales, const Tensor& w,
-                                          const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h,
-                                          Tensor& values, Tensor& scales) {
-  const char* op = "grouped_gemm_swiglu_forward_fp8_rows";
-  Args<__nv_bfloat16> a = swiglu_args(x, x_scales, w, w_scales, offsets, gate_up, h, op);
-  if (a.y_cols % 128 != 0 || !grouped::wide_tiles<Epilogue::swiglu>(a) || !grouped_variant().store_partition)
-    return false;
-  a.h_codes = static_cast<uint8_t*>(values.raw());
-  a.h_scales = static_cast<float*>(scales.raw());
-  const Fp8ScaleStrides strides = fp8_scale_strides(scales);
-  a.h_scale_row = strides.row;
-  a.h_scale_col = strides.col;
-  grouped::launch_tiles<Fp8, Epilogue::swiglu, 256, false>(x, w, h, gate_up.defined() ? &gate_up : nullptr, a, op);
-  return true;
 }
 
 }  // namespace amber::cuda

@@ -16,12 +16,6 @@ void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Ten
                               const Tensor& offsets, Tensor& y, const Tensor& row_scale);
 void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,
                                      const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h);
-// The same writing h's FP8 row codes (values, scales) instead of h, where its tiles hold
-// whole 1x128 blocks of h (256-wide tiles: H a multiple of 128 and the experts averaging
-// 256 rows; the store partition on); returns whether it ran.
-bool grouped_gemm_swiglu_forward_fp8_rows(const Tensor& x, const Tensor& x_scales, const Tensor& w,
-                                          const Tensor& w_scales, const Tensor& offsets, Tensor& gate_up, Tensor& h,
-                                          Tensor& values, Tensor& scales);
 // ops/moe.h's moe_down_backward_swiglu with the SwiGLU's backward in the product's
 // epilogue (16-bit operands, H a multiple of 128; scratch holds the partial dots);
 // returns whether it ran.

@@ -31,7 +31,6 @@
 #include "amber/ops/cuda/common/wgmma.cuh"
 #include "amber/ops/cuda/grouped/grouped_gemm.h"
 #include "amber/ops/cuda/grouped/grouped_tiles.cuh"
-#include "amber/ops/cuda/quant/quant_kernels.cuh"
 
 namespace amber::cuda::grouped {
 
@@ -69,9 +68,9 @@ constexpr int kOutCols = kE == Epilogue::swiglu ? kBN / 2 : kBN;
 // the staging buffer of a tile's kBN product columns in 64-column panels of the 128-byte
 // swizzle (the layout TMA stores read; the consumers' fragment writes fall in distinct
 // banks; SwiGLU: gate_up's gate half, then its up half), SwiGLU's h scratch (a 16 x 32
-// block of 16-bit elements per consumer warp: h, or pairs of h's FP8 codes), FP8 scale
-// slots (a tile's row scales, then its two column halves' weight scales), then the
-// barriers.
+// block per consumer warp; SwiGLU's backward: three, after its tile of gate and of up),
+// FP8 scale slots (a tile's row scales, then its two column halves' weight scales), then
+// the barriers.
 template <class F, Epilogue kE, int kBN, bool kSplit>
 struct Smem {
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128, kStageBytes = kABytes + kBBytes;
@@ -135,9 +134,6 @@ struct Args {
   Out* gate_up;           // SwiGLU: [rows, n_out], or null
   Out* dgate_up;          // SwiGLU's backward: [rows, 2 y_cols] (y is act_w, row_scale the gate weights)
   float* row_dots;        // and the gate weights' gradient, a partial sum per row and n-tile: [rows, n_tiles]
-  uint8_t* h_codes;       // FP8 SwiGLU, 256-wide tiles: y's FP8 row codes [rows, y_cols] in its stead, or null
-  float* h_scales;        // and their scales, a 1x128 block (one tile's columns) each
-  int64_t h_scale_row, h_scale_col;
   const float* row_scale;
   const float* x_scales;  // FP8: [rows, k_blocks] and [experts, n_blocks, k_blocks], the
   const float* w_scales;  // latter at any strides (a transposed view serves w^T)
@@ -362,10 +358,8 @@ __device__ __forceinline__ void issue_stage(const S& s, int stage, int group, fl
 // stmatrix, two 8-column groups of both row halves an instruction), or straight to
 // global memory. SwiGLU stages gate_up only (h staged beside it would leave a 256-wide
 // tile's ring two stages); each consumer warp writes h 32 columns at a time through its
-// own scratch block, 64-byte row segments a lane pair, not 4-byte pairs a lane. With
-// h_codes, a 256-wide FP8 SwiGLU tile writes h's FP8 row codes instead: a row's 128 h
-// columns are one 1x128 block, held by one quad of lanes.
-template <class Out, Epilogue kE, int kBN, bool kStores, bool kScaled, class S>
+// own scratch block, 64-byte row segments a lane pair, not 4-byte pairs a lane.
+template <class Out, Epilogue kE, int kBN, bool kStores, class S>
 __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const Tile& t, int group,
                                          float (&acc)[kBN / 8][4]) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -396,34 +390,6 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
   if constexpr (kStores) {
     // Lanes 8m .. 8m+7 address matrix m: rows + 8 (m % 2), columns + 8 (m / 2).
     const int m = lane / 8, row = group * 64 + warp * 16 + (m % 2) * 8 + lane % 8;
-    constexpr bool kCodes = kScaled && kE == Epilogue::swiglu && kBN == 256;  // only FP8 experts ask for codes
-    const bool codes = kCodes && a.h_codes != nullptr;
-    // Codes: each row's block scale first, from h as rounded to Out (the bits of
-    // quantize_fp8_rows of the stored h), with h computed again below rather than kept:
-    // keeping it spilled the FP8 kernel's registers.
-    quant_kernels::ScaleDivisor divide[2] = {};
-    bool finite[2] = {true, true};
-    float block_scale[2] = {1.0f, 1.0f};
-    if (codes) {
-      uint32_t amax[2] = {0u, 0u};
-#pragma unroll
-      for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; ++n8)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          uint32_t gate, up;
-          float v[2];
-          unpack2<Out>(pair(n8, half, gate, up), v);
-          amax[half] = quant_kernels::abs_bits_max(v, amax[half]);
-        }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // Every lane takes part: the block's amax is a shuffle across the quad.
-        const uint32_t block_max = quant_kernels::lanes_max<4>(amax[half]);
-        finite[half] = block_max < quant_kernels::kInfinityBits;
-        block_scale[half] = quant_kernels::fp8_scale(bits_float(block_max), finite[half]);
-        divide[half] = quant_kernels::scale_divisor<Out>(block_scale[half]);
-      }
-    }
 #pragma unroll
     for (int n8 = 0; n8 < kOutCols<kE, kBN> / 8; n8 += 2) {
       uint32_t out[4], gates[4], ups[4];
@@ -436,27 +402,6 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
           stmatrix_x4(staged_at(s.staging(), row, kBN / 2 + col), ups[0], ups[1], ups[2], ups[3]);
         }
         uint8_t* const block = s.scratch(group * 4 + warp);
-        if (codes) {
-          // A code pair is one 16-bit scratch element: the block holds 16 rows x 64 codes.
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int half = q % 2;
-            float v[2];
-            unpack2<Out>(out[q], v);
-            uint8_t code[2];
-            quant_kernels::encode(v, divide[half], finite[half], code);
-            *reinterpret_cast<uint16_t*>(scratch_at(block, 8 * half + lane / 4, ((n8 + q / 2) % 8) * 4 + lane % 4)) =
-                static_cast<uint16_t>(code[0] | (code[1] << 8));
-          }
-          if (n8 % 8 == 6)
-            flush_scratch(block, [&](int r, int chunk, uint4 v) {
-              const int local = group * 64 + warp * 16 + r;
-              if (local < t.rows)
-                *reinterpret_cast<uint4*>(a.h_codes + (t.row0 + local) * int64_t{a.y_cols} + col0 + (n8 - 6) * 8 +
-                                          chunk * 16) = v;
-            });
-          continue;
-        }
         stmatrix_x4(scratch_at(block, row % 16, col % 32), out[0], out[1], out[2], out[3]);
         if (n8 % 4 == 2)  // the block is full: 16 rows x 32 columns
           flush_scratch(block, [&](int r, int chunk, uint4 v) {
@@ -466,14 +411,6 @@ __device__ __forceinline__ void epilogue(const S& s, const Args<Out>& a, const T
           });
       } else {
         stmatrix_x4(staged_at(s.staging(), row, col), out[0], out[1], out[2], out[3]);
-      }
-    }
-    if (codes && lane % 4 == 0) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int local = local0 + 8 * half;
-        if (local < t.rows)
-          a.h_scales[(t.row0 + local) * a.h_scale_row + (col0 / 128) * a.h_scale_col] = block_scale[half];
       }
     }
   } else {
@@ -699,7 +636,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kStores) {
         if (done > 0) barrier_wait(s.drained(), (done - 1) & 1);
       }
-      epilogue<typename F::Out, kE, kBN, kStores, F::kScaled>(s, a, t, group, acc);
+      epilogue<typename F::Out, kE, kBN, kStores>(s, a, t, group, acc);
       if constexpr (kStores) {
         fence_async_shared();  // the bulk copies read the staging buffer through the async proxy
         __syncwarp();
