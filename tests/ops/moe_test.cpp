@@ -566,6 +566,23 @@ TEST(MoeRoute, BadShapesAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expert id 2 is outside 0 .. 1"), std::string::npos) << e.what();
   }
+  // The down projection's backward with the SwiGLU's: weights whose width is not the
+  // scratch's H are named with both shapes.
+  const Tensor slot_rows = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 5}, {3, 2});
+  Tensor off = Tensor::from_vector(std::vector<int32_t>{0, 3, 6}, {3}), scratch = Tensor::empty({6, 4}, DType::f32);
+  Tensor dgate_up = Tensor::empty({6, 8}, DType::f32), act_w = Tensor::empty({6, 4}, DType::f32);
+  Tensor dweights = Tensor::empty({3, 2}, DType::f32);
+  try {
+    moe_down_backward_swiglu(random_tensor({6, 5}, DType::f32, 43), random_tensor({2, 5, 3}, DType::f32, 44), off,
+                             random_tensor({6, 8}, DType::f32, 45), random_tensor({6}, DType::f32, 46), slot_rows,
+                             scratch, dgate_up, act_w, dweights);
+    ADD_FAILURE() << "down weights of width 3 against H = 4 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_down_backward_swiglu: output gradient rows [6, 5] and down weights "
+                                         "[2, 5, 3] must be [R, D] and [E, D, H] for scratch [6, 4]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
