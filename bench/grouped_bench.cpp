@@ -13,6 +13,7 @@
 #include "amber/core/random.h"
 #include "amber/core/tensor.h"
 #include "amber/ops/gemm.h"
+#include "amber/ops/moe.h"
 #include "amber/ops/quant.h"
 #include "bench/kernel_bench.h"
 
@@ -210,6 +211,32 @@ void run_grouped_bench(GroupedBenchCase& c, Device device, const GroupedRoofs& r
           [&] { grouped_gemm_swiglu_forward(x, w, offsets, gate_up, h); }, h, rh);
   add_m("backward input", act_n + active_w + act_k, [&] { grouped_gemm_backward_input(dy, w, offsets, dx); }, dx,
         rdx);
+  // The down projection's input gradient with the MoE SwiGLU's backward in its epilogue
+  // (ops/moe.h, moe_down_backward_swiglu): k is the expert width H, each copy its own
+  // row; the bytes are dy, the weights, gate_up read and dgate_up and act_w written.
+  if (!s.gate_up && grouped_gemm_available(device) && s.k % 128 == 0) {
+    std::vector<int32_t> identity(static_cast<size_t>(rows));
+    std::iota(identity.begin(), identity.end(), 0);
+    const Tensor slot_rows = Tensor::from_vector(identity, {rows}).to(device);
+    const Tensor glu_in = random({rows, 2 * s.k}, device, 14), row_weights = random({rows}, device, 15).to(DType::f32);
+    Tensor scratch = Tensor::empty({rows, s.k}, DType::bf16, device);
+    Tensor dgate_up = Tensor::empty({rows, 2 * s.k}, DType::bf16, device), act_w = Tensor::empty({rows, s.k}, DType::bf16, device);
+    Tensor dweights = Tensor::empty({rows}, DType::f32, device);
+    Tensor rdgu;
+    if (options.check_errors) {
+      const Tensor rslots = Tensor::from_vector(std::vector<int32_t>(identity.begin(), identity.begin() + cr), {cr});
+      rdgu = Tensor::empty({cr, 2 * s.k}, DType::f64);
+      Tensor ract = Tensor::empty({cr, s.k}, DType::f64), rdwts = Tensor::empty({cr}, DType::f64);
+      moe_swiglu_backward(rdx, host64(glu_in, cr), host64(row_weights, cr), rslots, rdgu, ract, rdwts);
+    }
+    // One kernel whatever the variant (128-wide tiles, stores of its own).
+    add("backward input + swiglu backward", act_n + active_w + 5.0 * act_k,
+        [&] {
+          moe_down_backward_swiglu(dy, w, offsets, glu_in, row_weights, slot_rows, scratch, dgate_up, act_w,
+                                   dweights);
+        },
+        dgate_up, rdgu, cr);
+  }
   // The weight gradient's kernel has no store partition or scales: only the tile width varies.
   for (const std::string& v : options.variants) {
     if (v != "default" && v != "tile128" && v != "tile256") continue;
