@@ -418,10 +418,13 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
   const int rows = total(counts);
   const Tensor offsets = gpu(offsets_of(counts));
   const Tensor x = gpu(random_tensor({rows, 192}, DType::bf16, 200)), w = gpu(random_tensor({4, 320, 192}, DType::bf16, 201));
-  // SwiGLU halves of 256 columns: the 256-wide tiles take 128 of each.
+  // SwiGLU halves of 256 columns: the 256-wide tiles take 128 of each; and halves of 192
+  // (1.5 tiles, as gpt-oss's 2880 is 22.5), whose last 256-wide tile reads the next
+  // half's weight rows into columns never stored.
   const Tensor w_glu = gpu(random_tensor({4, 512, 192}, DType::bf16, 203));
+  const Tensor w_glu_odd = gpu(random_tensor({4, 384, 192}, DType::bf16, 204));
   const GroupedGemmVariant variants[4] = {{true, true, 128}, {false, true, 128}, {true, true, 256}, {false, true, 256}};
-  Tensor y[4], gu[4], h[4], h_only[4], dx[4], dw[4];
+  Tensor y[4], gu[4], h[4], h_only[4], gu_odd[4], h_odd[4], dx[4], dw[4];
   const Tensor dy = gpu(random_tensor({rows, 320}, DType::bf16, 202));
   for (int variant = 0; variant < 4; ++variant) {
     set_grouped_gemm_variant(variants[variant]);
@@ -433,6 +436,9 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
     grouped_gemm_swiglu_forward(x, w_glu, offsets, gu[variant], h[variant]);
     Tensor no_gate_up;
     grouped_gemm_swiglu_forward(x, w_glu, offsets, no_gate_up, h_only[variant]);
+    gu_odd[variant] = Tensor::zeros({rows, 384}, DType::bf16, Device::cuda());
+    h_odd[variant] = Tensor::zeros({rows, 192}, DType::bf16, Device::cuda());
+    grouped_gemm_swiglu_forward(x, w_glu_odd, offsets, gu_odd[variant], h_odd[variant]);
     dx[variant] = Tensor::zeros({rows, 192}, DType::bf16, Device::cuda());
     grouped_gemm_backward_input(dy, w, offsets, dx[variant]);
     // K = 192: the forced 256-wide weight-gradient tile is partly past K.
@@ -440,9 +446,15 @@ TEST(GroupedGemmGpu, EveryKernelVariantGivesTheSameBits) {
     grouped_gemm_backward_weight(dy, x, offsets, dw[variant], false);
   }
   set_grouped_gemm_variant({});
+  Tensor ref_gu = Tensor::zeros({rows, 384}, DType::f64), ref_h = Tensor::zeros({rows, 192}, DType::f64);
+  grouped_gemm_swiglu_forward(x.to(Device::cpu()).to(DType::f64), w_glu_odd.to(Device::cpu()).to(DType::f64),
+                              offsets_of(counts), ref_gu, ref_h);
+  expect_matches("swiglu gate_up, halves of 192, 256 wide", gu_odd[2], ref_gu, rows, 5e-3);
+  expect_matches("swiglu h, halves of 192, 256 wide", h_odd[2], ref_h, rows, 5e-3);
   for (int variant = 1; variant < 4; ++variant)
     for (const auto& [a, b] : {std::pair{y[0], y[variant]}, std::pair{gu[0], gu[variant]}, std::pair{h[0], h[variant]},
-                               std::pair{h[0], h_only[variant]}, std::pair{dx[0], dx[variant]},
+                               std::pair{h[0], h_only[variant]}, std::pair{gu_odd[0], gu_odd[variant]},
+                               std::pair{h_odd[0], h_odd[variant]}, std::pair{dx[0], dx[variant]},
                                std::pair{dw[0], dw[variant]}})
       EXPECT_EQ(a.to(Device::cpu()).to_doubles(), b.to(Device::cpu()).to_doubles()) << "variant " << variant;
 }

@@ -36,7 +36,7 @@ Args<__nv_bfloat16> fp8_args(const Tensor& x, const Tensor& x_scales, const Tens
 template <Epilogue kE>
 void launch(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* gate_up, const Args<__nv_bfloat16>& a,
             const char* op) {
-  if (grouped::wide_tiles<kE>(a))
+  if (grouped::wide_tiles<Fp8, kE>(a))
     grouped::launch_tiles<Fp8, kE, 256, false>(x, w, y, gate_up, a, op);
   else
     grouped::launch_tiles<Fp8, kE, 128, false>(x, w, y, gate_up, a, op);

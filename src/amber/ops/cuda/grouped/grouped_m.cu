@@ -12,7 +12,7 @@ using grouped::Plain;
 template <class T, Epilogue kE, bool kTransB>
 void launch(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* gate_up, const Args<T>& a,
             const char* op) {
-  if (grouped::wide_tiles<kE>(a))
+  if (grouped::wide_tiles<Plain<T>, kE>(a))
     grouped::launch_tiles<Plain<T>, kE, 256, kTransB>(x, w, y, gate_up, a, op);
   else
     grouped::launch_tiles<Plain<T>, kE, 128, kTransB>(x, w, y, gate_up, a, op);

@@ -662,11 +662,15 @@ inline void check_supported(const Tensor& x, int experts, const char* op) {
 // for nothing (384 = 1.5 tiles: the Kohaku-MoE-1B down projection's input gradient ran
 // 0.184 ms at 256 against 0.152 at 128 on an H100; 5760 = 22.5 tiles stays 256); else
 // 128. The benchmarks' variant can force either. A 256-wide SwiGLU tile takes 128
-// columns of each half, so it needs halves a multiple of 128 wide.
-template <Epilogue kE, class Out>
-bool wide_tiles(const Args<Out>& a) {
+// rows of each half's weights: past a half's end they are the next half's (or expert's)
+// rows, whose products land in columns never stored, so 16-bit weights take any half
+// width (gpt-oss's 2880 = 22.5 x 128: its SwiGLU forward at 32768 tokens took 8.87 ms on
+// 128-wide tiles, the plain forward of the same shape 6.30 on 256-wide ones). FP8 ones
+// need halves a multiple of 128: a tile half reads one weight block's scale.
+template <class F, Epilogue kE>
+bool wide_tiles(const Args<typename F::Out>& a) {
   const int chosen = grouped_variant().tile_n;
-  const bool fits = kE != Epilogue::swiglu || a.y_cols % 128 == 0;
+  const bool fits = kE != Epilogue::swiglu || !F::kScaled || a.y_cols % 128 == 0;
   if (chosen != 0) return chosen == 256 && fits;
   const int wasted = (256 - a.n_out % 256) % 256;
   return fits && a.n_out >= 256 && int64_t{a.rows} >= int64_t{256} * a.experts && 8 * wasted <= a.n_out;
