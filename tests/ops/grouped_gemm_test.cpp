@@ -5,6 +5,7 @@
 // one result, and a graph captured once replaying any routing bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <numeric>
@@ -91,6 +92,38 @@ TEST(GroupedGemm, BackwardMatchesFiniteDifferences) {
   grouped_gemm_backward_weight(g, x, offsets, again, true);
   const std::vector<double> once = dw.to_doubles(), twice = again.to_doubles();
   for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-12);
+}
+
+// squares [E, R, C] of dw [E, N, K] by its definition (ops/grouped_gemm.h): block (e, i,
+// j) sums the squares of rows 16i .. 16i + 15 and columns 128j .. 128j + 127.
+Tensor block_squares_of(const Tensor& dw, const Shape& shape) {
+  const std::vector<double> v = dw.to_doubles();
+  const int64_t n = dw.size(1), k = dw.size(2);
+  Tensor out = Tensor::zeros(shape, DType::f64);
+  for (int64_t e = 0; e < shape[0]; ++e)
+    for (int64_t i = 0; i < shape[1]; ++i)
+      for (int64_t j = 0; j < shape[2]; ++j) {
+        double s = 0;
+        for (int64_t r = 16 * i; r < std::min(n, 16 * i + 16); ++r)
+          for (int64_t c = 128 * j; c < std::min(k, 128 * j + 128); ++c) s += v[(e * n + r) * k + c] * v[(e * n + r) * k + c];
+        out.data<double>()[(e * shape[1] + i) * shape[2] + j] = s;
+      }
+  return out;
+}
+
+// The squares of the gradient's blocks, as written and as kept by an accumulating call
+// that gives an expert no rows.
+TEST(GroupedGemm, WeightGradientLeavesTheSquaresOfItsBlocks) {
+  const Tensor x = random_tensor({9, 260}, DType::f32, 11), dy = random_tensor({9, 40}, DType::f32, 12);
+  Tensor dw = Tensor::zeros({3, 40, 260}, DType::f32);
+  EXPECT_EQ(grouped_weight_squares_shape(dw.shape()), Shape({3, 8, 3}));
+  Tensor squares = Tensor::full({3, 8, 3}, NAN, DType::f64);
+  grouped_gemm_backward_weight(dy, x, offsets_of({4, 0, 5}), dw, false, &squares);
+  EXPECT_LT(testing::relative_error(squares, block_squares_of(dw, squares.shape())), 1e-12);
+  grouped_gemm_backward_weight(dy, x, offsets_of({0, 9, 0}), dw, true, &squares);
+  EXPECT_LT(testing::relative_error(squares, block_squares_of(dw, squares.shape())), 1e-12);
+  Tensor wrong = Tensor::zeros({3, 8, 2}, DType::f64);
+  EXPECT_THROW(grouped_gemm_backward_weight(dy, x, offsets_of({4, 0, 5}), dw, false, &wrong), Error);
 }
 
 TEST(GroupedGemm, SwigluForwardIsTheProductThenSwiglu) {
@@ -229,6 +262,15 @@ void expect_matches(const std::string& what, const Tensor& on_gpu, const Tensor&
   }
 }
 
+// The squares a GPU weight gradient left, against float64 sums over the same gradient's
+// blocks: what differs is the fp32 sums of a block's squares within a thread.
+void expect_block_squares(const std::string& what, const Tensor& dw, const Tensor& squares) {
+  const Tensor got = squares.to(Device::cpu());
+  const double err = testing::relative_error(got, block_squares_of(dw.to(Device::cpu()), got.shape()));
+  std::cout << what << ": squares' rel err " << err << "\n";
+  EXPECT_LT(err, 1e-6) << what << ": the squares of the gradient's blocks";
+}
+
 TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
   REQUIRE_HOPPER();
   const std::vector<Case> cases = {
@@ -278,14 +320,17 @@ TEST(GroupedGemmGpu, ProductsMatchFloat64OnRaggedGroups) {
     Tensor ref_dw = Tensor::zeros({experts, c.n, c.k}, DType::f64);
     grouped_gemm_backward_weight(dy64, x64, offsets, ref_dw, false);
     Tensor dw = nan_gpu({experts, c.n, c.k}, DType::f32);
-    grouped_gemm_backward_weight(gpu(dy), gpu(x), offsets_gpu, dw, false);
+    Tensor squares = nan_gpu(grouped_weight_squares_shape(dw.shape()), DType::f64);
+    grouped_gemm_backward_weight(gpu(dy), gpu(x), offsets_gpu, dw, false, &squares);
     const double dw_err = testing::relative_error(dw.to(Device::cpu()), ref_dw);
     std::cout << "backward weight " << tag << ": rel err " << dw_err << "\n";
     EXPECT_LT(dw_err, 1e-5) << "fp32 accumulation of exact bf16 products";
-    grouped_gemm_backward_weight(gpu(dy), gpu(x), offsets_gpu, dw, true);
+    expect_block_squares("backward weight " + tag, dw, squares);
+    grouped_gemm_backward_weight(gpu(dy), gpu(x), offsets_gpu, dw, true, &squares);
     Tensor twice = ref_dw.clone();
     grouped_gemm_backward_weight(dy64, x64, offsets, twice, true);
     EXPECT_LT(testing::relative_error(dw.to(Device::cpu()), twice), 1e-5) << "accumulated weight gradient";
+    expect_block_squares("accumulated backward weight " + tag, dw, squares);
   }
 }
 

@@ -152,6 +152,24 @@ TEST(TrainStepGpu, MoeBf16StepTracksCpuFloat32) {
   expect_bf16_step_tracks_cpu(cpu, gpu);
 }
 
+// The GPU's grouped weight gradients leave their squares (ops/grouped_gemm.h): over two
+// micro-batches, the second accumulating, the step's norm from them matches the norm
+// read from the gradients to the fp32 sums within each block.
+TEST(TrainStepGpu, MoeGradNormFromTheProductsSquaresIsTheGradientsNorm) {
+  if (!cuda_available() || !grouped_gemm_available(Device::cuda())) GTEST_SKIP() << "no sm_90 CUDA device";
+  LanguageModel gpu(small_moe_model(), DType::f32, Device::cuda(), DType::bf16);
+  gpu.init_weights(5);
+  const std::vector<data::Batch> batches = {random_batch({40, 90, 30}, 300, 7), random_batch({100, 60}, 300, 8)};
+  TrainStep step(gpu, nullptr, {});
+  step.run(batches, 1.0);
+  const double from_products = step.read().grad_norm;
+  int written = 0;
+  for (const auto& p : gpu.params()) written += p->grad_squares_written;
+  EXPECT_EQ(written, 2) << "the MoE layer's gate/up and down weights";
+  global_grad_norm(gpu, step.stats(), /*product_squares=*/false);
+  EXPECT_NEAR(step.stats().read().grad_norm, from_products, 1e-6 * from_products);
+}
+
 // A model's parameters in one call: 40 of them (two tables on the GPU), sizes from
 // one element to several chunks, four-aligned and not, working copies in bf16, in a
 // separate f32 tensor or the value itself, per-parameter lr and decay. Each must get the bits it gets alone, and

@@ -106,10 +106,28 @@ TEST(Trainer, StepStatsHoldLossNormAndNonFiniteSignal) {
   clip_gradients(stats, a.grad_norm / 2);
   EXPECT_EQ(stats.read().grad_scale, 0.5);
   model.params()[0]->grad.data<float>()[0] = NAN;
-  global_grad_norm(model, stats);
+  global_grad_norm(model, stats, /*product_squares=*/false);
   const AccumulatedStep bad = stats.read();
   EXPECT_TRUE(std::isnan(bad.grad_norm));
   EXPECT_EQ(bad.loss_sum, a.loss_sum);
+}
+
+// An MoE layer's expert weight gradients leave the squares of their blocks from their
+// products; over two micro-batches (the second accumulating) the step's norm from them is
+// the norm a pass over every gradient gives.
+TEST(Trainer, MoeGradNormFromTheProductsSquaresIsTheGradientsNorm) {
+  LanguageModel model(testing::with_small_moe(tiny_model()));
+  model.init_weights(4);
+  const std::vector<data::Batch> batches = {data::pack_documents(make_documents(6, 8)),
+                                            data::pack_documents(make_documents(5, 9))};
+  TrainStep step(model, nullptr, {});
+  step.run(batches, 1.0);
+  const double from_products = step.read().grad_norm;
+  int written = 0;
+  for (const auto& p : model.params()) written += p->grad_squares_written;
+  EXPECT_EQ(written, 2) << "the MoE layer's gate/up and down weights";
+  global_grad_norm(model, step.stats(), /*product_squares=*/false);
+  EXPECT_NEAR(step.stats().read().grad_norm, from_products, 1e-12 * from_products);
 }
 
 // A step carries this process's stop signal into its statistics (summed over the ranks

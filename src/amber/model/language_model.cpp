@@ -101,6 +101,7 @@ void LanguageModel::restart_grads() {
     }
   }
   zero_all(zeroed);
+  for (const auto& p : params()) p->grad_squares_written = false;
 }
 
 void LanguageModel::settle_grads() { settle_grads(0, params().size()); }

@@ -97,6 +97,12 @@ class MoeMlp final : public Mlp {
                          ParamInit::normal(c.projection_init_std(hidden_, true)));
     for (Param* p : {router_.get(), gate_up_.get(), down_.get()}) p->product_gradient = true;
     const Device device = s.store->placement().device;
+    // The weight gradients' squares come from their products (ops/grouped_gemm.h): the
+    // step's norm then reads 4 bytes a parameter less (1.3 ms of Kohaku-MoE-1B's step
+    // on an H100 went to reading every gradient).
+    gate_up_->grad_squares =
+        Tensor::zeros(grouped_weight_squares_shape({experts_, 2 * hidden_, dim_}), DType::f64, device);
+    down_->grad_squares = Tensor::zeros(grouped_weight_squares_shape({experts_, dim_, hidden_}), DType::f64, device);
     load_ = Tensor::zeros({experts_}, DType::f64, device);
     stats_ = Tensor::zeros({kRoutingStatValues}, DType::f64, device);  // until the model gives its slots
     if (bias_rate_ > 0) bias_ = Tensor::zeros({experts_}, DType::f32, device);
@@ -222,9 +228,11 @@ class MoeMlp final : public Mlp {
       moe_down_backward_swiglu(douts, down_->work, s.offsets, s.gate_up, s.row_weights, s.slot_rows, da, dgate_up,
                                act_w, dweights);
     }
-    grouped_gemm_backward_weight(douts, act_w, s.offsets, down_->grad, down_->grad_accumulates());
+    grouped_gemm_backward_weight(douts, act_w, s.offsets, down_->grad, down_->grad_accumulates(),
+                                 down_->grad_squares_for_product());
     // Gate/up projection; the input's gradient reuses the output gradient's rows.
-    grouped_gemm_backward_weight(dgate_up, s.xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates());
+    grouped_gemm_backward_weight(dgate_up, s.xs, s.offsets, gate_up_->grad, gate_up_->grad_accumulates(),
+                                 gate_up_->grad_squares_for_product());
     Tensor dxs = douts;
     if (fp8_) {
       const Fp8Operand w = s.gate_up_t.operand();

@@ -52,6 +52,12 @@ struct Param {
   // Whether the gradient holds an earlier step's values, which its next product
   // overwrites; shared by a stacked parameter's parts and whole.
   std::shared_ptr<bool> stale_grad = std::make_shared<bool>(false);
+  // Where the product that writes the gradient leaves the sums of its squares in blocks
+  // (ops/grouped_gemm.h's weight gradient), so the step's norm adds those up instead of
+  // reading the gradient again; undefined where no product does. Written this step: set
+  // by the product's call, cleared by LanguageModel::restart_grads.
+  Tensor grad_squares;
+  bool grad_squares_written = false;
   // Where the tensors lie in the store: a buffer (ParamStore::buffers) and the element
   // offset of the first one there.
   int buffer = -1;
@@ -63,6 +69,11 @@ struct Param {
     const bool accumulate = !*stale_grad;
     *stale_grad = false;
     return accumulate;
+  }
+  // For that product: where to leave the squares (null: nowhere), marked written.
+  Tensor* grad_squares_for_product() {
+    grad_squares_written = grad_squares.defined();
+    return grad_squares_written ? &grad_squares : nullptr;
   }
 };
 

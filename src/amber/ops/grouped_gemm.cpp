@@ -140,8 +140,13 @@ void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor
   });
 }
 
+Shape grouped_weight_squares_shape(const Shape& dw) {
+  AMBER_CHECK(dw.ndim() == 3, "grouped_weight_squares_shape: a weight gradient is [experts, N, K], got ", dw);
+  return {dw[0], 8 * ((dw[1] + 127) / 128), (dw[2] + 127) / 128};
+}
+
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
-                                  bool accumulate) {
+                                  bool accumulate, Tensor* squares) {
   const char* op = "grouped_gemm_backward_weight";
   AMBER_CHECK(dy.ndim() == 2 && x.ndim() == 2 && dy.size(0) == x.size(0), op, ": grad ", dy.shape(), " and input ",
               x.shape(), " must be [rows, N] and [rows, K] with one row count");
@@ -151,10 +156,19 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
   require_contiguous(dw, op);
   AMBER_CHECK(dw.dtype() == DType::f32 || dw.dtype() == x.dtype(), op, ": dw holds ", dtype_name(dw.dtype()),
               "; it must be f32 or the operands' ", dtype_name(x.dtype()));
+  if (squares)
+    AMBER_CHECK(squares->dtype() == DType::f64 && squares->shape() == grouped_weight_squares_shape(dw.shape()) &&
+                    squares->is_contiguous(),
+                op, ": the squares must be a contiguous f64 ", grouped_weight_squares_shape(dw.shape()), ", got ",
+                dtype_name(squares->dtype()), " ", squares->shape());
+  const Tensor none;
+  const auto on_cpu = [&] {
+    cpu::grouped_gemm_backward_weight(dy, x, offsets, dw, accumulate);
+    if (squares) cpu::block_squares(dw, *squares);
+  };
   const auto work = [&] {
-    AMBER_ON_DEVICE(ops::common_device(op, {&dy, &x, &offsets, &dw}), op,
-                    cuda::grouped_gemm_backward_weight(dy, x, offsets, dw, accumulate),
-                    cpu::grouped_gemm_backward_weight(dy, x, offsets, dw, accumulate));
+    AMBER_ON_DEVICE(ops::common_device(op, {&dy, &x, &offsets, &dw, squares ? squares : &none}), op,
+                    cuda::grouped_gemm_backward_weight(dy, x, offsets, dw, accumulate, squares), on_cpu());
   };
   if (accumulate)
     work();

@@ -32,9 +32,15 @@ void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor
 
 // dw [E, N, K] (f32, or x's dtype on the CPU) += dy_e^T x_e over each expert's rows;
 // with accumulate false dw = (its old values never read). An expert without rows gets
-// zeros (or keeps its values).
+// zeros (or keeps its values). Given `squares` (f64, grouped_weight_squares_shape(dw)),
+// the product also leaves the sums of the squares of dw's new values in blocks of 16
+// rows and 128 columns: squares[e, i, j] covers dw[e, 16i .. 16i + 15, 128j .. 128j +
+// 127] (zero where that is past dw's end), so a gradient norm needs no pass over dw.
+// Blocks the call leaves unchanged (an expert without rows, accumulating) keep theirs.
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
-                                  bool accumulate);
+                                  bool accumulate, Tensor* squares = nullptr);
+// [E, 8 ceil(N / 128), ceil(K / 128)] for dw [E, N, K].
+Shape grouped_weight_squares_shape(const Shape& dw);
 
 // FP8 forms of the forward products (the DeepSeek-V3 recipe; ops/quant.h makes the
 // operands): x e4m3 [M, K] with f32 scales [M, ceil(K/128)] (quantize_fp8_rows), w e4m3

@@ -3,6 +3,7 @@
 #include "amber/ops/optim.h"
 
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "amber/ops/cpu/optim.h"
@@ -205,6 +206,27 @@ void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {
     for (size_t i = 0; i < contiguous.size(); ++i) squares.data<double>()[i] = cpu::squared_norm(contiguous[i]);
   };
   AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::squared_norms_into(contiguous, squares), on_cpu());
+}
+
+void sums_into(std::span<const Tensor> tensors, Tensor& sums) {
+  const char* op = "sums_into";
+  AMBER_CHECK(sums.dtype() == DType::f64 && sums.ndim() == 1 && sums.is_contiguous() &&
+                  sums.numel() == static_cast<int64_t>(tensors.size()),
+              op, ": the output must be a contiguous f64 vector of ", tensors.size(), " elements, got ",
+              dtype_name(sums.dtype()), " ", sums.shape());
+  std::vector<const Tensor*> all{&sums};
+  for (const Tensor& t : tensors) {
+    AMBER_CHECK(t.dtype() == DType::f64 && t.is_contiguous(), op, ": sums f64 contiguous tensors, got ",
+                dtype_name(t.dtype()), " ", t.shape());
+    all.push_back(&t);
+  }
+  const auto on_cpu = [&] {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const double* v = tensors[i].data<double>();
+      sums.data<double>()[i] = std::accumulate(v, v + tensors[i].numel(), 0.0);
+    }
+  };
+  AMBER_ON_DEVICE(ops::common_device(op, all), op, cuda::sums_into(tensors, sums), on_cpu());
 }
 
 double squared_norm(const Tensor& t) {

@@ -109,8 +109,13 @@ void squared_norm_into(const Tensor& t, Tensor& out);
 // it (the same bits), for all in one pass: squares is f64 [n] on their device. On a
 // GPU a model's gradients take a few launches instead of two per tensor.
 void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares);
-// The same, read back to the host (one synchronisation on a GPU).
+// The squared norm, read back to the host (one synchronisation on a GPU).
 double squared_norm(const Tensor& t);
+// sums[i] = the sum of the f64 tensor tensors[i]'s elements in a fixed order (the same
+// bits on every run), for all in one pass: sums is f64 [n] on their device. What a
+// squared norm becomes where the product that wrote a tensor left its squares in blocks
+// (ops/grouped_gemm.h's weight gradient).
+void sums_into(std::span<const Tensor> tensors, Tensor& sums);
 // out (f64, one element) = sqrt of the sum of `squares` (f64 [n]) taken in index order:
 // the global norm from per-tensor squared norms, the same bits on every run.
 void norm_from_squares(const Tensor& squares, Tensor& out);

@@ -95,11 +95,19 @@ AccumulatedStep StepStats::kept() const {
   return accumulated(kept_values_, kept_values_ + kValues);
 }
 
-void global_grad_norm(const LanguageModel& model, StepStats& stats) {
+void global_grad_norm(const LanguageModel& model, StepStats& stats, bool product_squares) {
   Tensor squares = stats.squares(), norm = stats.grad_norm();
-  std::vector<Tensor> grads;
-  for (const auto& p : model.params()) grads.push_back(p->grad);
-  squared_norms_into(grads, squares);
+  std::vector<Tensor> grads, blocks;
+  for (const auto& p : model.params()) {
+    if (product_squares && p->grad_squares_written)
+      blocks.push_back(p->grad_squares);
+    else
+      grads.push_back(p->grad);
+  }
+  const int64_t read = static_cast<int64_t>(grads.size());
+  Tensor read_squares = squares.slice(0, 0, read), summed_squares = squares.slice(0, read, squares.numel());
+  squared_norms_into(grads, read_squares);
+  sums_into(blocks, summed_squares);
   norm_from_squares(squares, norm);
 }
 
@@ -257,7 +265,7 @@ void TrainStep::issue(std::span<const data::Batch> micro_batches) {
   if (options_.shard)
     sharded_grad_norm(model_, stats_, *options_.shard, *options_.communicator);
   else
-    global_grad_norm(model_, stats_);
+    global_grad_norm(model_, stats_, /*product_squares=*/!options_.communicator);
   if (options_.grad_clip > 0) clip_gradients(stats_, options_.grad_clip);
   if (!optimizer_) return;
   Tensor apply = stats_.apply();

@@ -85,8 +85,11 @@ class StepStats {
 };
 
 // stats' grad norm = sqrt of the sum of squared gradient entries of every parameter,
-// in double: each parameter's sum goes to its own slot, then one in-order sum.
-void global_grad_norm(const LanguageModel& model, StepStats& stats);
+// in double: each parameter's sum goes to its own slot, then one in-order sum. With
+// product_squares, a parameter whose product left its gradient's squares this step
+// (Param::grad_squares) has them summed instead of its gradient read; only valid while
+// nothing has changed a gradient since its product (no sums over ranks).
+void global_grad_norm(const LanguageModel& model, StepStats& stats, bool product_squares);
 // The same over a ZeRO-1 shard: each rank squares the parameters it owns (their summed
 // gradients), the ranks add their slots (every slot but the owner's is zero, so the sum
 // is exact), and the in-order sum gives every rank the norm of the whole gradient.

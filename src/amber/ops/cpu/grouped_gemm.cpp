@@ -3,6 +3,7 @@
 // the unrounded products as the GPU's do, then rounded once into the output.
 #include "amber/ops/cpu/grouped_gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -106,6 +107,21 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
     }
     gemm(dy.slice(0, begin, end), true, x.slice(0, begin, end), false, dw_e, 1.0, accumulate ? 1.0 : 0.0, Tensor());
   }
+}
+
+void block_squares(const Tensor& dw, Tensor& squares) {
+  const int64_t experts = dw.size(0), n = dw.size(1), k = dw.size(2);
+  const int64_t row_blocks = squares.size(1), col_blocks = squares.size(2);
+  const Tensor values = dw.contiguous().to(DType::f64);
+  const double* v = values.data<double>();
+  double* out = squares.data<double>();
+  std::fill_n(out, squares.numel(), 0.0);
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        const double x = v[(e * n + r) * k + c];
+        out[(e * row_blocks + r / 16) * col_blocks + c / 128] += x * x;
+      }
 }
 
 }  // namespace amber::cpu

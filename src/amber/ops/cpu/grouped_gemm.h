@@ -11,5 +11,8 @@ void grouped_gemm_swiglu_forward(const Tensor& x, const Tensor& w, const Tensor&
 void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor& offsets, Tensor& dx);
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
                                   bool accumulate);
+// squares [E, 8 ceil(N / 128), ceil(K / 128)] = the sums of the squares of dw [E, N, K]
+// in blocks of 16 rows and 128 columns (ops/grouped_gemm.h), in double.
+void block_squares(const Tensor& dw, Tensor& squares);
 
 }  // namespace amber::cpu

@@ -11,7 +11,7 @@ void grouped_gemm_forward(const Tensor& x, const Tensor& w, const Tensor& offset
 void grouped_gemm_swiglu_forward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor& gate_up, Tensor& h);
 void grouped_gemm_backward_input(const Tensor& dy, const Tensor& w, const Tensor& offsets, Tensor& dx);
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
-                                  bool accumulate);
+                                  bool accumulate, Tensor* squares);
 void grouped_gemm_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w, const Tensor& w_scales,
                               const Tensor& offsets, Tensor& y, const Tensor& row_scale);
 void grouped_gemm_swiglu_forward_fp8(const Tensor& x, const Tensor& x_scales, const Tensor& w,

@@ -7,7 +7,9 @@
 // chunks of dy and x (both read as MN-major wgmma operands, no transpose pass) through a
 // ring of stages; two consumer warpgroups own 64 gradient rows each. A chunk that runs
 // past the expert's rows holds the next expert's rows (or TMA's zeros): each consumer
-// zeroes those rows of its own dy panel before its products.
+// zeroes those rows of its own dy panel before its products. Asked for, each warp also
+// sums the squares of what it stores, per 128 columns (the gradient norm's blocks,
+// ops/grouped_gemm.h), so the step's norm need not read the gradient again.
 #include <algorithm>
 
 #include "amber/core/stream.h"
@@ -55,7 +57,8 @@ struct Maps {
 struct Args {
   const int* offsets;
   int experts, rows, n, k;
-  float* dw;  // [experts, n, k]
+  float* dw;         // [experts, n, k]
+  double* squares;   // [experts, 8 ceil(n / 128), ceil(k / 128)] or null
   bool accumulate;
 };
 
@@ -174,6 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_con
     pin(acc);
     if (chunks > 0 && lane == 0) barrier_arrive(s.empty(stage - 1));
     const int row0 = t.n_tile * kBN + group * 64 + warp * 16 + lane / 4;
+    float squares[kBK / 128] = {};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + 8 * half;
@@ -190,6 +194,20 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_con
           v.y += old.y;
         }
         *reinterpret_cast<float2*>(out + col) = v;
+        squares[n8 / 16] += v.x * v.x + v.y * v.y;
+      }
+    }
+    if (a.squares) {
+      // This warp's 16 rows, one sum per 128 columns.
+      const int k_blocks = (a.k + 127) / 128;
+#pragma unroll
+      for (int b = 0; b < kBK / 128; ++b) {
+        double sum = squares[b];
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        const int k_block = t.k_tile * (kBK / 128) + b;
+        const int64_t row_block = static_cast<int64_t>(t.e) * n_tiles * 8 + t.n_tile * 8 + group * 4 + warp;
+        if (lane == 0 && k_block < k_blocks) a.squares[row_block * k_blocks + k_block] = sum;
       }
     }
   }
@@ -199,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_k_kernel(const __grid_con
 }  // namespace
 
 void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor& dw,
-                                  bool accumulate) {
+                                  bool accumulate, Tensor* squares) {
   const char* op = "grouped_gemm_backward_weight";
   AMBER_CHECK(grouped_gemm_available(x.device().index), op, ": the GPU grouped products run on Hopper (sm_90a) cards in builds with sm_90a code; "
                       "run this model on an H100/H200 or on the CPU");
@@ -217,11 +235,15 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Tenso
   const int64_t items = experts * ((n + kBN - 1) / kBN) * ((k + width - 1) / width);
   AMBER_CHECK(rows < (int64_t{1} << 31) - kChunk && items < (int64_t{1} << 31), op, ": ", rows, " rows and ", items,
               " tiles exceed the kernel's 32-bit indices");
-  if (rows == 0 && !accumulate) dw.zero();
+  if (rows == 0 && !accumulate) {
+    dw.zero();
+    if (squares) squares->zero();
+  }
   if (items == 0 || rows == 0) return;
   const Maps maps{swizzled_matrix_map(dy, rows, n, kChunk, op), swizzled_matrix_map(x, rows, k, kChunk, op)};
   const Args a{static_cast<const int*>(offsets.raw()), static_cast<int>(experts), static_cast<int>(rows),
-               static_cast<int>(n), static_cast<int>(k), static_cast<float*>(dw.raw()), accumulate};
+               static_cast<int>(n), static_cast<int>(k), static_cast<float*>(dw.raw()),
+               squares ? static_cast<double*>(squares->raw()) : nullptr, accumulate};
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
   const auto launch = [&]<int kBK>() {
     allow_smem(reinterpret_cast<const void*>(grouped_k_kernel<kBK>), Smem<kBK>::kBytes, op);

@@ -235,6 +235,18 @@ __global__ void __launch_bounds__(kThreads) tensor_square_sums(const __grid_cons
   if (threadIdx.x == 0) out[i] = s;
 }
 
+// Up to kMax f64 tensors, each summed whole by one block.
+struct SumTable {
+  static constexpr int kMax = 48;
+  const double* data[kMax];
+  int64_t n[kMax];
+};
+
+__global__ void __launch_bounds__(kThreads) tensor_sums(const __grid_constant__ SumTable table, double* out) {
+  const double s = ordered_sum(table.data[blockIdx.x], table.n[blockIdx.x]);
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
 // *out = sqrt of the sum of the per-tensor squares in index order.
 __global__ void __launch_bounds__(kThreads) root_of_sum(const double* squares, int64_t count, double* out) {
   const double s = ordered_sum(squares, count);
@@ -435,6 +447,20 @@ void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {
     tensor_square_sums<<<static_cast<unsigned>(table.count), kThreads, 0, current_stream()>>>(
         table, static_cast<const double*>(partial.raw()), out + first);
     check_launch(op, squares.shape());
+  }
+}
+
+void sums_into(std::span<const Tensor> tensors, Tensor& sums) {
+  double* out = static_cast<double*>(sums.raw());
+  for (size_t first = 0; first < tensors.size(); first += SumTable::kMax) {
+    SumTable table{};
+    const size_t count = std::min<size_t>(SumTable::kMax, tensors.size() - first);
+    for (size_t i = 0; i < count; ++i) {
+      table.data[i] = static_cast<const double*>(tensors[first + i].raw());
+      table.n[i] = tensors[first + i].numel();
+    }
+    tensor_sums<<<static_cast<unsigned>(count), kThreads, 0, current_stream()>>>(table, out + first);
+    check_launch("sums_into", sums.shape());
   }
 }
 

@@ -14,6 +14,7 @@ void adamw_steps(std::span<const AdamWOperands> params, const Tensor& schedule);
 void muon_momentum_steps(std::span<const MuonOperands> params, double mu, bool nesterov, const Tensor& schedule);
 void muon_apply_steps(std::span<const MuonOperands> params, const Tensor& schedule);
 void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares);
+void sums_into(std::span<const Tensor> tensors, Tensor& sums);
 void norm_from_squares(const Tensor& squares, Tensor& out);
 void clip_scale(Tensor& scale, const Tensor& norm, double max_norm);
 void divide_by_norm_(Tensor& t, const Tensor& squares, double floor, double margin);
