@@ -516,6 +516,38 @@ TEST(MoeGpu, GatherOfNarrowRowsMatchesTheCpu) {
   }
 }
 
+// The router gradient's two 16-bit terms: the first is dlogits^T rounded as a cast
+// rounds it, the two together hold it to 16 bits of mantissa.
+TEST(MoeRouterGradPair, TermsAreTheRoundedValueAndWhatItLeft) {
+  const Tensor d = random_tensor({50, 37}, DType::f32, 71);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor pair = Tensor::empty({74, 50}, dtype);
+    moe_router_grad_pair(d, pair);
+    const std::vector<double> dt = d.transpose(0, 1).contiguous().to_doubles();
+    EXPECT_EQ(bytes_of(pair.slice(0, 0, 37)), bytes_of(d.transpose(0, 1).contiguous().to(dtype)));
+    const std::vector<double> high = pair.slice(0, 0, 37).to_doubles(), low = pair.slice(0, 37, 74).to_doubles();
+    // f16's second term may be subnormal: half its spacing there, 2^-25, bounds it too.
+    const double relative = dtype == DType::bf16 ? std::ldexp(1.0, -16) : std::ldexp(1.0, -21);
+    const double absolute = dtype == DType::bf16 ? 0.0 : std::ldexp(1.0, -25);
+    for (size_t i = 0; i < dt.size(); ++i)
+      ASSERT_LE(std::fabs(high[i] + low[i] - dt[i]), relative * std::fabs(dt[i]) + absolute) << "element " << i;
+  }
+  Tensor wrong = Tensor::empty({37, 50}, DType::bf16);
+  EXPECT_THROW(moe_router_grad_pair(d, wrong), Error);
+}
+
+TEST(MoeGpu, RouterGradPairMatchesTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Tensor d = random_tensor({1000, 70}, DType::f32, 72);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    Tensor pair = Tensor::empty({140, 1000}, dtype), gpair = Tensor::empty({140, 1000}, dtype, Device::cuda());
+    moe_router_grad_pair(d, pair);
+    moe_router_grad_pair(gpu(d), gpair);
+    EXPECT_EQ(bytes_of(gpair), bytes_of(pair)) << dtype_name(dtype);
+  }
+}
+
 // The ops that write FP8 row codes beside their rows name codes of the wrong shape, on
 // the CPU (the two-op path) as on a GPU.
 TEST(MoeRoute, Fp8RowCodesOfTheWrongShapeAreNamed) {

@@ -175,6 +175,19 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
                   cpu::moe_weights_to_rows(weights, slot_rows, row_weights));
 }
 
+void moe_router_grad_pair(const Tensor& dlogits, Tensor& pair) {
+  const char* op = "moe_router_grad_pair";
+  AMBER_CHECK(dlogits.ndim() == 2 && dlogits.dtype() == DType::f32 && dlogits.is_contiguous(), op,
+              ": dlogits must be a contiguous f32 [tokens, experts], got ", dtype_name(dlogits.dtype()), " ",
+              dlogits.shape());
+  AMBER_CHECK(pair.shape() == Shape({2 * dlogits.size(1), dlogits.size(0)}) &&
+                  (pair.dtype() == DType::bf16 || pair.dtype() == DType::f16) && pair.is_contiguous(),
+              op, ": the pair must be a contiguous bf16 or f16 [", 2 * dlogits.size(1), ", ", dlogits.size(0),
+              "], got ", dtype_name(pair.dtype()), " ", pair.shape());
+  const Device device = device_of(op, {&dlogits, &pair});
+  AMBER_ON_DEVICE(device, op, cuda::moe_router_grad_pair(dlogits, pair), cpu::moe_router_grad_pair(dlogits, pair));
+}
+
 void moe_add_load(const Tensor& offsets, Tensor& load) {
   const char* op = "moe_add_load";
   AMBER_CHECK(load.ndim() == 1 && load.dtype() == DType::f64 && offsets.dtype() == DType::i32 &&

@@ -78,6 +78,15 @@ void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool ac
 // The gate weights in row order: row_weights [R] f32 = weights [T, k] at slot_rows.
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
 
+// The router's logit gradient dlogits [T, E] f32 as two 16-bit terms, transposed for the
+// router's weight gradient: pair [2E, T] (bf16 or f16), pair[e, t] = dlogits[t, e]
+// rounded to nearest even and pair[E + e, t] = what that rounding left, rounded again.
+// Their sum holds 16 bits of each value's mantissa, so two 16-bit products with fp32
+// sums give the weight gradient about as precisely as an fp32 product (a sum of small,
+// cancelling terms: from one 16-bit term it was 7% off the CPU's), and the first term is
+// the input gradient's operand.
+void moe_router_grad_pair(const Tensor& dlogits, Tensor& pair);
+
 // The experts' load and the auxiliary-loss-free balance (DeepSeek-V3). moe_add_load:
 // load [E] f64 += each expert's rows this micro-batch (from offsets [E + 1]).
 // moe_end_step, after each optimizer step: stats (f64 [3]) = {the busiest expert's load

@@ -227,6 +227,22 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
   });
 }
 
+void moe_router_grad_pair(const Tensor& dlogits, Tensor& pair) {
+  const int64_t tokens = dlogits.size(0), experts = dlogits.size(1);
+  const bool bf16 = pair.dtype() == DType::bf16;
+  const auto round = [bf16](float v) { return bf16 ? bf16_from_float(v) : f16_from_float(v); };
+  const auto value = [bf16](uint16_t bits) { return bf16 ? bf16_to_float(bits) : f16_to_float(bits); };
+  const float* d = dlogits.data<float>();
+  uint16_t* out = static_cast<uint16_t*>(pair.raw());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t e = 0; e < experts; ++e) {
+      const float v = d[t * experts + e];
+      const uint16_t hi = round(v);
+      out[e * tokens + t] = hi;
+      out[(experts + e) * tokens + t] = round(v - value(hi));
+    }
+}
+
 void moe_add_load(const Tensor& offsets, Tensor& load) {
   const int32_t* off = offsets.data<int32_t>();
   double* l = load.data<double>();

@@ -427,6 +427,30 @@ __global__ void weights_to_rows_kernel(const float* weights, const int* slot_row
   if (i < n) rows[slot_rows[i]] = weights[i];
 }
 
+// A 32x32 tile of dlogits [T, E] through shared memory, so that both the reads (along
+// experts) and the writes (along tokens) are whole rows.
+template <class T>
+__global__ void router_grad_pair_kernel(const float* dlogits, int64_t tokens, int experts, T* pair) {
+  __shared__ float tile[32][33];
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * 32;
+  const int e0 = blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int64_t t = t0 + i;
+    const int e = e0 + threadIdx.x;
+    tile[i][threadIdx.x] = t < tokens && e < experts ? dlogits[t * experts + e] : 0.0f;
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int e = e0 + i;
+    const int64_t t = t0 + threadIdx.x;
+    if (e >= experts || t >= tokens) continue;
+    const float v = tile[threadIdx.x][i];
+    const T hi = from_f32<T>(v);
+    pair[e * tokens + t] = hi;
+    pair[(experts + e) * tokens + t] = from_f32<T>(v - to_f32(hi));
+  }
+}
+
 __global__ void add_load_kernel(const int* offsets, int experts, double* load) {
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e < experts) load[e] += offsets[e + 1] - offsets[e];
@@ -738,6 +762,19 @@ void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor&
       static_cast<const float*>(weights.raw()), static_cast<const int*>(slot_rows.raw()), n,
       static_cast<float*>(row_weights.raw()));
   check_launch(op, weights.shape());
+}
+
+void moe_router_grad_pair(const Tensor& dlogits, Tensor& pair) {
+  const char* op = "moe_router_grad_pair";
+  const int64_t tokens = dlogits.size(0), experts = dlogits.size(1);
+  if (tokens == 0 || experts == 0) return;
+  const dim3 grid(static_cast<unsigned>((tokens + 31) / 32), static_cast<unsigned>((experts + 31) / 32)), block(32, 8);
+  with_element_type(pair.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    router_grad_pair_kernel<T><<<grid, block, 0, current_stream()>>>(
+        static_cast<const float*>(dlogits.raw()), tokens, static_cast<int>(experts), static_cast<T*>(pair.raw()));
+  });
+  check_launch(op, dlogits.shape());
 }
 
 void moe_add_load(const Tensor& offsets, Tensor& load) {

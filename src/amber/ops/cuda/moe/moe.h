@@ -24,6 +24,7 @@ void moe_gather(const Tensor& x, const Tensor& row_tokens, Tensor& xs);
 bool moe_gather_fp8_rows(const Tensor& x, const Tensor& row_tokens, Tensor& xs, Tensor& values, Tensor& scales);
 void moe_combine(const Tensor& ys, const Tensor& slot_rows, Tensor& out, bool accumulate);
 void moe_weights_to_rows(const Tensor& weights, const Tensor& slot_rows, Tensor& row_weights);
+void moe_router_grad_pair(const Tensor& dlogits, Tensor& pair);
 void moe_add_load(const Tensor& offsets, Tensor& load);
 void moe_end_step(Tensor& bias, Tensor& load, double rate, const Tensor& apply, Tensor& stats);
 void moe_swiglu_backward(const Tensor& da, const Tensor& gate_up, const Tensor& row_weights, const Tensor& slot_rows,
