@@ -184,6 +184,13 @@ void require_f64_scalar(const Tensor& t, const char* op, const char* what) {
               " must be one contiguous f64 element, got ", dtype_name(t.dtype()), " ", t.shape());
 }
 
+// The per-tensor outputs of the norm ops: one f64 slot per tensor, contiguous.
+void require_f64_slots(const Tensor& t, size_t count, const char* op) {
+  AMBER_CHECK(t.dtype() == DType::f64 && t.ndim() == 1 && t.is_contiguous() && t.numel() == static_cast<int64_t>(count),
+              op, ": the output must be a contiguous f64 vector of ", count, " elements, got ", dtype_name(t.dtype()),
+              " ", t.shape());
+}
+
 }  // namespace
 
 void squared_norm_into(const Tensor& t, Tensor& out) {
@@ -193,10 +200,7 @@ void squared_norm_into(const Tensor& t, Tensor& out) {
 
 void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {
   const char* op = "squared_norms_into";
-  AMBER_CHECK(squares.dtype() == DType::f64 && squares.ndim() == 1 && squares.is_contiguous() &&
-                  squares.numel() == static_cast<int64_t>(tensors.size()),
-              op, ": the output must be a contiguous f64 vector of ", tensors.size(), " elements, got ",
-              dtype_name(squares.dtype()), " ", squares.shape());
+  require_f64_slots(squares, tensors.size(), op);
   std::vector<Tensor> contiguous;
   std::vector<const Tensor*> all{&squares};
   contiguous.reserve(tensors.size());
@@ -210,10 +214,7 @@ void squared_norms_into(std::span<const Tensor> tensors, Tensor& squares) {
 
 void sums_into(std::span<const Tensor> tensors, Tensor& sums) {
   const char* op = "sums_into";
-  AMBER_CHECK(sums.dtype() == DType::f64 && sums.ndim() == 1 && sums.is_contiguous() &&
-                  sums.numel() == static_cast<int64_t>(tensors.size()),
-              op, ": the output must be a contiguous f64 vector of ", tensors.size(), " elements, got ",
-              dtype_name(sums.dtype()), " ", sums.shape());
+  require_f64_slots(sums, tensors.size(), op);
   std::vector<const Tensor*> all{&sums};
   for (const Tensor& t : tensors) {
     AMBER_CHECK(t.dtype() == DType::f64 && t.is_contiguous(), op, ": sums f64 contiguous tensors, got ",
