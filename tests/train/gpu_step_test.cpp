@@ -19,6 +19,7 @@
 #include "amber/train/trainer.h"
 #include "ops/testing.h"
 #include "tiny_model.h"
+#include "train/run_testing.h"
 
 namespace amber {
 namespace {
@@ -160,14 +161,7 @@ TEST(TrainStepGpu, MoeGradNormFromTheProductsSquaresIsTheGradientsNorm) {
   LanguageModel gpu(small_moe_model(), DType::f32, Device::cuda(), DType::bf16);
   gpu.init_weights(5);
   const std::vector<data::Batch> batches = {random_batch({40, 90, 30}, 300, 7), random_batch({100, 60}, 300, 8)};
-  TrainStep step(gpu, nullptr, {});
-  step.run(batches, 1.0);
-  const double from_products = step.read().grad_norm;
-  int written = 0;
-  for (const auto& p : gpu.params()) written += p->grad_squares_written;
-  EXPECT_EQ(written, 2) << "the MoE layer's gate/up and down weights";
-  global_grad_norm(gpu, step.stats(), /*product_squares=*/false);
-  EXPECT_NEAR(step.stats().read().grad_norm, from_products, 1e-6 * from_products);
+  run_testing::expect_norm_from_product_squares(gpu, batches, 1e-6);
 }
 
 // A model's parameters in one call: 40 of them (two tables on the GPU), sizes from

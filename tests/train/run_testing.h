@@ -123,4 +123,19 @@ struct SmallRun {
   RunConfig config;
 };
 
+// One step of `model` (no optimizer) over `batches`: its norm, which adds up the squares
+// that the MoE layer's expert weight-gradient products left, against the norm read from
+// every gradient, within `relative`.
+inline void expect_norm_from_product_squares(LanguageModel& model, const std::vector<data::Batch>& batches,
+                                             double relative) {
+  TrainStep step(model, nullptr, {});
+  step.run(batches, 1.0);
+  const double from_products = step.read().grad_norm;
+  int written = 0;
+  for (const auto& p : model.params()) written += p->grad_squares_written;
+  EXPECT_EQ(written, 2) << "the MoE layer's gate/up and down weights";
+  global_grad_norm(model, step.stats(), /*product_squares=*/false);
+  EXPECT_NEAR(step.stats().read().grad_norm, from_products, relative * from_products);
+}
+
 }  // namespace amber::run_testing

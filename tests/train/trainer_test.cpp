@@ -120,14 +120,7 @@ TEST(Trainer, MoeGradNormFromTheProductsSquaresIsTheGradientsNorm) {
   model.init_weights(4);
   const std::vector<data::Batch> batches = {data::pack_documents(make_documents(6, 8)),
                                             data::pack_documents(make_documents(5, 9))};
-  TrainStep step(model, nullptr, {});
-  step.run(batches, 1.0);
-  const double from_products = step.read().grad_norm;
-  int written = 0;
-  for (const auto& p : model.params()) written += p->grad_squares_written;
-  EXPECT_EQ(written, 2) << "the MoE layer's gate/up and down weights";
-  global_grad_norm(model, step.stats(), /*product_squares=*/false);
-  EXPECT_NEAR(step.stats().read().grad_norm, from_products, 1e-12 * from_products);
+  expect_norm_from_product_squares(model, batches, 1e-12);
 }
 
 // A step carries this process's stop signal into its statistics (summed over the ranks
